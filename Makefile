@@ -1,0 +1,48 @@
+# Cistern — see README.md. Targets that touch the kernel need root.
+GO      ?= go
+CLANG   ?= clang-19
+STRIP   ?= llvm-strip-19
+BIN     := bin/cistern
+VMLINUX := bpf/include/vmlinux.h
+BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -Ibpf/include
+# Objects built outside bpf2go (test fixtures).
+FIXTURES := internal/bpfcheck/testdata/unbounded.bpf.o
+
+.PHONY: all deps generate build test demo bench check-generated root clean
+
+all: build
+
+root:
+	@[ "$$(id -u)" -eq 0 ] || { echo "make: this target needs root: sudo make $(MAKECMDGOALS)" >&2; exit 2; }
+
+deps: root
+	@scripts/deps.sh
+
+$(VMLINUX):
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@
+
+# Rebuilds every BPF object and its Go bindings (bpf2go) with clang-19.
+generate: $(VMLINUX)
+	$(GO) generate ./...
+	$(CLANG) $(BPF_CFLAGS) -c bpf/testdata/unbounded.bpf.c -o internal/bpfcheck/testdata/unbounded.bpf.o
+	$(STRIP) -g internal/bpfcheck/testdata/unbounded.bpf.o
+
+# Fails when the committed objects differ from what the sources build to.
+check-generated: generate
+	@git diff --exit-code --stat -- '*.o' '*_bpfel.go' || { echo "make: committed BPF objects drift from their sources: run make generate and commit" >&2; exit 1; }
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cistern
+
+test: root deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+demo: root deps build
+	./$(BIN) demo
+
+bench: root deps build
+	./$(BIN) bench kv --quick --json bench-kv.json --plot bench-kv.png
+
+clean:
+	rm -rf bin $(VMLINUX)

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/internal/cli"
+)
+
+// isCobraUsage recognises the untyped usage errors cobra returns.
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "invalid argument"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// group makes a command that only holds subcommands; run bare, it prints help
+// and, given an unknown subcommand, fails with a usage error.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return cli.Usagef("unknown command %q for %q (see '%s --help')", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}
+
+// planned is a subsystem whose commands have not landed yet. Calling it says
+// so plainly instead of pretending to work.
+func planned(use, short, issue string) *cobra.Command {
+	return &cobra.Command{
+		Use:                use,
+		Short:              short + " (not yet available)",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+				return cmd.Help()
+			}
+			return fmt.Errorf("%s is not available in this build yet (tracked in issue %s)", cmd.CommandPath(), issue)
+		},
+	}
+}
+
+func newCaptureCmd() *cobra.Command {
+	return planned("capture", "Capture TLS and plaintext database traffic through an accumulating channel", "#4")
+}
+
+func newCacheCmd() *cobra.Command {
+	return group("cache", "Eviction policies: trace replay and the page-cache agent",
+		planned("replay", "Replay a cache trace through in-kernel eviction policies", "#5"),
+		planned("agent", "Run a page-cache eviction policy for a memory cgroup", "#6"))
+}
+
+func newCBufCmd() *cobra.Command {
+	return group("cbuf", "Zero-copy shared buffers between processes",
+		planned("manager", "Run the CBUF manager", "#7"),
+		planned("stats", "Show CBUF pools and collections", "#7"))
+}
+
+func newQueryCmd() *cobra.Command {
+	return planned("query", "SQL over kernel events, compiled to eBPF", "#8")
+}

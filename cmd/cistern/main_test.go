@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// buildCLI builds the real binary once per test binary.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cistern")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(bin string, args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	c := exec.Command(bin, args...)
+	c.Stdout, c.Stderr = &o, &e
+	err := c.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return o.String(), e.String(), code
+}
+
+func TestExitCodes(t *testing.T) {
+	bin := buildCLI(t)
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"version"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"kv", "--help"}, 0},
+		{[]string{"bogus"}, 2},
+		{[]string{"doctor", "--bogus"}, 2},
+		{[]string{"version", "extra"}, 2},
+		{[]string{"kv", "bogus"}, 2},
+	}
+	for _, c := range cases {
+		_, stderr, code := run(bin, c.args...)
+		if code != c.code {
+			t.Errorf("cistern %v: exit %d, want %d (stderr %q)", c.args, code, c.code, stderr)
+		}
+		if c.code != 0 && (len(stderr) == 0 || bytes.Count([]byte(stderr), []byte("\n")) != 1) {
+			t.Errorf("cistern %v: want a one-line error, got %q", c.args, stderr)
+		}
+	}
+}
+
+func TestDoctorJSON(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	out, stderr, code := run(bin, "doctor", "--json")
+	if code != 0 {
+		t.Fatalf("doctor exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Kernel string `json:"kernel"`
+		Checks []struct {
+			Name, Status, Detail, Fix string
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if rep.Kernel == "" || len(rep.Checks) < 14 {
+		t.Fatalf("kernel %q, %d checks", rep.Kernel, len(rep.Checks))
+	}
+	seen := map[string]string{}
+	for _, c := range rep.Checks {
+		seen[c.Name] = c.Status
+		switch c.Status {
+		case "ok", "missing", "unsupported":
+		default:
+			t.Errorf("check %s has status %q", c.Name, c.Status)
+		}
+	}
+	for _, n := range []string{"kprobe", "fentry", "xdp_generic", "tcx", "uprobe", "struct_ops", "clang-19", "memcached"} {
+		if _, ok := seen[n]; !ok {
+			t.Errorf("no %s check", n)
+		}
+	}
+	if _, err := os.Stat("/var/run/netns"); err == nil {
+		ents, _ := os.ReadDir("/var/run/netns")
+		for _, e := range ents {
+			if filepath.Base(e.Name())[:min(10, len(e.Name()))] == "cistern-dr" {
+				t.Errorf("doctor left namespace %s", e.Name())
+			}
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package doctor checks, by trying them, the kernel features and external
+// tools that Cistern relies on, and says how to fix what is missing.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"golang.org/x/sys/unix"
+)
+
+// Status of one check.
+type Status string
+
+const (
+	OK          Status = "ok"
+	Missing     Status = "missing"     // can be installed or enabled: Fix says how
+	Unsupported Status = "unsupported" // the kernel refuses: Detail says what Cistern does instead
+)
+
+// Check is the outcome of one capability probe.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+	// Core checks must be ok for Cistern to run at all.
+	Core bool `json:"core"`
+}
+
+// Report is what `cistern doctor --json` prints.
+type Report struct {
+	Kernel string  `json:"kernel"`
+	Checks []Check `json:"checks"`
+}
+
+// CoreOK tells whether every core check passed.
+func (r *Report) CoreOK() bool {
+	for _, c := range r.Checks {
+		if c.Core && c.Status != OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Find returns the named check, or nil.
+func (r *Report) Find(name string) *Check {
+	for i := range r.Checks {
+		if r.Checks[i].Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
+// WriteTable prints the report for people.
+func (r *Report) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "kernel %s\n\n", r.Kernel)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
+	for _, c := range r.Checks {
+		name := c.Name
+		if c.Core {
+			name += " *"
+		}
+		detail := c.Detail
+		if c.Fix != "" {
+			detail += " — fix: " + c.Fix
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
+	}
+	tw.Flush()
+	if r.CoreOK() {
+		fmt.Fprintln(w, "\n* core: all ok")
+	} else {
+		fmt.Fprintln(w, "\n* core: NOT all ok — Cistern cannot run until the core checks pass")
+	}
+}
+
+// Options tune Run.
+type Options struct {
+	// SkipTools leaves out the external-tool checks.
+	SkipTools bool
+	// Progress, when set, is called before each probe group.
+	Progress func(step string)
+}
+
+// Run performs every check. It leaves no namespace, link or pin behind.
+func Run(ctx context.Context, opt Options) *Report {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	r := &Report{Kernel: unix.ByteSliceToString(uts.Release[:])}
+	step := func(s string) {
+		if opt.Progress != nil {
+			opt.Progress(s)
+		}
+	}
+	step("system")
+	r.Checks = append(r.Checks, systemChecks()...)
+	step("bpf programs")
+	r.Checks = append(r.Checks, bpfChecks(ctx)...)
+	if !opt.SkipTools {
+		step("tools")
+		r.Checks = append(r.Checks, toolChecks()...)
+	}
+	return r
+}
+
+func ok(name, detail string) Check { return Check{Name: name, Status: OK, Detail: detail, Core: true} }
+
+func fail(name string, status Status, err error, fix string) Check {
+	// A verifier log is for developers; the first line says enough here.
+	return Check{Name: name, Status: status, Detail: firstLine(err), Fix: fix, Core: true}
+}

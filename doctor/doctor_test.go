@@ -1,0 +1,60 @@
+package doctor
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+func TestDoctorCoreOK(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep := Run(context.Background(), Options{SkipTools: true})
+	if len(rep.Checks) < 14 {
+		t.Errorf("only %d checks", len(rep.Checks))
+	}
+	for _, c := range rep.Checks {
+		t.Logf("%-18s %-11s %s", c.Name, c.Status, c.Detail)
+		if c.Core && c.Status != OK {
+			t.Errorf("core check %s: %s (%s)", c.Name, c.Status, c.Detail)
+		}
+	}
+	for _, name := range []string{"kprobe", "fentry"} {
+		c := rep.Find(name)
+		if c == nil || c.Status == "" || c.Detail == "" {
+			t.Errorf("%s check missing or empty: %+v", name, c)
+		}
+	}
+	// Nothing left behind.
+	if ents, _ := os.ReadDir("/var/run/netns"); len(ents) > 0 {
+		for _, e := range ents {
+			if len(e.Name()) > 10 && e.Name()[:10] == "cistern-dr" {
+				t.Errorf("namespace %s left behind", e.Name())
+			}
+		}
+	}
+}
+
+// TestDoctorRemountsTracefs unmounts tracefs and expects the doctor to mount
+// it again and say so.
+func TestDoctorRemountsTracefs(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := unix.Unmount(mounts.Tracefs.Path, unix.MNT_DETACH); err != nil {
+		t.Fatalf("umount tracefs: %v", err)
+	}
+	rep := Run(context.Background(), Options{SkipTools: true})
+	c := rep.Find("tracefs")
+	if c == nil || c.Status != OK || !mounts.Mounted(mounts.Tracefs) {
+		t.Fatalf("tracefs not mounted again: %+v", c)
+	}
+	if want := "was not mounted"; len(c.Detail) < len(want) || c.Detail[:len(want)] != want {
+		t.Errorf("doctor did not say it mounted tracefs: %q", c.Detail)
+	}
+	if tp := rep.Find("tracepoint"); tp == nil || tp.Status != OK {
+		t.Errorf("tracepoint check after remount: %+v", tp)
+	}
+}

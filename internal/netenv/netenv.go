@@ -1,0 +1,215 @@
+// Package netenv builds throwaway network topologies for tests, benchmarks and
+// the doctor: two named network namespaces joined by a veth pair.
+//
+// Everything a Pair creates is removed by Close, and a Pair left behind by a
+// crashed run is removed by the next NewPair with the same name.
+package netenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Pair is a server namespace and a client namespace joined by a veth pair.
+type Pair struct {
+	Name               string
+	ServerNS, ClientNS netns.NsHandle
+	ServerIf, ClientIf string // interface names inside their namespace
+	ServerIP, ClientIP net.IP
+	ServerMAC          net.HardwareAddr
+	ClientMAC          net.HardwareAddr
+	ServerIfindex      int
+	ClientIfindex      int
+}
+
+// Options configure NewPair.
+type Options struct {
+	// Subnet selects 10.200.<Subnet>.0/24 so concurrent pairs do not clash.
+	Subnet uint8
+	// MTU of both veth ends; 0 keeps the default.
+	MTU int
+}
+
+// ServerNSName and ClientNSName are the names under /var/run/netns.
+func (p *Pair) ServerNSName() string { return "cistern-" + p.Name + "-srv" }
+func (p *Pair) ClientNSName() string { return "cistern-" + p.Name + "-cli" }
+
+// NewPair creates the namespaces "cistern-<name>-srv" and "cistern-<name>-cli"
+// with a veth between them, addresses 10.200.<subnet>.1 (server) and .2
+// (client), both ends up, and loopback up in each namespace.
+func NewPair(name string, opt Options) (p *Pair, err error) {
+	if len(name) > 8 {
+		return nil, fmt.Errorf("netenv: name %q longer than 8 characters", name)
+	}
+	p = &Pair{
+		Name:     name,
+		ServerNS: -1, ClientNS: -1,
+		ServerIf: "cs" + name + "s",
+		ClientIf: "cs" + name + "c",
+		ServerIP: net.IPv4(10, 200, opt.Subnet, 1).To4(),
+		ClientIP: net.IPv4(10, 200, opt.Subnet, 2).To4(),
+	}
+	// A previous run that died may have left these behind.
+	_ = deleteNamed(p.ServerNSName())
+	_ = deleteNamed(p.ClientNSName())
+	if l, e := netlink.LinkByName(p.ServerIf); e == nil {
+		_ = netlink.LinkDel(l)
+	}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+
+	if p.ServerNS, err = newNamed(p.ServerNSName()); err != nil {
+		return nil, err
+	}
+	if p.ClientNS, err = newNamed(p.ClientNSName()); err != nil {
+		return nil, err
+	}
+
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.ServerIf, MTU: opt.MTU}, PeerName: p.ClientIf}
+	if err = netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("netenv: create veth: %w", err)
+	}
+	if err = moveAndConfigure(p.ServerIf, p.ServerNS, p.ServerIP); err != nil {
+		return nil, err
+	}
+	if err = moveAndConfigure(p.ClientIf, p.ClientNS, p.ClientIP); err != nil {
+		return nil, err
+	}
+	if p.ServerIfindex, p.ServerMAC, err = linkInfo(p.ServerNS, p.ServerIf); err != nil {
+		return nil, err
+	}
+	if p.ClientIfindex, p.ClientMAC, err = linkInfo(p.ClientNS, p.ClientIf); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func newNamed(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return -1, err
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name) // also switches this thread into it
+	if serr := netns.Set(orig); serr != nil {
+		// The thread is stuck in the wrong namespace: never reuse it.
+		runtime.Goexit()
+	}
+	if err != nil {
+		return -1, fmt.Errorf("netenv: create namespace %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+func moveAndConfigure(ifname string, ns netns.NsHandle, ip net.IP) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("netenv: find %s: %w", ifname, err)
+	}
+	if err := netlink.LinkSetNsFd(l, int(ns)); err != nil {
+		return fmt.Errorf("netenv: move %s: %w", ifname, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if lo, err := h.LinkByName("lo"); err == nil {
+		_ = h.LinkSetUp(lo)
+	}
+	l, err = h.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(24, 32)}}
+	if err := h.AddrAdd(l, addr); err != nil {
+		return fmt.Errorf("netenv: address %s: %w", ifname, err)
+	}
+	return h.LinkSetUp(l)
+}
+
+func linkInfo(ns netns.NsHandle, ifname string) (int, net.HardwareAddr, error) {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(ifname)
+	if err != nil {
+		return 0, nil, err
+	}
+	return l.Attrs().Index, l.Attrs().HardwareAddr, nil
+}
+
+// Do runs fn on an OS thread that has entered ns, and restores the thread.
+// Sockets, links and BPF attachments made by fn keep their namespace after.
+func Do(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netenv: enter namespace: %w", err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			// Leave the thread locked so the runtime discards it.
+			errc <- errors.Join(ferr, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// Command returns a command that runs inside the named namespace.
+func Command(nsName, name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", nsName, name}, args...)...)
+}
+
+// Close deletes both namespaces; the veth goes with them.
+func (p *Pair) Close() error {
+	var errs []error
+	for _, h := range []netns.NsHandle{p.ServerNS, p.ClientNS} {
+		if h >= 0 {
+			h.Close()
+		}
+	}
+	for _, n := range []string{p.ServerNSName(), p.ClientNSName()} {
+		if err := deleteNamed(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.ServerNS, p.ClientNS = -1, -1
+	return errors.Join(errs...)
+}
+
+func deleteNamed(name string) error {
+	if _, err := os.Stat("/var/run/netns/" + name); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		return fmt.Errorf("netenv: delete namespace %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package servers
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// PostgresOptions configure StartPostgres.
+type PostgresOptions struct {
+	Port int               // default 54329
+	Conf map[string]string // extra postgresql.conf settings (ssl, certificates, …)
+}
+
+// Postgres is a throwaway PostgreSQL cluster on 127.0.0.1, run as the
+// postgres user with trust authentication on loopback.
+type Postgres struct {
+	Opt     PostgresOptions
+	Dir     string // data directory
+	Socket  string // Unix socket directory
+	p       *proc
+	binDir  string
+	logPath string
+}
+
+// Addr is host:port of the server.
+func (pg *Postgres) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(pg.Opt.Port)) }
+
+// Bin returns the path of one of the server's tools (psql, pgbench, …).
+func (pg *Postgres) Bin(name string) string {
+	if p := filepath.Join(pg.binDir, name); fileExists(p) {
+		return p
+	}
+	return name
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func postgresBinDir() (string, error) {
+	m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	if len(m) == 0 {
+		return "", fmt.Errorf("postgresql %w: run sudo make deps", ErrNotInstalled)
+	}
+	return filepath.Dir(m[len(m)-1]), nil
+}
+
+// StartPostgres initialises a cluster in a temporary directory and starts it.
+func StartPostgres(opt PostgresOptions) (*Postgres, error) {
+	binDir, err := postgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	if opt.Port == 0 {
+		opt.Port = 54329
+	}
+	dir, err := os.MkdirTemp("", "cistern-pg-")
+	if err != nil {
+		return nil, err
+	}
+	pg := &Postgres{Opt: opt, Dir: filepath.Join(dir, "data"), Socket: dir, binDir: binDir, logPath: filepath.Join(dir, "log")}
+	fail := func(err error) (*Postgres, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	// PostgreSQL refuses to run as root: the tree belongs to postgres.
+	if out, err := exec.Command("chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("chown: %v: %s", err, out))
+	}
+	initdb := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(binDir, "initdb"),
+		"-D", pg.Dir, "-A", "trust", "-U", "postgres", "--no-sync")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("initdb: %v: %s", err, out))
+	}
+	args := []string{"-u", "postgres", "--", filepath.Join(binDir, "postgres"), "-D", pg.Dir,
+		"-p", strconv.Itoa(opt.Port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"}
+	for k, v := range opt.Conf {
+		args = append(args, "-c", k+"="+v)
+	}
+	lf, err := os.Create(pg.logPath)
+	if err != nil {
+		return fail(err)
+	}
+	defer lf.Close()
+	c := command("", "runuser", args...)
+	c.Stdout, c.Stderr = lf, lf
+	if pg.p, err = start(c); err != nil {
+		return fail(err)
+	}
+	if err := waitTCP("", pg.Addr(), 30*time.Second, pg.p.exited); err != nil {
+		pg.p.stop()
+		out, _ := os.ReadFile(pg.logPath)
+		return fail(fmt.Errorf("%w\n%s", err, out))
+	}
+	return pg, nil
+}
+
+// Psql runs one SQL statement through psql over TCP and returns its output.
+func (pg *Postgres) Psql(sql string) (string, error) {
+	out, err := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Opt.Port),
+		"-U", "postgres", "-c", sql).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("psql: %v: %s", err, out)
+	}
+	return string(out), nil
+}
+
+// Stop shuts the server down and removes its files.
+func (pg *Postgres) Stop() {
+	pg.p.stop()
+	os.RemoveAll(pg.Socket)
+}

@@ -1,0 +1,79 @@
+// Package testenv is the harness of Cistern's tests: root checks, network
+// namespaces that always go away, and real servers started for one test.
+package testenv
+
+import (
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
+	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/servers"
+)
+
+// RequireRoot skips the test, naming the capability, unless run as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); run sudo make test")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatalf("remove memlock: %v", err)
+	}
+	for _, fs := range []mounts.FS{mounts.Tracefs, mounts.BPFFS} {
+		if _, err := mounts.Ensure(fs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var subnet atomic.Uint32
+
+// NetPair creates a server and a client namespace joined by veth, removed
+// when the test ends. name must be at most 8 characters and unique per test.
+func NetPair(t testing.TB, name string) *netenv.Pair {
+	t.Helper()
+	RequireRoot(t)
+	sn := uint8(10 + subnet.Add(1)%200)
+	p, err := netenv.NewPair(name, netenv.Options{Subnet: sn})
+	if err != nil {
+		t.Fatalf("network namespaces: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("cleanup namespaces: %v", err)
+		}
+	})
+	return p
+}
+
+// Memcached starts a real memcached for the test and stops it after.
+func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
+	t.Helper()
+	m, err := servers.StartMemcached(opt)
+	if err != nil {
+		if servers.IsNotInstalled(err) {
+			t.Skipf("skipped: %v", err)
+		}
+		t.Fatalf("memcached: %v", err)
+	}
+	t.Cleanup(func() { m.Stop() })
+	return m
+}
+
+// Postgres starts a real PostgreSQL for the test and stops it after.
+func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
+	t.Helper()
+	p, err := servers.StartPostgres(opt)
+	if err != nil {
+		if servers.IsNotInstalled(err) {
+			t.Skipf("skipped: %v", err)
+		}
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
