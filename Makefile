@@ -19,6 +19,7 @@ deps: root
 	@scripts/deps.sh
 
 $(VMLINUX):
+	@mkdir -p $(dir $@)
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@
 
 # Rebuilds every BPF object and its Go bindings (bpf2go) with clang-19.
