@@ -4,7 +4,7 @@ CLANG   ?= clang-19
 STRIP   ?= llvm-strip-19
 BIN     := bin/cistern
 VMLINUX := bpf/include/vmlinux.h
-BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -Ibpf/include
+BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -Ibpf/include -fdebug-prefix-map=$(CURDIR)=.
 # Objects built outside bpf2go (test fixtures).
 FIXTURES := internal/bpfcheck/testdata/unbounded.bpf.o
 
