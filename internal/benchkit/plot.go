@@ -1,0 +1,254 @@
+package benchkit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// BarSeries is one named set of bars in a grouped bar chart: one value per
+// group, e.g. ops/sec of mode "kerby" for each skew.
+type BarSeries struct {
+	Name   string
+	Values []float64
+}
+
+// Series is one named line of a line chart, e.g. a miss-ratio curve.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// Chart geometry: 960×600 pixels, large enough for a README and readable
+// when scaled down.
+const (
+	chartWidth  = 8 * vg.Inch
+	chartHeight = 5 * vg.Inch
+	chartDPI    = 120
+	chartMargin = vg.Inch / 10
+	legendGap   = vg.Inch / 5
+	// lineMarkersUpTo is the most points a line may have and still get a
+	// marker on each: beyond it markers only hide the line.
+	lineMarkersUpTo = 40
+)
+
+// BarChart draws grouped bars to a PNG at path: for each group (x-axis
+// category) one bar per series, side by side, in series order, with the
+// legend to the right of the plot.
+func BarChart(path, title, ylabel string, groups []string, series []BarSeries) error {
+	if len(groups) == 0 || len(series) == 0 {
+		return fmt.Errorf("bar chart %q: nothing to draw (%d groups, %d series)", title, len(groups), len(series))
+	}
+	p := newPlot(title, "", ylabel)
+	p.NominalX(groups...)
+	grid := plotter.NewGrid()
+	grid.Vertical.Color = nil // categories need no vertical rules
+	p.Add(grid)
+
+	leg := newLegend()
+	names := make([]string, len(series))
+	bars := make([]*plotter.BarChart, len(series))
+	for i, s := range series {
+		names[i] = s.Name
+		if len(s.Values) != len(groups) {
+			return fmt.Errorf("bar chart %q: series %q has %d values for %d groups", title, s.Name, len(s.Values), len(groups))
+		}
+		// Widths are absolute lengths, only known once the layout is: see fit.
+		b, err := plotter.NewBarChart(plotter.Values(s.Values), vg.Points(1))
+		if err != nil {
+			return fmt.Errorf("bar chart %q: series %q: %w", title, s.Name, err)
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		p.Add(b)
+		leg.Add(s.Name, b)
+		bars[i] = b
+	}
+	// Each group owns one unit of x, so gridlines span the whole plot and
+	// bars never need padding; 5% headroom keeps the tallest bar off the frame.
+	p.X.Min, p.X.Max = -0.5, float64(len(groups))-0.5
+	p.Y.Max += 0.05 * (p.Y.Max - p.Y.Min)
+	fit := func(data draw.Canvas) {
+		// The bars of a group fill 80% of its width, side by side.
+		w := data.Size().X / vg.Length(len(groups)) * 0.8 / vg.Length(len(bars))
+		for i, b := range bars {
+			b.Width = w
+			b.Offset = vg.Length(float64(i)-float64(len(bars)-1)/2) * w
+		}
+	}
+	return render(path, p, leg, names, fit)
+}
+
+// LineChart draws one line per series to a PNG at path, with markers when
+// lines have few points, and the legend to the right of the plot.
+func LineChart(path, title, xlabel, ylabel string, series []Series) error {
+	if len(series) == 0 {
+		return fmt.Errorf("line chart %q: nothing to draw", title)
+	}
+	p := newPlot(title, xlabel, ylabel)
+	p.Add(plotter.NewGrid())
+	leg := newLegend()
+	names := make([]string, len(series))
+	for i, s := range series {
+		names[i] = s.Name
+		if len(s.X) != len(s.Y) || len(s.X) == 0 {
+			return fmt.Errorf("line chart %q: series %q has %d x and %d y values", title, s.Name, len(s.X), len(s.Y))
+		}
+		xys := make(plotter.XYs, len(s.X))
+		for j := range xys {
+			xys[j] = plotter.XY{X: s.X[j], Y: s.Y[j]}
+		}
+		line, err := plotter.NewLine(xys) // refuses NaN and ±Inf
+		if err != nil {
+			return fmt.Errorf("line chart %q: series %q: %w", title, s.Name, err)
+		}
+		line.Color = plotutil.Color(i)
+		line.Width = vg.Points(1.5)
+		// Colours repeat after a palette's worth of series; dashes then
+		// keep lines apart.
+		line.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		p.Add(line)
+		thumbs := []plot.Thumbnailer{line}
+		if len(xys) <= lineMarkersUpTo {
+			pts, err := plotter.NewScatter(xys)
+			if err != nil {
+				return fmt.Errorf("line chart %q: series %q: %w", title, s.Name, err)
+			}
+			pts.Color = line.Color
+			pts.Shape = plotutil.Shape(i)
+			pts.Radius = vg.Points(2.5)
+			p.Add(pts)
+			thumbs = append(thumbs, pts)
+		}
+		leg.Add(s.Name, thumbs...)
+	}
+	return render(path, p, leg, names, nil)
+}
+
+func newPlot(title, xlabel, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(14)
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
+	p.X.Tick.Marker = readableTicks{}
+	p.Y.Tick.Marker = readableTicks{}
+	return p
+}
+
+func newLegend() plot.Legend {
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	leg.Padding = vg.Points(2)
+	return leg
+}
+
+// legendWidth is the width a legend with these entries needs.
+func legendWidth(names []string) vg.Length {
+	leg := newLegend()
+	for _, n := range names {
+		leg.Add(n)
+	}
+	return leg.Rectangle(draw.Canvas{}).Size().X
+}
+
+// render draws p with leg beside it (never over the data) and writes a PNG
+// to path, replacing the file only once the image is complete. fit, when not
+// nil, sees the data area before drawing, to size what depends on it.
+func render(path string, p *plot.Plot, leg plot.Legend, names []string, fit func(data draw.Canvas)) error {
+	img := vgimg.NewWith(vgimg.UseWH(chartWidth, chartHeight), vgimg.UseDPI(chartDPI))
+	dc := draw.Crop(draw.New(img), chartMargin, -chartMargin, chartMargin, -chartMargin)
+	lw := legendWidth(names) + legendGap
+	area := draw.Crop(dc, 0, -lw, 0, 0)
+	if fit != nil {
+		fit(p.DataCanvas(area))
+	}
+	p.Draw(area)
+	var titleH vg.Length
+	if p.Title.Text != "" {
+		titleH = p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
+	}
+	leg.Draw(draw.Crop(dc, dc.Size().X-lw+legendGap, 0, 0, -titleH))
+	return writePNG(path, vgimg.PngCanvas{Canvas: img})
+}
+
+func writePNG(path string, png vgimg.PngCanvas) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".benchkit-*.png")
+	if err != nil {
+		return fmt.Errorf("write chart: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = png.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	if err = errors.Join(f.Chmod(0o644), f.Close()); err != nil {
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write chart: %w", err)
+	}
+	return nil
+}
+
+// readableTicks are gonum's default ticks with large values written as
+// 250k, 1.5M, 2G rather than 1.5e+06, so throughput axes read at a glance.
+type readableTicks struct{}
+
+func (readableTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	var labelled []float64
+	maxAbs := 0.0
+	for _, t := range ticks {
+		if t.Label != "" {
+			labelled = append(labelled, t.Value)
+			maxAbs = math.Max(maxAbs, math.Abs(t.Value))
+		}
+	}
+	var scale float64
+	var suffix string
+	switch {
+	case maxAbs >= 1e12:
+		scale, suffix = 1e12, "T"
+	case maxAbs >= 1e9:
+		scale, suffix = 1e9, "G"
+	case maxAbs >= 1e6:
+		scale, suffix = 1e6, "M"
+	case maxAbs >= 1e4:
+		scale, suffix = 1e3, "k"
+	default:
+		return ticks
+	}
+	step := math.Inf(1)
+	for i := 1; i < len(labelled); i++ {
+		step = math.Min(step, math.Abs(labelled[i]-labelled[i-1]))
+	}
+	decimals := 0
+	if !math.IsInf(step, 1) && step > 0 {
+		decimals = min(6, max(0, int(math.Ceil(-math.Log10(step/scale)-1e-9))))
+	}
+	for i, t := range ticks {
+		switch {
+		case t.Label == "":
+		case t.Value == 0:
+			ticks[i].Label = "0"
+		default:
+			ticks[i].Label = strconv.FormatFloat(t.Value/scale, 'f', decimals, 64) + suffix
+		}
+	}
+	return ticks
+}

@@ -1,0 +1,200 @@
+package benchkit
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// WriteTable prints the report for people: a header with the bench, kernel
+// and config, one row per mode and one column per metric (the union over
+// modes, in first-seen order; "-" where a mode lacks a metric), then the
+// ratios, the targets with PASS or FAIL, and the notes.
+func (r *Report) WriteTable(w io.Writer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	run := "full run"
+	if r.quick {
+		run = "quick run"
+	}
+	fmt.Fprintf(w, "bench %s (kernel %s, %s)\n", r.bench, r.kernel, run)
+	if len(r.config.keys) > 0 {
+		parts := make([]string, len(r.config.keys))
+		for i, k := range r.config.keys {
+			parts[i] = k + "=" + FormatValue(r.config.vals[k])
+		}
+		fmt.Fprintf(w, "config: %s\n", strings.Join(parts, "  "))
+	}
+
+	fmt.Fprintln(w)
+	if len(r.modes) == 0 {
+		fmt.Fprintln(w, "(no results)")
+	} else {
+		var cols []string
+		for _, m := range r.modes {
+			for _, k := range m.metrics.keys {
+				if !slices.Contains(cols, k) {
+					cols = append(cols, k)
+				}
+			}
+		}
+		rows := [][]string{append([]string{"mode"}, cols...)}
+		for _, m := range r.modes {
+			row := []string{m.name}
+			for _, c := range cols {
+				if v, ok := m.metrics.get(c); ok {
+					row = append(row, FormatValue(v))
+				} else {
+					row = append(row, "-")
+				}
+			}
+			rows = append(rows, row)
+		}
+		writeAligned(w, rows)
+	}
+
+	if len(r.ratios.keys) > 0 {
+		fmt.Fprintln(w)
+		rows := [][]string{{"ratio", "value"}}
+		for _, k := range r.ratios.keys {
+			rows = append(rows, []string{k, FormatValue(r.ratios.vals[k])})
+		}
+		writeAligned(w, rows)
+	}
+
+	if len(r.targets) > 0 {
+		fmt.Fprintln(w)
+		rows := [][]string{{"target", "got", "op", "want", "result"}}
+		for _, t := range r.targets {
+			res := "PASS"
+			if !t.Pass {
+				res = "FAIL"
+			}
+			rows = append(rows, []string{t.Name, FormatValue(t.Got), t.Op, FormatValue(t.Want), res})
+		}
+		writeAligned(w, rows)
+	}
+
+	if len(r.notes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "notes:")
+		for _, n := range r.notes {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+	}
+}
+
+// writeAligned prints rows with the first column left-aligned and the others
+// right-aligned, so that digits line up; the first row is the header.
+func writeAligned(w io.Writer, rows [][]string) {
+	var widths []int
+	for _, row := range rows {
+		for i, cell := range row {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	for _, row := range rows {
+		var b strings.Builder
+		for i, cell := range row {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell))
+			if i == 0 {
+				b.WriteString(cell + pad)
+			} else {
+				b.WriteString("  " + pad + cell)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+// FormatValue renders a metric value for the table: integers in full without
+// an exponent, floats with a precision suited to their size (see
+// FormatFloat), bools as true/false, maps as "k=v k=v" with sorted keys, and
+// nil as "-".
+func FormatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return FormatFloat(x)
+	case float32:
+		return FormatFloat(float64(x))
+	case fmt.Stringer: // e.g. time.Duration, before its integer kind is seen
+		return x.String()
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(rv.Uint(), 10)
+	case reflect.Float32, reflect.Float64:
+		return FormatFloat(rv.Float())
+	case reflect.Bool:
+		return strconv.FormatBool(rv.Bool())
+	case reflect.String:
+		return rv.String()
+	case reflect.Map:
+		type kv struct{ k, v string }
+		var kvs []kv
+		iter := rv.MapRange()
+		for iter.Next() {
+			kvs = append(kvs, kv{mapKeyString(iter.Key()), FormatValue(iter.Value().Interface())})
+		}
+		slices.SortFunc(kvs, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+		parts := make([]string, len(kvs))
+		for i, e := range kvs {
+			parts[i] = e.k + "=" + e.v
+		}
+		return strings.Join(parts, " ")
+	case reflect.Slice, reflect.Array:
+		parts := make([]string, rv.Len())
+		for i := range parts {
+			parts[i] = FormatValue(rv.Index(i).Interface())
+		}
+		return "[" + strings.Join(parts, " ") + "]"
+	case reflect.Pointer, reflect.Interface:
+		if rv.IsNil() {
+			return "-"
+		}
+		return FormatValue(rv.Elem().Interface())
+	}
+	return fmt.Sprint(v)
+}
+
+// FormatFloat renders a float for people without ever using an exponent for
+// large values: whole numbers and values of 1000 or more print with no
+// decimals (1234567), values from 1 up with three decimals (3.571), smaller
+// ones with three significant digits (0.990, 0.00123). NaN and ±Inf print
+// as "n/a".
+func FormatFloat(f float64) string {
+	a := math.Abs(f)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return "n/a"
+	case f == 0:
+		return "0" // not "-0"
+	case f == math.Trunc(f) || a >= 1000:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	case a >= 1:
+		return strconv.FormatFloat(f, 'f', 3, 64)
+	}
+	decimals := 2 - int(math.Floor(math.Log10(a)))
+	if decimals > 12 {
+		return strconv.FormatFloat(f, 'g', 3, 64) // vanishingly small: an exponent is clearer
+	}
+	return strconv.FormatFloat(f, 'f', decimals, 64)
+}
