@@ -5,9 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
@@ -36,25 +33,5 @@ func TestDoctorCoreOK(t *testing.T) {
 				t.Errorf("namespace %s left behind", e.Name())
 			}
 		}
-	}
-}
-
-// TestDoctorRemountsTracefs unmounts tracefs and expects the doctor to mount
-// it again and say so.
-func TestDoctorRemountsTracefs(t *testing.T) {
-	testenv.RequireRoot(t)
-	if err := unix.Unmount(mounts.Tracefs.Path, unix.MNT_DETACH); err != nil {
-		t.Fatalf("umount tracefs: %v", err)
-	}
-	rep := Run(context.Background(), Options{SkipTools: true})
-	c := rep.Find("tracefs")
-	if c == nil || c.Status != OK || !mounts.Mounted(mounts.Tracefs) {
-		t.Fatalf("tracefs not mounted again: %+v", c)
-	}
-	if want := "was not mounted"; len(c.Detail) < len(want) || c.Detail[:len(want)] != want {
-		t.Errorf("doctor did not say it mounted tracefs: %q", c.Detail)
-	}
-	if tp := rep.Find("tracepoint"); tp == nil || tp.Status != OK {
-		t.Errorf("tracepoint check after remount: %+v", tp)
 	}
 }

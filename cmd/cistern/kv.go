@@ -1,9 +1,178 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vishvananda/netlink"
+
+	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/kv"
+)
+
+const kvPinRoot = "/sys/fs/bpf/cistern/kv"
 
 func newKVCmd() *cobra.Command {
 	return group("kv", "Kerby-KV: memcached answered at XDP from a kernel block pool",
-		planned("serve", "Serve memcached GETs at XDP", "#3"),
-		planned("stats", "Read Kerby-KV counters", "#3"))
+		newKVServeCmd(), newKVStatsCmd())
+}
+
+func newKVServeCmd() *cobra.Command {
+	var (
+		cfg       kv.Config
+		iface     string
+		mcAddr    string
+		metricsAt string
+		generic   bool
+	)
+	c := &cobra.Command{
+		Use:   "serve --iface IF --memcached HOST:PORT",
+		Short: "Serve memcached UDP GETs at XDP from a Kerby pool",
+		Long: `serve attaches Kerby-KV to the interface memcached's clients reach it on.
+UDP get hits are answered in the kernel (XDP_TX); misses, TCP and oversize
+values go to memcached, which stays the source of truth. UDP sets write
+through; TCP writes invalidate the kernel copy before memcached sees them.
+Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.RequireRoot("cistern kv serve"); err != nil {
+				return err
+			}
+			if iface == "" || mcAddr == "" {
+				return cli.Usagef("--iface and --memcached are required")
+			}
+			host, portStr, err := net.SplitHostPort(mcAddr)
+			port, perr := strconv.ParseUint(portStr, 10, 16)
+			if err != nil || perr != nil || port == 0 {
+				return cli.Usagef("--memcached %q: want HOST:PORT", mcAddr)
+			}
+			cfg.Port = uint16(port)
+			if err := cfg.Validate(); err != nil {
+				return cli.UsageError{Err: err}
+			}
+			l, err := netlink.LinkByName(iface)
+			if err != nil {
+				return cli.Usagef("--iface %s: no such interface", iface)
+			}
+			if err := checkMemcached(host, portStr); err != nil {
+				return err
+			}
+			srv, err := kv.Load(cfg)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			if err := srv.Attach(l.Attrs().Index, generic); err != nil {
+				return err
+			}
+			pin := filepath.Join(kvPinRoot, iface)
+			if err := srv.Pin(pin); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if metricsAt != "" {
+				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "kv", srv.Counters))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
+			}
+			pc := cfg.PoolConfig()
+			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode) on %s with %s XDP; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
+				cfg.Mode, iface, srv.XDPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
+			<-ctx.Done()
+			st, err := srv.Stats()
+			if err == nil {
+				printKVCounters(cmd, st)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&iface, "iface", "", "interface memcached's clients reach it on")
+	f.StringVar(&mcAddr, "memcached", "", "memcached address HOST:PORT (UDP must be enabled: memcached -U PORT)")
+	f.StringVar(&cfg.Mode, "mode", kv.ModeKerby, "kerby (chained blocks) or fixed (one slot per key, the static baseline)")
+	f.Uint32Var(&cfg.BlockSize, "block-size", 128, "kerby block size in bytes (multiple of 8)")
+	f.Uint32Var(&cfg.MaxBlocks, "max-blocks", 8, "kerby blocks per value")
+	f.Uint32Var(&cfg.SlotSize, "slot-size", 128, "fixed mode: slot size in bytes")
+	f.Uint32Var(&cfg.PoolMB, "pool-mb", 256, "payload capacity of the pool in MiB")
+	f.Uint32Var(&cfg.MaxObjects, "max-objects", 0, "allocation-map entries (default: one per block, at most 4M)")
+	f.DurationVar(&cfg.WriteWindow, "write-window", time.Millisecond, "writes to one key closer than this invalidate instead of update")
+	f.DurationVar(&cfg.FillQuarantine, "fill-quarantine", 50*time.Millisecond, "do not fill from GET replies this soon after a write to the key")
+	f.DurationVar(&cfg.FillTTL, "fill-ttl", 0, "expire values filled from GET replies after this long (0: never)")
+	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9101)")
+	f.BoolVar(&generic, "generic", false, "force generic XDP even where the driver supports native")
+	return c
+}
+
+// checkMemcached fails clearly when nothing answers at host:port.
+func checkMemcached(host, port string) error {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("memcached at %s:%s does not answer (%v): start it with UDP enabled, e.g. memcached -U %s -p %s", host, port, err, port, port)
+	}
+	c.Close()
+	return nil
+}
+
+func newKVStatsCmd() *cobra.Command {
+	var asJSON bool
+	var iface string
+	c := &cobra.Command{
+		Use:   "stats [--iface IF] [--json]",
+		Short: "Read Kerby-KV's live counters and pool statistics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.RequireRoot("cistern kv stats"); err != nil {
+				return err
+			}
+			dir := filepath.Join(kvPinRoot, iface)
+			if iface == "" {
+				ents, _ := os.ReadDir(kvPinRoot)
+				if len(ents) != 1 {
+					return cli.Usagef("%d Kerby-KV instances running: name one with --iface", len(ents))
+				}
+				dir = filepath.Join(kvPinRoot, ents[0].Name())
+			}
+			st, err := kv.PinnedStats(dir)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return cli.WriteJSON("-", st)
+			}
+			printKVCounters(cmd, st)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().StringVar(&iface, "iface", "", "interface of the instance (default: the only one)")
+	return c
+}
+
+func printKVCounters(cmd *cobra.Command, st kv.Stats) {
+	w := cmd.OutOrStdout()
+	names := make([]string, 0, len(st.Counters))
+	for n := range st.Counters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "Kerby-KV counters:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-18s %d\n", n, st.Counters[n])
+	}
+	p := st.Pool
+	fmt.Fprintf(w, "kernel hit ratio %.3f; pool: %d objects, %d live blocks, %d payload bytes, memory efficiency %.3f, leaked blocks %d\n",
+		st.KernelHitRatio, p.Objects, p.LiveBlocks, p.PayloadBytes, p.MemoryEfficiency, p.LeakedBlocks)
 }

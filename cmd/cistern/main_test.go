@@ -99,3 +99,39 @@ func TestDoctorJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorRemountsTracefs unmounts tracefs in a private mount namespace
+// (so parallel tests keep theirs) and expects the doctor to mount it again
+// and say so.
+func TestDoctorRemountsTracefs(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	script := "umount /sys/kernel/tracing && ! mountpoint -q /sys/kernel/tracing && " + bin + " doctor --json"
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("doctor in a private mount namespace: %v\n%s", err, out)
+	}
+	var rep struct {
+		Checks []struct{ Name, Status, Detail string } `json:"checks"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rep.Checks {
+		switch c.Name {
+		case "tracefs":
+			found = true
+			if c.Status != "ok" || !bytes.HasPrefix([]byte(c.Detail), []byte("was not mounted: mounted tracefs")) {
+				t.Errorf("tracefs check: %+v", c)
+			}
+		case "tracepoint":
+			if c.Status != "ok" {
+				t.Errorf("tracepoint after remount: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no tracefs check")
+	}
+}

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * cistern/pool.bpf.h - Kerby: variable-length objects for any BPF program,
+ * as chains of fixed-size blocks in BPF maps.
+ *
+ * LAYOUT
+ *   pool_index   ARRAY[2] u64, mmapable. [0]: last block index handed out,
+ *                [1]: last version number. Advanced only by atomic fetch-add,
+ *                never decremented: a block index is used once (2^64 of them),
+ *                so there is no free list and nothing to reuse or to lock.
+ *   pool_blocks  HASH u64 index -> [u64 index][pool_block_size bytes][u64 index].
+ *                max_entries is the pool capacity in blocks. The hash map maps
+ *                the ever-growing index onto its bounded storage.
+ *   pool_zero    PERCPU_ARRAY[1] of one zeroed block, the template for new blocks.
+ *   pool_stats   PERCPU_ARRAY of enum pool_stat counters.
+ *   Your allocation map: object id -> a value holding a struct pool_ref (the
+ *   object's length, block count and block indices), a bpf_spin_lock and
+ *   whatever metadata you need. Define CISTERN_POOL_OBJECTS to get a generic
+ *   one, pool_objects (u64 id -> struct pool_object), and the pool_obj_* API.
+ *
+ *   The loader sets pool_block_size (a multiple of 8, 16..4096) and
+ *   pool_max_blocks (<= CISTERN_POOL_MAX_BLOCKS) in .rodata, and sizes the maps
+ *   to match: pool_blocks and pool_zero value_size = pool_block_size + 16.
+ *   Because .rodata is frozen, the verifier sees both as constants, and every
+ *   copy bound below is proved from them.
+ *
+ * CONCURRENCY
+ *   No helper may be called while a bpf_spin_lock is held, so nothing that
+ *   allocates or frees happens under the lock. A writer:
+ *     1. pool_alloc(): takes fresh indices (fetch-add) and creates the blocks;
+ *        fills them. Nobody else can see them yet.
+ *     2. under the object's lock, swaps in the new pool_ref and takes out the
+ *        old one (a plain memory copy, no helper).
+ *     3. pool_free() on the old pool_ref, after unlocking.
+ *   Published blocks are therefore never written again: a block index names
+ *   one immutable piece of one version. A reader copies the pool_ref under the
+ *   lock (a snapshot), then copies each block; a block that is gone, or whose
+ *   index header/trailer no longer matches after the copy (the element was
+ *   recycled), means a writer replaced that version: the reader retries from a
+ *   new snapshot a bounded number of times (POOL_READ_RETRIES), then reports a
+ *   miss. It can never return bytes of two versions.
+ *   An element of the allocation map can be deleted and recycled for another
+ *   id under a writer's feet; struct pool_object therefore carries its id and a
+ *   dead flag, checked under the lock before publishing.
+ *
+ * FAILURE
+ *   A full pool or allocation map, or an object over pool_max_blocks blocks,
+ *   fails the call with -ENOSPC / -E2BIG; blocks already created are deleted
+ *   (rollback) and every case is counted in pool_stats.
+ *
+ * USE FROM YOUR OWN PROGRAM
+ *   #define CISTERN_POOL_MAX_BLOCKS 8     (optional)
+ *   #define CISTERN_POOL_OBJECTS          (optional: generic allocation map)
+ *   #include "cistern/pool.bpf.h"
+ *   then pool_obj_write()/pool_obj_read()/pool_obj_resize()/pool_obj_free(),
+ *   or build your own allocation map from pool_alloc(), pool_block_get(),
+ *   pool_block_intact() and pool_free() as bpf/kv/kv.bpf.c does. From Go, use
+ *   package pool (github.com/cistern-ebpf/cistern/pool) to size the maps and
+ *   read statistics; examples/execlog is a complete small user.
+ */
+#ifndef CISTERN_POOL_BPF_H
+#define CISTERN_POOL_BPF_H
+
+#include <bpf/bpf_helpers.h>
+#include "cistern/pool.h"
+
+#ifndef POOL_READ_RETRIES
+#define POOL_READ_RETRIES 4
+#endif
+
+#define POOL_ENOSPC 28
+#define POOL_E2BIG 7
+#define POOL_ENOENT 2
+#define POOL_EAGAIN 11
+#define POOL_EINVAL 22
+
+/* Set by the loader; frozen, so constants to the verifier. */
+const volatile __u32 pool_block_size = 128;
+const volatile __u32 pool_max_blocks = CISTERN_POOL_MAX_BLOCKS;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} pool_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);  /* capacity in blocks: set by the loader */
+	__uint(key_size, sizeof(__u64));
+	__uint(value_size, 128 + 2 * POOL_BLOCK_HDR); /* set by the loader */
+} pool_blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, 128 + 2 * POOL_BLOCK_HDR); /* set by the loader */
+} pool_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, POOL_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} pool_stats SEC(".maps");
+
+static __always_inline void pool_stat_add(__u32 stat, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&pool_stats, &stat);
+
+	if (v)
+		*v += n; /* per-CPU: no atomics needed */
+}
+
+/* Blocks needed for len bytes; more than pool_max_blocks means too big. */
+static __always_inline __u32 pool_blocks_for(__u32 len)
+{
+	return (len + pool_block_size - 1) / pool_block_size;
+}
+
+/* Largest object the pool stores. */
+static __always_inline __u32 pool_max_len(void)
+{
+	return pool_block_size * pool_max_blocks;
+}
+
+/* Reserves n consecutive numbers from counter which (0 blocks, 1 versions);
+ * returns the first. Never 0. */
+static __always_inline __u64 pool_reserve(__u32 which, __u64 n)
+{
+	__u64 *ctr = bpf_map_lookup_elem(&pool_index, &which);
+
+	if (!ctr)
+		return 0;
+	return __sync_fetch_and_add(ctr, n) + 1;
+}
+
+/* The block stored under idx, or NULL if it is gone or was recycled. Its
+ * payload starts POOL_BLOCK_HDR bytes in and is pool_block_size long. */
+static __always_inline __u8 *pool_block_get(__u64 idx)
+{
+	__u8 *b = bpf_map_lookup_elem(&pool_blocks, &idx);
+
+	if (!b || *(__u64 *)b != idx)
+		return NULL;
+	return b;
+}
+
+/* After copying out of block b: true if it still is block idx, so the copy
+ * holds that block's bytes. Header and trailer are both checked so a recycling
+ * copy is caught from either end. */
+static __always_inline int pool_block_intact(__u8 *b, __u64 idx)
+{
+	asm volatile("" ::: "memory"); /* reload after the copy */
+	return *(volatile __u64 *)b == idx &&
+	       *(volatile __u64 *)(b + POOL_BLOCK_HDR + pool_block_size) == idx;
+}
+
+/* Deletes the blocks of ref (the old version after a swap, or a rollback). */
+static __always_inline void pool_free(struct pool_ref *ref)
+{
+	__u32 n = ref->nblocks, freed = 0;
+
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		__u64 idx;
+
+		if (i >= n)
+			break;
+		idx = ref->idx[i];
+		if (idx && bpf_map_delete_elem(&pool_blocks, &idx) == 0)
+			freed++;
+	}
+	ref->nblocks = 0;
+	if (freed)
+		pool_stat_add(POOL_STAT_BLOCKS_FREED, freed);
+}
+
+/* Creates blocks [from, to) of ref with fresh indices. On failure deletes
+ * the blocks it created (earlier ones belong to the caller). */
+static __always_inline int pool_add_blocks(struct pool_ref *ref, __u32 from, __u32 to)
+{
+	__u32 zk = 0;
+	__u8 *zero = bpf_map_lookup_elem(&pool_zero, &zk);
+	__u64 base;
+
+	if (!zero)
+		return -POOL_EINVAL;
+	if (to <= from)
+		return 0;
+	base = pool_reserve(0, to - from);
+	if (!base)
+		return -POOL_EINVAL;
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		__u64 idx = base + i - from;
+		__u8 *b;
+
+		if (i < from)
+			continue;
+		if (i >= to)
+			break;
+		if (bpf_map_update_elem(&pool_blocks, &idx, zero, BPF_NOEXIST) ||
+		    !(b = bpf_map_lookup_elem(&pool_blocks, &idx))) {
+			/* Roll back the blocks this call created. */
+			for (__u32 j = 0; j < CISTERN_POOL_MAX_BLOCKS; j++) {
+				if (j >= i - from)
+					break;
+				__u64 u = base + j;
+				bpf_map_delete_elem(&pool_blocks, &u);
+			}
+			bpf_map_delete_elem(&pool_blocks, &idx);
+			pool_stat_add(POOL_STAT_POOL_FULL, 1);
+			pool_stat_add(POOL_STAT_ROLLBACKS, 1);
+			ref->nblocks = from;
+			return -POOL_ENOSPC;
+		}
+		*(__u64 *)b = idx;
+		*(__u64 *)(b + POOL_BLOCK_HDR + pool_block_size) = idx;
+		ref->idx[i] = idx;
+	}
+	ref->nblocks = to;
+	pool_stat_add(POOL_STAT_BLOCKS_ALLOCATED, to - from);
+	return 0;
+}
+
+/* Builds in ref a new, unpublished version of len bytes on fresh blocks.
+ * Fill it through pool_block_get(ref->idx[i]) + POOL_BLOCK_HDR. */
+static __always_inline int pool_alloc(struct pool_ref *ref, __u32 len)
+{
+	__u32 n = pool_blocks_for(len);
+
+	ref->nblocks = 0;
+	if (n > pool_max_blocks || n > CISTERN_POOL_MAX_BLOCKS) {
+		pool_stat_add(POOL_STAT_OVERSIZE, 1);
+		return -POOL_E2BIG;
+	}
+	ref->len = len;
+	ref->ver = pool_reserve(1, 1);
+	return pool_add_blocks(ref, 0, n);
+}
+
+/* Builds in out a version of in resized to newlen: the blocks both share are
+ * kept (they are immutable, so old readers stay safe), growth gets fresh
+ * blocks, and the blocks past the new end are put in drop, to pool_free()
+ * once out is published. Only the blocks that change are (de)allocated. */
+static __always_inline int pool_resize(struct pool_ref *out, const struct pool_ref *in,
+				       __u32 newlen, struct pool_ref *drop)
+{
+	__u32 n = pool_blocks_for(newlen), have = in->nblocks;
+	int err;
+
+	drop->nblocks = 0;
+	out->nblocks = 0;
+	if (n > pool_max_blocks || n > CISTERN_POOL_MAX_BLOCKS) {
+		pool_stat_add(POOL_STAT_OVERSIZE, 1);
+		return -POOL_E2BIG;
+	}
+	if (have > CISTERN_POOL_MAX_BLOCKS)
+		return -POOL_EINVAL;
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		if (i >= have)
+			break;
+		if (i < n)
+			out->idx[i] = in->idx[i];
+		else
+			drop->idx[drop->nblocks++ & (CISTERN_POOL_MAX_BLOCKS - 1)] = in->idx[i];
+	}
+	out->len = newlen;
+	out->ver = pool_reserve(1, 1);
+	if (n <= have) {
+		out->nblocks = n;
+		return 0;
+	}
+	out->nblocks = have;
+	err = pool_add_blocks(out, have, n);
+	if (err)
+		out->nblocks = 0; /* the shared blocks are not ours to free */
+	return err;
+}
+
+/* Frees only the blocks resize added to out (used when publishing fails). */
+static __always_inline void pool_resize_undo(struct pool_ref *out, const struct pool_ref *in)
+{
+	__u32 freed = 0, have = in->nblocks;
+
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		__u64 idx;
+
+		if (i >= out->nblocks)
+			break;
+		if (i < have)
+			continue;
+		idx = out->idx[i];
+		if (bpf_map_delete_elem(&pool_blocks, &idx) == 0)
+			freed++;
+	}
+	pool_stat_add(POOL_STAT_BLOCKS_FREED, freed);
+}
+
+#ifdef CISTERN_POOL_OBJECTS
+/*
+ * Generic objects: u64 id -> struct pool_object. The data of writes and
+ * reads lives in a caller's buffer that is a map value of at least
+ * pool_max_len() bytes (e.g. a staging array), so every block copy is proved
+ * in bounds by the buffer's size.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024); /* set by the loader */
+	__type(key, __u64);
+	__type(value, struct pool_object);
+} pool_objects SEC(".maps");
+
+/* Per-CPU scratch: pool_refs are too big for a 512-byte stack. */
+struct pool_scratch {
+	struct pool_ref a, b, c;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pool_scratch);
+} pool_scratch_map SEC(".maps");
+
+static __always_inline struct pool_scratch *pool_scratch(void)
+{
+	__u32 k = 0;
+
+	return bpf_map_lookup_elem(&pool_scratch_map, &k);
+}
+
+/* Finds or creates the object id. */
+static __always_inline struct pool_object *pool_obj_get(__u64 id, int create)
+{
+	struct pool_object *o = bpf_map_lookup_elem(&pool_objects, &id);
+	struct pool_object fresh = { .id = id };
+
+	if (o || !create)
+		return o;
+	if (bpf_map_update_elem(&pool_objects, &id, &fresh, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&pool_objects, &id)) {
+		pool_stat_add(POOL_STAT_OBJECTS_FULL, 1);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&pool_objects, &id);
+}
+
+/* Swaps ref into o under its lock; on success ref holds the old version to
+ * free. Fails (-EAGAIN) when o died or was recycled for another id. */
+static __always_inline int pool_obj_publish(struct pool_object *o, __u64 id, struct pool_ref *ref,
+					    struct pool_ref *old)
+{
+	int ok;
+
+	bpf_spin_lock(&o->lock);
+	ok = !o->dead && o->id == id;
+	if (ok) {
+		__builtin_memcpy(old, &o->ref, sizeof(*old));
+		__builtin_memcpy(&o->ref, ref, sizeof(*ref));
+	}
+	bpf_spin_unlock(&o->lock);
+	if (!ok) {
+		pool_stat_add(POOL_STAT_LOST_RACES, 1);
+		return -POOL_EAGAIN;
+	}
+	return 0;
+}
+
+/* Copies n <= pool_block_size bytes between a block and a buffer. */
+static __always_inline int pool_copy(void *dst, __u32 n, const void *src)
+{
+	if (n > pool_block_size)
+		return -POOL_EINVAL;
+	return bpf_probe_read_kernel(dst, n, src);
+}
+
+/* Writes len bytes from buf (a map value of >= pool_max_len() bytes) as a
+ * new version of object id, creating the object if needed. */
+static __always_inline int pool_obj_write(__u64 id, const __u8 *buf, __u32 len)
+{
+	struct pool_scratch *s = pool_scratch();
+	struct pool_object *o;
+	__u32 bs = pool_block_size;
+	int err;
+
+	if (!s)
+		return -POOL_EINVAL;
+	err = pool_alloc(&s->a, len);
+	if (err)
+		return err;
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		__u32 off = i * bs, n;
+		__u8 *b;
+
+		if (i >= s->a.nblocks)
+			break;
+		n = len - off < bs ? len - off : bs;
+		b = pool_block_get(s->a.idx[i]);
+		err = -POOL_EINVAL;
+		if (!b || off > pool_max_len() - bs)
+			goto undo;
+		if (pool_copy(b + POOL_BLOCK_HDR, n, buf + off))
+			goto undo;
+	}
+	o = pool_obj_get(id, 1);
+	if (!o) {
+		err = -POOL_ENOSPC;
+		goto undo;
+	}
+	err = pool_obj_publish(o, id, &s->a, &s->b);
+	if (err)
+		goto undo;
+	pool_free(&s->b);
+	return 0;
+undo:
+	pool_free(&s->a);
+	pool_stat_add(POOL_STAT_ROLLBACKS, 1);
+	return err;
+}
+
+/* Reads object id into buf (a map value of >= pool_max_len() bytes).
+ * Returns its length, -ENOENT, or -EAGAIN when every retry met a concurrent
+ * writer (counted as a read failure). Never returns a torn value. */
+static __always_inline int pool_obj_read(__u64 id, __u8 *buf)
+{
+	struct pool_scratch *s = pool_scratch();
+	struct pool_object *o;
+	__u32 bs = pool_block_size;
+
+	if (!s)
+		return -POOL_EINVAL;
+	for (int attempt = 0; attempt < POOL_READ_RETRIES; attempt++) {
+		int good = 1, live;
+
+		o = bpf_map_lookup_elem(&pool_objects, &id);
+		if (!o)
+			return -POOL_ENOENT;
+		bpf_spin_lock(&o->lock);
+		live = !o->dead && o->id == id;
+		__builtin_memcpy(&s->c, &o->ref, sizeof(s->c));
+		bpf_spin_unlock(&o->lock);
+		if (!live || !s->c.ver)
+			return -POOL_ENOENT;
+		for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+			__u32 off = i * bs, n;
+			__u64 idx;
+			__u8 *b;
+
+			if (i >= s->c.nblocks)
+				break;
+			idx = s->c.idx[i];
+			n = s->c.len - off < bs ? s->c.len - off : bs;
+			b = pool_block_get(idx);
+			if (!b || off > pool_max_len() - bs ||
+			    pool_copy(buf + off, n, b + POOL_BLOCK_HDR) ||
+			    !pool_block_intact(b, idx)) {
+				good = 0;
+				break;
+			}
+		}
+		if (good)
+			return s->c.len;
+		pool_stat_add(POOL_STAT_TORN_RETRIES, 1);
+	}
+	pool_stat_add(POOL_STAT_READ_FAILURES, 1);
+	return -POOL_EAGAIN;
+}
+
+/* Resizes object id to newlen, (de)allocating only the blocks that change. */
+static __always_inline int pool_obj_resize(__u64 id, __u32 newlen)
+{
+	struct pool_scratch *s = pool_scratch();
+	struct pool_object *o;
+	int err, ok;
+
+	if (!s)
+		return -POOL_EINVAL;
+	o = bpf_map_lookup_elem(&pool_objects, &id);
+	if (!o)
+		return -POOL_ENOENT;
+	bpf_spin_lock(&o->lock);
+	__builtin_memcpy(&s->c, &o->ref, sizeof(s->c));
+	bpf_spin_unlock(&o->lock);
+	err = pool_resize(&s->a, &s->c, newlen, &s->b);
+	if (err)
+		return err;
+	/* Publish only if nobody changed the object since the snapshot. */
+	bpf_spin_lock(&o->lock);
+	ok = !o->dead && o->id == id && o->ref.ver == s->c.ver;
+	if (ok)
+		__builtin_memcpy(&o->ref, &s->a, sizeof(s->a));
+	bpf_spin_unlock(&o->lock);
+	if (!ok) {
+		pool_resize_undo(&s->a, &s->c);
+		pool_stat_add(POOL_STAT_LOST_RACES, 1);
+		return -POOL_EAGAIN;
+	}
+	pool_free(&s->b);
+	return 0;
+}
+
+/* Frees object id: empties and kills it under the lock, deletes the entry,
+ * then frees its blocks. */
+static __always_inline int pool_obj_free(__u64 id)
+{
+	struct pool_scratch *s = pool_scratch();
+	struct pool_object *o;
+
+	if (!s)
+		return -POOL_EINVAL;
+	o = bpf_map_lookup_elem(&pool_objects, &id);
+	if (!o)
+		return -POOL_ENOENT;
+	bpf_spin_lock(&o->lock);
+	if (o->dead || o->id != id) {
+		bpf_spin_unlock(&o->lock);
+		return -POOL_ENOENT;
+	}
+	__builtin_memcpy(&s->b, &o->ref, sizeof(s->b));
+	__builtin_memset(&o->ref, 0, sizeof(o->ref));
+	o->dead = 1;
+	bpf_spin_unlock(&o->lock);
+	bpf_map_delete_elem(&pool_objects, &id);
+	pool_free(&s->b);
+	return 0;
+}
+#endif /* CISTERN_POOL_OBJECTS */
+
+#endif /* CISTERN_POOL_BPF_H */

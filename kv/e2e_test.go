@@ -1,0 +1,312 @@
+package kv
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// udpClient is a minimal memcached UDP client for tests.
+type udpClient struct {
+	c  *net.UDPConn
+	id uint16
+}
+
+func (u *udpClient) do(text string) (string, error) {
+	u.id++
+	req := make([]byte, 8+len(text))
+	binary.BigEndian.PutUint16(req[0:], u.id)
+	binary.BigEndian.PutUint16(req[4:], 1)
+	copy(req[8:], text)
+	buf := make([]byte, 65536)
+	for try := 0; try < 3; try++ {
+		if _, err := u.c.Write(req); err != nil {
+			return "", err
+		}
+		u.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		for {
+			n, err := u.c.Read(buf)
+			if err != nil {
+				break // timeout: resend
+			}
+			if n >= 8 && binary.BigEndian.Uint16(buf[0:]) == u.id {
+				return string(buf[8:n]), nil
+			}
+		}
+	}
+	return "", errors.New("no reply")
+}
+
+type tcpClient struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func (t *tcpClient) cmd(text string) (string, error) {
+	t.c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := t.c.Write([]byte(text)); err != nil {
+		return "", err
+	}
+	return t.r.ReadString('\n')
+}
+
+// kvEnv is Kerby-KV attached in front of a real memcached, in namespaces.
+type kvEnv struct {
+	pair *netenv.Pair
+	srv  *Server
+	mc   *servers.Memcached
+}
+
+func newKVEnv(t *testing.T, name string, cfg Config) *kvEnv {
+	t.Helper()
+	pair := testenv.NetPair(t, name)
+	mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
+	if cfg.PoolMB == 0 {
+		cfg.PoolMB = 8
+	}
+	srv, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := netenv.Do(pair.ServerNS, func() error { return srv.Attach(pair.ServerIfindex, false) }); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := netenv.Command(pair.ClientNSName(), "ethtool", "-K", pair.ClientIf, "tx", "off").CombinedOutput(); err != nil {
+		t.Fatalf("ethtool: %v %s", err, out)
+	}
+	if srv.XDPMode == "native" {
+		var peer link.Link
+		if err := netenv.Do(pair.ClientNS, func() (err error) { peer, err = srv.AttachPeerPass(pair.ClientIfindex); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { peer.Close() })
+	}
+	t.Logf("Kerby-KV attached with %s XDP", srv.XDPMode)
+	return &kvEnv{pair: pair, srv: srv, mc: mc}
+}
+
+func (e *kvEnv) udp(t *testing.T) *udpClient {
+	t.Helper()
+	var c *net.UDPConn
+	err := netenv.Do(e.pair.ClientNS, func() (err error) {
+		c, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: e.pair.ServerIP, Port: 11211})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &udpClient{c: c}
+}
+
+func (e *kvEnv) tcp(t *testing.T) *tcpClient {
+	t.Helper()
+	var c net.Conn
+	err := netenv.Do(e.pair.ClientNS, func() (err error) {
+		c, err = net.DialTimeout("tcp", e.mc.Addr(), 2*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &tcpClient{c: c, r: bufio.NewReader(c)}
+}
+
+func (e *kvEnv) counter(t *testing.T, name string) uint64 {
+	c, err := e.srv.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c[name]
+}
+
+func mustReply(t *testing.T, got string, err error, want string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("reply %q, want %q", got, want)
+	}
+}
+
+func TestEndToEndMemcached(t *testing.T) {
+	e := newKVEnv(t, "kve2e", Config{FillQuarantine: 5 * time.Millisecond})
+	u, tc := e.udp(t), e.tcp(t)
+
+	// UDP set writes through; the GET is answered by the kernel.
+	r, err := u.do("set a 7 0 5\r\nhello\r\n")
+	mustReply(t, r, err, "STORED\r\n")
+	hits := e.counter(t, "hits")
+	r, err = u.do("get a\r\n")
+	mustReply(t, r, err, "VALUE a 7 5\r\nhello\r\nEND\r\n")
+	if e.counter(t, "hits") != hits+1 {
+		t.Fatalf("GET of a UDP-set key was not answered by the kernel: %v", must(e.srv.Counters()))
+	}
+
+	// A 1000-byte value: the reply does not fit a veth XDP frame, so the TC
+	// ingress path answers it, still without memcached.
+	kb := strings.Repeat("q", 1000)
+	r, err = u.do("set kb 0 0 1000\r\n" + kb + "\r\n")
+	mustReply(t, r, err, "STORED\r\n")
+	hits = e.counter(t, "hits")
+	r, err = u.do("get kb\r\n")
+	mustReply(t, r, err, "VALUE kb 0 1000\r\n"+kb+"\r\nEND\r\n")
+	if e.counter(t, "hits") != hits+1 {
+		t.Fatalf("1000-byte value not served by the kernel: %v", must(e.srv.Counters()))
+	}
+
+	// Set over TCP: first GET misses and fills from memcached's reply, the
+	// next is a kernel hit.
+	r, err = tc.cmd("set b 0 0 3\r\nxyz\r\n")
+	mustReply(t, r, err, "STORED\r\n")
+	time.Sleep(20 * time.Millisecond) // past the fill quarantine of that write
+	r, err = u.do("get b\r\n")
+	mustReply(t, r, err, "VALUE b 0 3\r\nxyz\r\nEND\r\n")
+	time.Sleep(10 * time.Millisecond)
+	if e.counter(t, "fills") == 0 {
+		t.Fatal("memcached's reply did not fill the kernel")
+	}
+	hits = e.counter(t, "hits")
+	r, err = u.do("get b\r\n")
+	mustReply(t, r, err, "VALUE b 0 3\r\nxyz\r\nEND\r\n")
+	if e.counter(t, "hits") != hits+1 {
+		t.Fatal("filled key was not answered by the kernel")
+	}
+
+	// A TCP overwrite and delete are seen by the next UDP GET.
+	r, err = tc.cmd("set a 1 0 6\r\nworld!\r\n")
+	mustReply(t, r, err, "STORED\r\n")
+	r, err = u.do("get a\r\n")
+	mustReply(t, r, err, "VALUE a 1 6\r\nworld!\r\nEND\r\n")
+	r, err = tc.cmd("delete a\r\n")
+	mustReply(t, r, err, "DELETED\r\n")
+	r, err = u.do("get a\r\n")
+	mustReply(t, r, err, "END\r\n")
+
+	// UDP delete, then a miss answered by memcached.
+	r, err = u.do("delete b\r\n")
+	mustReply(t, r, err, "DELETED\r\n")
+	r, err = u.do("get b\r\n")
+	mustReply(t, r, err, "END\r\n")
+
+	// A value over the kernel maximum is stored by memcached only.
+	big := strings.Repeat("z", 1100)
+	r, err = u.do("set big 0 0 1100\r\n" + big + "\r\n")
+	mustReply(t, r, err, "STORED\r\n")
+	r, err = u.do("get big\r\n")
+	mustReply(t, r, err, "VALUE big 0 1100\r\n"+big+"\r\nEND\r\n")
+	if e.counter(t, "oversize") == 0 {
+		t.Fatal("oversize value not counted")
+	}
+	st, err := e.srv.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pool.LeakedBlocks != 0 {
+		t.Fatalf("leaked blocks: %+v", st.Pool)
+	}
+	t.Logf("counters %v", st.Counters)
+}
+
+// TestConsistencyAfterAck checks the rule: once memcached acknowledged a set
+// or delete, no GET answered from the kernel returns an older value. A writer
+// alternates TCP and UDP sets (and deletes) of one hot key, waiting for each
+// acknowledgement; readers hammer it over UDP, so misses, fills and hits
+// interleave with the writes. Each reply must be at least as new as the
+// newest write acknowledged before that GET was sent.
+func TestConsistencyAfterAck(t *testing.T) {
+	// Default write window and fill quarantine: the rule rests on them.
+	e := newKVEnv(t, "kvcons", Config{})
+	w, tc := e.udp(t), e.tcp(t)
+	var acked atomic.Int64 // version of the newest acknowledged write; -1 = deleted
+	deadline := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	var violations, reads, deletedReads atomic.Int64
+	var firstViolation atomic.Value
+	for g := 0; g < 3; g++ {
+		u := e.udp(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				floor := acked.Load()
+				r, err := u.do("get hot\r\n")
+				if err != nil {
+					continue
+				}
+				reads.Add(1)
+				if r == "END\r\n" { // only memcached answers END: never stale
+					deletedReads.Add(1)
+					continue
+				}
+				var flags, n int
+				var v int64
+				if _, err := fmt.Sscanf(r, "VALUE hot %d %d\r\nv%d", &flags, &n, &v); err != nil {
+					violations.Add(1)
+					firstViolation.CompareAndSwap(nil, "malformed "+r)
+					continue
+				}
+				if floor > 0 && v < floor {
+					violations.Add(1)
+					firstViolation.CompareAndSwap(nil, fmt.Sprintf("read v%d after v%d was acknowledged", v, floor))
+				}
+			}
+		}()
+	}
+	var version int64
+	for time.Now().Before(deadline) {
+		version++
+		val := fmt.Sprintf("v%08d", version)
+		var r string
+		var err error
+		if version%2 == 0 {
+			r, err = tc.cmd(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val))
+		} else {
+			r, err = w.do(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val))
+		}
+		if err != nil || r != "STORED\r\n" {
+			t.Fatalf("set v%d: %q %v", version, r, err)
+		}
+		acked.Store(version)
+		// Bursts of writes, then a pause longer than the fill quarantine so
+		// that misses fill the kernel again between bursts.
+		if version%20 == 0 {
+			time.Sleep(120 * time.Millisecond)
+		} else {
+			time.Sleep(time.Duration(version%3) * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	c, _ := e.srv.Counters()
+	t.Logf("%d writes, %d reads (%d END); kernel hits %d misses %d fills %d fill_rejected %d write_conflicts %d",
+		version, reads.Load(), deletedReads.Load(), c["hits"], c["misses"], c["fills"], c["fill_rejected"], c["write_conflicts"])
+	if violations.Load() != 0 {
+		t.Fatalf("%d violations; first: %v", violations.Load(), firstViolation.Load())
+	}
+	if c["hits"] == 0 || c["fills"] == 0 || c["fill_rejected"] == 0 {
+		t.Fatal("hits, fills and rejected fills must all happen for the test to mean something")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

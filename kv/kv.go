@@ -1,0 +1,244 @@
+// Package kv is Kerby-KV: memcached GETs answered at XDP from values kept in
+// a Kerby pool (package pool, bpf/include/cistern/pool.bpf.h), with memcached
+// as the source of truth. bpf/kv/kv.bpf.c documents the data path and the
+// consistency argument; this package loads, configures, attaches and reads it.
+package kv
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel -no-global-types kern ../bpf/kv/kv.bpf.c
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cistern-ebpf/cistern/pool"
+)
+
+// Modes of the in-kernel value store.
+const (
+	ModeKerby = "kerby" // values as chains of pool blocks
+	ModeFixed = "fixed" // one slot per key, as BMC and DINT: a pool of 1-block objects
+)
+
+// MaxBlocksLimit is the compile-time cap of blocks per value in kv.bpf.c.
+const MaxBlocksLimit = 8
+
+// Config configures Kerby-KV.
+type Config struct {
+	Mode       string // ModeKerby or ModeFixed
+	BlockSize  uint32 // kerby block size (default 128)
+	MaxBlocks  uint32 // kerby blocks per value (default 8)
+	SlotSize   uint32 // fixed slot size (default 128)
+	PoolMB     uint32 // payload capacity in MiB (default 256)
+	MaxObjects uint32 // allocation-map entries (default: one per pool block, at most 4M)
+	Port       uint16 // memcached port (default 11211)
+	// Two writes to one key closer than this invalidate it instead of
+	// updating it: memcached may apply them in either order.
+	WriteWindow time.Duration // default 1ms
+	// A GET reply is not stored within this long after a write to its key:
+	// memcached may have answered the GET before applying the write.
+	FillQuarantine time.Duration // default 50ms
+	// Values filled from GET replies expire after this long (0: never);
+	// memcached does not say an item's expiry in its replies.
+	FillTTL time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Mode == "" {
+		c.Mode = ModeKerby
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 128
+	}
+	if c.MaxBlocks == 0 {
+		c.MaxBlocks = 8
+	}
+	if c.SlotSize == 0 {
+		c.SlotSize = 128
+	}
+	if c.PoolMB == 0 {
+		c.PoolMB = 256
+	}
+	if c.Port == 0 {
+		c.Port = 11211
+	}
+	if c.WriteWindow == 0 {
+		c.WriteWindow = time.Millisecond
+	}
+	if c.FillQuarantine == 0 {
+		c.FillQuarantine = 50 * time.Millisecond
+	}
+}
+
+// PoolConfig is the pool behind the mode: kerby chains BlockSize blocks,
+// fixed stores each value in one SlotSize block.
+func (c Config) PoolConfig() pool.Config {
+	c.defaults()
+	bs, mb := c.BlockSize, c.MaxBlocks
+	if c.Mode == ModeFixed {
+		bs, mb = c.SlotSize, 1
+	}
+	capBlocks := uint32(uint64(c.PoolMB) << 20 / uint64(bs))
+	objs := c.MaxObjects
+	if objs == 0 {
+		objs = min(capBlocks, 4<<20)
+	}
+	return pool.Config{BlockSize: bs, MaxBlocks: mb, CapacityBlocks: capBlocks, MaxObjects: objs}
+}
+
+// Validate reports a configuration error in words a user can act on.
+func (c Config) Validate() error {
+	c.defaults()
+	switch c.Mode {
+	case ModeKerby:
+		if c.MaxBlocks > MaxBlocksLimit {
+			return fmt.Errorf("--max-blocks %d: this build chains at most %d blocks per value", c.MaxBlocks, MaxBlocksLimit)
+		}
+	case ModeFixed:
+	default:
+		return fmt.Errorf("--mode %q: want kerby or fixed", c.Mode)
+	}
+	pc := c.PoolConfig()
+	if err := pc.Validate(); err != nil {
+		return err
+	}
+	if pc.CapacityBlocks < 16 {
+		return fmt.Errorf("--pool-mb %d holds only %d blocks", c.PoolMB, pc.CapacityBlocks)
+	}
+	return nil
+}
+
+// Server is a loaded Kerby-KV instance.
+type Server struct {
+	Cfg   Config
+	objs  kernObjects
+	links []link.Link
+	// XDPMode is "native" or "generic" once attached.
+	XDPMode string
+	pinned  string
+}
+
+// Load configures and loads the BPF objects; nothing is attached yet.
+func Load(cfg Config) (*Server, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := loadKern()
+	if err != nil {
+		return nil, err
+	}
+	pc := cfg.PoolConfig()
+	if err := pc.Apply(spec); err != nil {
+		return nil, err
+	}
+	ring := uint32(1) << bits.Len32(pc.MaxObjects-1) // FIFO ring: next power of two
+	spec.Maps["kv_fifo"].MaxEntries = ring
+	spec.Maps["kv_entries"].MaxEntries = pc.MaxObjects
+	for name, v := range map[string]any{
+		"kv_port":               cfg.Port,
+		"kv_write_window_ns":    uint64(cfg.WriteWindow),
+		"kv_fill_quarantine_ns": uint64(cfg.FillQuarantine),
+		"kv_fill_ttl_ns":        uint64(cfg.FillTTL),
+		"kv_fifo_mask":          ring - 1,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	s := &Server{Cfg: cfg}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("the kernel refused Kerby-KV's BPF program (a Cistern bug: please report it with 'cistern doctor --json'): %v", ve.Cause)
+		}
+		return nil, fmt.Errorf("load Kerby-KV: %w", err)
+	}
+	return s, nil
+}
+
+// Attach puts the XDP program on ifindex (native when the driver supports
+// it, else generic), the big-reply path on its TCX ingress and the fill
+// program on its TCX egress.
+func (s *Server) Attach(ifindex int, forceGeneric bool) error {
+	var l link.Link
+	var err error
+	if !forceGeneric {
+		l, err = link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPDriverMode})
+		s.XDPMode = "native"
+	}
+	if forceGeneric || err != nil {
+		l, err = link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPGenericMode})
+		s.XDPMode = "generic"
+	}
+	if err != nil {
+		return fmt.Errorf("attach XDP to ifindex %d: %w", ifindex, err)
+	}
+	s.links = append(s.links, l)
+	for _, t := range []struct {
+		prog *ebpf.Program
+		at   ebpf.AttachType
+	}{{s.objs.KvIngress, ebpf.AttachTCXIngress}, {s.objs.KvEgress, ebpf.AttachTCXEgress}} {
+		l, err = link.AttachTCX(link.TCXOptions{Program: t.prog, Interface: ifindex, Attach: t.at})
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("attach TCX %v to ifindex %d: %w", t.at, ifindex, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+// AttachPeerPass puts an XDP_PASS program on the client side of a veth pair,
+// which native XDP_TX on the server side needs to deliver its frames.
+func (s *Server) AttachPeerPass(ifindex int) (link.Link, error) {
+	return link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdpPass, Interface: ifindex, Flags: link.XDPDriverMode})
+}
+
+// Programs exposes the programs for BPF_PROG_TEST_RUN in tests.
+func (s *Server) Programs() (xdp, egress *ebpf.Program) { return s.objs.KvXdp, s.objs.KvEgress }
+
+// Pin pins the maps under dir so `cistern kv stats` can read them.
+func (s *Server) Pin(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, m := range s.maps() {
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("pin %s: %w", name, err)
+		}
+	}
+	s.pinned = dir
+	return nil
+}
+
+func (s *Server) maps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		"kv_stats": s.objs.KvStats, "kv_entries": s.objs.KvEntries,
+		"pool_index": s.objs.PoolIndex, "pool_blocks": s.objs.PoolBlocks, "pool_stats": s.objs.PoolStats,
+	}
+}
+
+// Close detaches everything and unpins.
+func (s *Server) Close() error {
+	var errs []error
+	for i := len(s.links) - 1; i >= 0; i-- {
+		errs = append(errs, s.links[i].Close())
+	}
+	s.links = nil
+	if s.pinned != "" {
+		for name := range s.maps() {
+			os.Remove(filepath.Join(s.pinned, name))
+		}
+		os.Remove(s.pinned)
+		s.pinned = ""
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}

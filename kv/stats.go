@@ -1,0 +1,107 @@
+package kv
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/pool"
+)
+
+// StatNames are the kv_stats counters, in enum kv_stat order (cistern/kv.h).
+var StatNames = []string{
+	"hits", "misses", "fills", "fill_rejected", "sets", "deletes", "evictions",
+	"oversize", "pool_full", "parse_errors", "torn_retries", "read_failures",
+	"multiget", "multipacket", "grow_failed", "tcp_invalidations", "tcp_flushes",
+	"write_conflicts", "expired", "objects_full", "unsupported", "tc_hits",
+}
+
+// entryRefOffset is where struct kv_body (and its pool_ref) starts in a
+// struct kv_entry: lock, dead, hash, birth.
+const entryRefOffset = 4 + 4 + 8 + 8
+
+// Stats is what `cistern kv stats --json` prints.
+type Stats struct {
+	Counters map[string]uint64 `json:"counters"`
+	Pool     pool.Stats        `json:"pool"`
+	// KernelHitRatio = hits / (hits + misses).
+	KernelHitRatio float64 `json:"kernel_hit_ratio"`
+}
+
+// maps is the subset of Kerby-KV's maps that statistics read.
+type statMaps struct {
+	stats, entries, index, blocks, poolStats *ebpf.Map
+}
+
+// Stats reads the live counters and pool statistics.
+func (s *Server) Stats() (Stats, error) {
+	return readStats(statMaps{s.objs.KvStats, s.objs.KvEntries, s.objs.PoolIndex, s.objs.PoolBlocks, s.objs.PoolStats})
+}
+
+// Counters reads only the per-CPU counters (cheap: for Prometheus scrapes).
+func (s *Server) Counters() (map[string]uint64, error) { return readCounters(s.objs.KvStats) }
+
+// PinnedStats reads statistics from maps pinned by `cistern kv serve`.
+func PinnedStats(dir string) (Stats, error) {
+	var m statMaps
+	for name, dst := range map[string]**ebpf.Map{
+		"kv_stats": &m.stats, "kv_entries": &m.entries, "pool_index": &m.index,
+		"pool_blocks": &m.blocks, "pool_stats": &m.poolStats,
+	} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return Stats{}, fmt.Errorf("no Kerby-KV running with maps in %s (%v): start 'cistern kv serve'", dir, err)
+		}
+		defer mp.Close()
+		*dst = mp
+	}
+	return readStats(m)
+}
+
+func readCounters(m *ebpf.Map) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(StatNames))
+	var per []uint64
+	for i, name := range StatNames {
+		if err := m.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("read kv_stats: %w", err)
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		out[name] = sum
+	}
+	return out, nil
+}
+
+func readStats(m statMaps) (Stats, error) {
+	c, err := readCounters(m.stats)
+	if err != nil {
+		return Stats{}, err
+	}
+	refs := func(yield func(pool.Ref) bool) error {
+		var key uint64
+		val := make([]byte, m.entries.ValueSize())
+		it := m.entries.Iterate()
+		for it.Next(&key, &val) {
+			r, err := pool.ParseRef(val[entryRefOffset:], MaxBlocksLimit)
+			if err != nil {
+				return err
+			}
+			if !yield(r) {
+				return nil
+			}
+		}
+		return it.Err()
+	}
+	ps, err := pool.CollectStats(pool.Maps{Index: m.index, Blocks: m.blocks, Stats: m.poolStats}, refs)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Counters: c, Pool: ps}
+	if t := c["hits"] + c["misses"]; t > 0 {
+		st.KernelHitRatio = float64(c["hits"]) / float64(t)
+	}
+	return st, nil
+}

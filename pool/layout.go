@@ -1,0 +1,41 @@
+package pool
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cilium/ebpf/btf"
+)
+
+// RefHeaderSize is the fixed part of struct pool_ref: ver, len, nblocks.
+const RefHeaderSize = 8 + 4 + 4
+
+// Ref mirrors struct pool_ref: one version of an object's content.
+type Ref struct {
+	Ver     uint64   `json:"ver"`
+	Len     uint32   `json:"len"`
+	NBlocks uint32   `json:"nblocks"`
+	Idx     []uint64 `json:"idx"`
+}
+
+// RefSize is sizeof(struct pool_ref) for a compile-time cap of maxBlocks.
+func RefSize(maxBlocks int) int { return RefHeaderSize + 8*maxBlocks }
+
+// ParseRef reads a struct pool_ref compiled with maxBlocks from the start of b.
+func ParseRef(b []byte, maxBlocks int) (Ref, error) {
+	if len(b) < RefSize(maxBlocks) {
+		return Ref{}, fmt.Errorf("pool_ref: %d bytes, want %d", len(b), RefSize(maxBlocks))
+	}
+	le := binary.LittleEndian
+	r := Ref{Ver: le.Uint64(b[0:]), Len: le.Uint32(b[8:]), NBlocks: le.Uint32(b[12:])}
+	if int(r.NBlocks) > maxBlocks {
+		return Ref{}, fmt.Errorf("pool_ref: %d blocks, cap %d", r.NBlocks, maxBlocks)
+	}
+	r.Idx = make([]uint64, r.NBlocks)
+	for i := range r.Idx {
+		r.Idx[i] = le.Uint64(b[RefHeaderSize+8*i:])
+	}
+	return r, nil
+}
+
+func sizeOf(t btf.Type) (int, error) { return btf.Sizeof(t) }
