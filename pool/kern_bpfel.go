@@ -40,8 +40,10 @@ type kernPoolOpArgs struct {
 }
 
 type kernPoolScratch struct {
-	_ structs.HostLayout
-	A struct {
+	_    structs.HostLayout
+	Busy uint32
+	Pad  uint32
+	A    struct {
 		_       structs.HostLayout
 		Ver     uint64
 		Len     uint32

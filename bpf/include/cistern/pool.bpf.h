@@ -42,11 +42,18 @@
  *   An element of the allocation map can be deleted and recycled for another
  *   id under a writer's feet; struct pool_object therefore carries its id and a
  *   dead flag, checked under the lock before publishing.
+ *   Per-CPU data is not private to a program that can be preempted (SYSCALL
+ *   programs run with migration, not preemption, disabled) or interrupted by
+ *   a softirq program on the same CPU: pool_stats counters are added
+ *   atomically, and each pool_obj_* call owns the per-CPU scratch through a
+ *   busy flag (a second caller on the CPU gets -EBUSY instead of overwriting
+ *   the first one's unpublished pool_ref).
  *
  * FAILURE
  *   A full pool or allocation map, or an object over pool_max_blocks blocks,
  *   fails the call with -ENOSPC / -E2BIG; blocks already created are deleted
- *   (rollback) and every case is counted in pool_stats.
+ *   (rollback) and every case is counted in pool_stats. -EAGAIN: a concurrent
+ *   writer or free won (nothing changed); -EBUSY: the CPU's scratch was in use.
  *
  * USE FROM YOUR OWN PROGRAM
  *   #define CISTERN_POOL_MAX_BLOCKS 8     (optional)
@@ -73,6 +80,8 @@
 #define POOL_ENOENT 2
 #define POOL_EAGAIN 11
 #define POOL_EINVAL 22
+#define POOL_EBUSY 16
+#define POOL_EEXIST 17
 
 /* Set by the loader; frozen, so constants to the verifier. */
 const volatile __u32 pool_block_size = 128;
@@ -111,14 +120,19 @@ static __always_inline void pool_stat_add(__u32 stat, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&pool_stats, &stat);
 
+	/* Atomic although per-CPU: a program in task context (SYSCALL, or any
+	 * program on a preemptible kernel) can be preempted or interrupted
+	 * between the load and the store by another program on this CPU. */
 	if (v)
-		*v += n; /* per-CPU: no atomics needed */
+		__sync_fetch_and_add(v, n);
 }
 
 /* Blocks needed for len bytes; more than pool_max_blocks means too big. */
 static __always_inline __u32 pool_blocks_for(__u32 len)
 {
-	return (len + pool_block_size - 1) / pool_block_size;
+	/* In 64 bits: len + pool_block_size - 1 must not wrap for len near 4 GiB
+	 * (that made a huge len look like 0 blocks instead of oversize). */
+	return ((__u64)len + pool_block_size - 1) / pool_block_size;
 }
 
 /* Largest object the pool stores. */
@@ -248,7 +262,7 @@ static __always_inline int pool_alloc(struct pool_ref *ref, __u32 len)
 static __always_inline int pool_resize(struct pool_ref *out, const struct pool_ref *in,
 				       __u32 newlen, struct pool_ref *drop)
 {
-	__u32 n = pool_blocks_for(newlen), have = in->nblocks;
+	__u32 n = pool_blocks_for(newlen), have = in->nblocks, d;
 	int err;
 
 	drop->nblocks = 0;
@@ -262,10 +276,17 @@ static __always_inline int pool_resize(struct pool_ref *out, const struct pool_r
 	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
 		if (i >= have)
 			break;
-		if (i < n)
+		if (i < n) {
 			out->idx[i] = in->idx[i];
-		else
-			drop->idx[drop->nblocks++ & (CISTERN_POOL_MAX_BLOCKS - 1)] = in->idx[i];
+			continue;
+		}
+		/* A bounds check, not a mask: CISTERN_POOL_MAX_BLOCKS need not be a
+		 * power of two. d < i < CISTERN_POOL_MAX_BLOCKS always holds. */
+		d = drop->nblocks;
+		if (d < CISTERN_POOL_MAX_BLOCKS) {
+			drop->idx[d] = in->idx[i];
+			drop->nblocks = d + 1;
+		}
 	}
 	out->len = newlen;
 	out->ver = pool_reserve(1, 1);
@@ -313,8 +334,17 @@ struct {
 	__type(value, struct pool_object);
 } pool_objects SEC(".maps");
 
-/* Per-CPU scratch: pool_refs are too big for a 512-byte stack. */
+/* Per-CPU scratch: pool_refs are too big for a 512-byte stack. busy makes
+ * each pool_obj_* call own it: per-CPU data is only private to a program
+ * that nothing else on the CPU can run in the middle of, and a SYSCALL
+ * program (or any task-context program on a preemptible kernel) runs with
+ * migration, not preemption, disabled; a softirq program can interrupt it.
+ * Sharing the scratch would let a second writer overwrite the first one's
+ * unpublished pool_ref, which then fills and publishes the second one's
+ * blocks. A caller that finds it busy fails with -EBUSY (counted). */
 struct pool_scratch {
+	__u32 busy;
+	__u32 pad;
 	struct pool_ref a, b, c;
 };
 
@@ -325,27 +355,63 @@ struct {
 	__type(value, struct pool_scratch);
 } pool_scratch_map SEC(".maps");
 
-static __always_inline struct pool_scratch *pool_scratch(void)
+/* Takes this CPU's scratch, or NULL if another caller on this CPU holds it. */
+static __always_inline struct pool_scratch *pool_scratch_get(void)
 {
 	__u32 k = 0;
+	struct pool_scratch *s = bpf_map_lookup_elem(&pool_scratch_map, &k);
 
-	return bpf_map_lookup_elem(&pool_scratch_map, &k);
+	if (!s)
+		return NULL;
+	if (__sync_val_compare_and_swap(&s->busy, 0, 1) != 0) {
+		pool_stat_add(POOL_STAT_SCRATCH_BUSY, 1);
+		return NULL;
+	}
+	return s;
 }
 
-/* Finds or creates the object id. */
-static __always_inline struct pool_object *pool_obj_get(__u64 id, int create)
+static __always_inline void pool_scratch_put(struct pool_scratch *s)
+{
+	asm volatile("" ::: "memory"); /* every use of s comes before */
+	*(volatile __u32 *)&s->busy = 0;
+}
+
+/* Finds or creates the object id; on NULL, *err says why: -ENOENT (absent,
+ * !create), -ENOSPC (allocation map full) or -EAGAIN (created, then freed
+ * by someone else before we could look it up). */
+static __always_inline struct pool_object *pool_obj_find(__u64 id, int create, int *err)
 {
 	struct pool_object *o = bpf_map_lookup_elem(&pool_objects, &id);
 	struct pool_object fresh = { .id = id };
+	long r;
 
-	if (o || !create)
+	*err = 0;
+	if (o)
 		return o;
-	if (bpf_map_update_elem(&pool_objects, &id, &fresh, BPF_NOEXIST) &&
-	    !bpf_map_lookup_elem(&pool_objects, &id)) {
-		pool_stat_add(POOL_STAT_OBJECTS_FULL, 1);
+	if (!create) {
+		*err = -POOL_ENOENT;
 		return NULL;
 	}
-	return bpf_map_lookup_elem(&pool_objects, &id);
+	r = bpf_map_update_elem(&pool_objects, &id, &fresh, BPF_NOEXIST);
+	o = bpf_map_lookup_elem(&pool_objects, &id);
+	if (o)
+		return o;
+	if (r && r != -POOL_EEXIST) {
+		pool_stat_add(POOL_STAT_OBJECTS_FULL, 1);
+		*err = -POOL_ENOSPC;
+	} else {
+		pool_stat_add(POOL_STAT_LOST_RACES, 1);
+		*err = -POOL_EAGAIN;
+	}
+	return NULL;
+}
+
+/* Finds or creates the object id (NULL: see pool_obj_find). */
+static __always_inline struct pool_object *pool_obj_get(__u64 id, int create)
+{
+	int err;
+
+	return pool_obj_find(id, create, &err);
 }
 
 /* Swaps ref into o under its lock; on success ref holds the old version to
@@ -377,17 +443,13 @@ static __always_inline int pool_copy(void *dst, __u32 n, const void *src)
 	return bpf_probe_read_kernel(dst, n, src);
 }
 
-/* Writes len bytes from buf (a map value of >= pool_max_len() bytes) as a
- * new version of object id, creating the object if needed. */
-static __always_inline int pool_obj_write(__u64 id, const __u8 *buf, __u32 len)
+static __always_inline int __pool_obj_write(struct pool_scratch *s, __u64 id, const __u8 *buf,
+					    __u32 len)
 {
-	struct pool_scratch *s = pool_scratch();
 	struct pool_object *o;
 	__u32 bs = pool_block_size;
 	int err;
 
-	if (!s)
-		return -POOL_EINVAL;
 	err = pool_alloc(&s->a, len);
 	if (err)
 		return err;
@@ -405,11 +467,9 @@ static __always_inline int pool_obj_write(__u64 id, const __u8 *buf, __u32 len)
 		if (pool_copy(b + POOL_BLOCK_HDR, n, buf + off))
 			goto undo;
 	}
-	o = pool_obj_get(id, 1);
-	if (!o) {
-		err = -POOL_ENOSPC;
+	o = pool_obj_find(id, 1, &err);
+	if (!o)
 		goto undo;
-	}
 	err = pool_obj_publish(o, id, &s->a, &s->b);
 	if (err)
 		goto undo;
@@ -421,17 +481,11 @@ undo:
 	return err;
 }
 
-/* Reads object id into buf (a map value of >= pool_max_len() bytes).
- * Returns its length, -ENOENT, or -EAGAIN when every retry met a concurrent
- * writer (counted as a read failure). Never returns a torn value. */
-static __always_inline int pool_obj_read(__u64 id, __u8 *buf)
+static __always_inline int __pool_obj_read(struct pool_scratch *s, __u64 id, __u8 *buf)
 {
-	struct pool_scratch *s = pool_scratch();
 	struct pool_object *o;
 	__u32 bs = pool_block_size;
 
-	if (!s)
-		return -POOL_EINVAL;
 	for (int attempt = 0; attempt < POOL_READ_RETRIES; attempt++) {
 		int good = 1, live;
 
@@ -469,15 +523,11 @@ static __always_inline int pool_obj_read(__u64 id, __u8 *buf)
 	return -POOL_EAGAIN;
 }
 
-/* Resizes object id to newlen, (de)allocating only the blocks that change. */
-static __always_inline int pool_obj_resize(__u64 id, __u32 newlen)
+static __always_inline int __pool_obj_resize(struct pool_scratch *s, __u64 id, __u32 newlen)
 {
-	struct pool_scratch *s = pool_scratch();
 	struct pool_object *o;
 	int err, ok;
 
-	if (!s)
-		return -POOL_EINVAL;
 	o = bpf_map_lookup_elem(&pool_objects, &id);
 	if (!o)
 		return -POOL_ENOENT;
@@ -502,15 +552,10 @@ static __always_inline int pool_obj_resize(__u64 id, __u32 newlen)
 	return 0;
 }
 
-/* Frees object id: empties and kills it under the lock, deletes the entry,
- * then frees its blocks. */
-static __always_inline int pool_obj_free(__u64 id)
+static __always_inline int __pool_obj_free(struct pool_scratch *s, __u64 id)
 {
-	struct pool_scratch *s = pool_scratch();
 	struct pool_object *o;
 
-	if (!s)
-		return -POOL_EINVAL;
 	o = bpf_map_lookup_elem(&pool_objects, &id);
 	if (!o)
 		return -POOL_ENOENT;
@@ -526,6 +571,73 @@ static __always_inline int pool_obj_free(__u64 id)
 	bpf_map_delete_elem(&pool_objects, &id);
 	pool_free(&s->b);
 	return 0;
+}
+
+/*
+ * The API. Each call owns this CPU's scratch for its duration and returns
+ * -EBUSY if another call on the same CPU (one it preempted or interrupted)
+ * holds it; retry later.
+ */
+
+/* Writes len bytes from buf (a map value of >= pool_max_len() bytes) as a
+ * new version of object id, creating the object if needed. 0, -E2BIG,
+ * -ENOSPC (pool or allocation map full), -EAGAIN (the object was freed
+ * meanwhile: nothing written) or -EBUSY. */
+static __always_inline int pool_obj_write(__u64 id, const __u8 *buf, __u32 len)
+{
+	struct pool_scratch *s = pool_scratch_get();
+	int ret;
+
+	if (!s)
+		return -POOL_EBUSY;
+	ret = __pool_obj_write(s, id, buf, len);
+	pool_scratch_put(s);
+	return ret;
+}
+
+/* Reads object id into buf (a map value of >= pool_max_len() bytes).
+ * Returns its length, -ENOENT, -EAGAIN when every retry met a concurrent
+ * writer (counted as a read failure), or -EBUSY. Never returns a torn value. */
+static __always_inline int pool_obj_read(__u64 id, __u8 *buf)
+{
+	struct pool_scratch *s = pool_scratch_get();
+	int ret;
+
+	if (!s)
+		return -POOL_EBUSY;
+	ret = __pool_obj_read(s, id, buf);
+	pool_scratch_put(s);
+	return ret;
+}
+
+/* Resizes object id to newlen, (de)allocating only the blocks that change.
+ * Bytes past the old length read as zero in new blocks but are unspecified in
+ * the old last block (blocks are immutable: a shrink does not clear it).
+ * 0, -ENOENT, -E2BIG, -ENOSPC, -EAGAIN (changed meanwhile) or -EBUSY. */
+static __always_inline int pool_obj_resize(__u64 id, __u32 newlen)
+{
+	struct pool_scratch *s = pool_scratch_get();
+	int ret;
+
+	if (!s)
+		return -POOL_EBUSY;
+	ret = __pool_obj_resize(s, id, newlen);
+	pool_scratch_put(s);
+	return ret;
+}
+
+/* Frees object id: empties and kills it under the lock, deletes the entry,
+ * then frees its blocks. 0, -ENOENT or -EBUSY. */
+static __always_inline int pool_obj_free(__u64 id)
+{
+	struct pool_scratch *s = pool_scratch_get();
+	int ret;
+
+	if (!s)
+		return -POOL_EBUSY;
+	ret = __pool_obj_free(s, id);
+	pool_scratch_put(s);
+	return ret;
 }
 #endif /* CISTERN_POOL_OBJECTS */
 

@@ -45,6 +45,8 @@ enum pool_stat {
 	POOL_STAT_TORN_RETRIES,  /* a read met a freed or recycled block and retried */
 	POOL_STAT_READ_FAILURES, /* a read gave up after its retries */
 	POOL_STAT_LOST_RACES,    /* a finished version was dropped: the object changed or died meanwhile */
+	POOL_STAT_SCRATCH_BUSY,  /* a pool_obj_* call found this CPU's scratch in use (a preempted or
+				  * interrupted caller on the same CPU) and returned -EBUSY */
 	POOL_STAT_MAX = 16,
 };
 
