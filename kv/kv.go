@@ -5,6 +5,7 @@
 package kv
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel -no-global-types kern ../bpf/kv/kv.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include -DCISTERN_POOL_MAX_BLOCKS=64" -target bpfel -no-global-types kern64 ../bpf/kv/kv.bpf.c
 
 import (
 	"errors"
@@ -26,8 +27,12 @@ const (
 	ModeFixed = "fixed" // one slot per key, as BMC and DINT: a pool of 1-block objects
 )
 
-// MaxBlocksLimit is the compile-time cap of blocks per value in kv.bpf.c.
-const MaxBlocksLimit = 8
+// kv.bpf.c is built twice: with struct pool_ref sized for 8 blocks (the
+// default, smaller entries) and for 64.
+const (
+	smallBuildBlocks = 8
+	MaxBlocksLimit   = 64
+)
 
 // Config configures Kerby-KV.
 type Config struct {
@@ -130,11 +135,15 @@ func Load(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	spec, err := loadKern()
+	pc := cfg.PoolConfig()
+	load := loadKern
+	if pc.MaxBlocks > smallBuildBlocks {
+		load = loadKern64
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, err
 	}
-	pc := cfg.PoolConfig()
 	if err := pc.Apply(spec); err != nil {
 		return nil, err
 	}

@@ -452,3 +452,25 @@ func TestEgressFill(t *testing.T) {
 		t.Fatal("filled from a malformed reply")
 	}
 }
+
+// TestSixtyFourBlocks uses the 64-block build: a 3000-byte value chained
+// over 47 blocks of 64 bytes.
+func TestSixtyFourBlocks(t *testing.T) {
+	h := newHarness(t, Config{BlockSize: 64, MaxBlocks: 64})
+	want := value(3000, 9)
+	h.set("wide", 1, want)
+	got, _, hit := h.get(1, "wide")
+	if !hit || !bytes.Equal(got, want) {
+		t.Fatalf("3000-byte value over 47 blocks: hit %v, %d bytes", hit, len(got))
+	}
+	st, err := h.srv.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pool.LiveBlocks != 47 || st.Pool.LeakedBlocks != 0 {
+		t.Fatalf("pool %+v", st.Pool)
+	}
+	if _, err := Load(Config{MaxBlocks: 65}); err == nil {
+		t.Fatal("65 blocks per value accepted")
+	}
+}

@@ -21,6 +21,13 @@ var StatNames = []string{
 // struct kv_entry: lock, dead, hash, birth.
 const entryRefOffset = 4 + 4 + 8 + 8
 
+// entryMaxBlocks derives the compile-time block cap from the size of a
+// struct kv_entry: header, pool_ref, then seq, expire, lengths, key, suffix.
+func entryMaxBlocks(valueSize uint32) int {
+	fixed := entryRefOffset + pool.RefHeaderSize + 8 + 8 + 8 + 256 + 32
+	return (int(valueSize) - fixed) / 8
+}
+
 // Stats is what `cistern kv stats --json` prints.
 type Stats struct {
 	Counters map[string]uint64 `json:"counters"`
@@ -85,7 +92,7 @@ func readStats(m statMaps) (Stats, error) {
 		val := make([]byte, m.entries.ValueSize())
 		it := m.entries.Iterate()
 		for it.Next(&key, &val) {
-			r, err := pool.ParseRef(val[entryRefOffset:], MaxBlocksLimit)
+			r, err := pool.ParseRef(val[entryRefOffset:], entryMaxBlocks(m.entries.ValueSize()))
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,7 @@ import (
 // StatNames are the pool_stats counters in enum pool_stat order (pool.h).
 var StatNames = []string{
 	"blocks_allocated", "blocks_freed", "pool_full", "objects_full", "oversize",
-	"rollbacks", "torn_retries", "read_failures", "lost_races", "scratch_busy",
+	"rollbacks", "torn_retries", "read_failures", "lost_races", "scratch_busy", "free_misses",
 }
 
 // Maps are the pool's own maps in a loaded collection.

@@ -707,6 +707,39 @@ static __always_inline int xdp_grow(struct xdp_md *ctx, struct kv_scratch *s, __
 
 #define XDP_STORE(off, ptr, n) bpf_xdp_store_bytes(ctx, off, ptr, n)
 
+/* The block copies live in global functions: verified once, so the retry
+ * loops around them do not multiply their cost (64 blocks fit the verifier). */
+__global int kv_xdp_copy(struct xdp_md *ctx, struct kv_scratch *s, __u32 voff, __u32 vlen)
+{
+	int good = 1;
+
+	if (!ctx || !s)
+		return 0;
+	COPY_BLOCKS(s, XDP_STORE, voff, vlen, good);
+	return good;
+}
+
+/* Fills s->req.ref's fresh blocks with bytes bytes at off of the packet. */
+__global int kv_xdp_fill(struct xdp_md *ctx, struct kv_scratch *s, __u32 off0, __u32 bytes)
+{
+	__u32 bs = pool_block_size;
+
+	if (!ctx || !s)
+		return -1;
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		__u32 off = i * bs, c;
+		__u8 *b;
+
+		if (i >= s->req.ref.nblocks)
+			break;
+		c = bytes - off < bs ? bytes - off : bs;
+		b = pool_block_get(s->req.ref.idx[i]);
+		if (!b || c == 0 || c > bs || bpf_xdp_load_bytes(ctx, off0 + off, b + POOL_BLOCK_HDR, c))
+			return -1;
+	}
+	return 0;
+}
+
 /* Answers the GET of key s->req (hash h) from the pool with XDP_TX. When the
  * frame has no room for the reply, it marks the packet in its metadata for
  * kv_ingress (TC), which can reallocate; when the value is absent, a miss. */
@@ -742,7 +775,7 @@ __global int kv_serve_get(struct xdp_md *ctx, struct kv_scratch *s, __u64 h, __u
 		bpf_xdp_store_bytes(ctx, text, "VALUE ", 6);
 		bpf_xdp_store_bytes(ctx, text + 6, s->req.key, klen);
 		bpf_xdp_store_bytes(ctx, text + 6 + klen, s->snap.suffix, slen);
-		COPY_BLOCKS(s, XDP_STORE, voff, vlen, good);
+		good = kv_xdp_copy(ctx, s, voff, vlen);
 		if (!good) {
 			stat(KV_TORN_RETRIES);
 			continue;
@@ -773,7 +806,7 @@ reply: {
 __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32 text, __u32 tlen)
 {
 	__u64 flags, exptime, bytes, h, now = bpf_ktime_get_ns();
-	__u32 bs = pool_block_size, dataoff;
+	__u32 dataoff;
 	int ke, fe, ee, be, le, conflict;
 	__u8 crlf[2];
 
@@ -829,20 +862,11 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 		kv_invalidate(s, h);
 		return 0;
 	}
-	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-		__u32 off = i * bs, c;
-		__u8 *b;
-
-		if (i >= s->req.ref.nblocks)
-			break;
-		c = bytes - off < bs ? bytes - off : bs;
-		b = pool_block_get(s->req.ref.idx[i]);
-		if (!b || c == 0 || c > bs || bpf_xdp_load_bytes(ctx, text + dataoff + off, b + POOL_BLOCK_HDR, c)) {
-			pool_free(&s->req.ref);
-			stat(KV_PARSE_ERRORS);
-			kv_invalidate(s, h);
-			return 0;
-		}
+	if (kv_xdp_fill(ctx, s, text + dataoff, bytes)) {
+		pool_free(&s->req.ref);
+		stat(KV_PARSE_ERRORS);
+		kv_invalidate(s, h);
+		return 0;
 	}
 	s->req.seq = next_seq();
 	if (kv_publish(s, h, 0, 0, now)) {
@@ -1174,6 +1198,16 @@ int kv_egress(struct __sk_buff *skb)
 
 #define SKB_STORE(off, ptr, n) bpf_skb_store_bytes(skb, off, ptr, n, 0)
 
+__global int kv_skb_copy(struct __sk_buff *skb, struct kv_scratch *s, __u32 voff, __u32 vlen)
+{
+	int good = 1;
+
+	if (!skb || !s)
+		return 0;
+	COPY_BLOCKS(s, SKB_STORE, voff, vlen, good);
+	return good;
+}
+
 /* Writes "get <key>\r\n" back at the original length (kernel gave up). */
 static __always_inline int skb_restore_get(struct __sk_buff *skb, struct kv_scratch *s, __u32 text, __u32 orig)
 {
@@ -1218,7 +1252,7 @@ __global int kv_serve_get_skb(struct __sk_buff *skb, struct kv_scratch *s, __u64
 		bpf_skb_store_bytes(skb, text, "VALUE ", 6, 0);
 		bpf_skb_store_bytes(skb, text + 6, s->req.key, klen, 0);
 		bpf_skb_store_bytes(skb, text + 6 + klen, s->snap.suffix, slen, 0);
-		COPY_BLOCKS(s, SKB_STORE, voff, vlen, good);
+		good = kv_skb_copy(skb, s, voff, vlen);
 		if (!good) {
 			stat(KV_TORN_RETRIES);
 			continue;

@@ -47,6 +47,7 @@ enum pool_stat {
 	POOL_STAT_LOST_RACES,    /* a finished version was dropped: the object changed or died meanwhile */
 	POOL_STAT_SCRATCH_BUSY,  /* a pool_obj_* call found this CPU's scratch in use (a preempted or
 				  * interrupted caller on the same CPU) and returned -EBUSY */
+	POOL_STAT_FREE_MISSES,   /* a free met blocks already gone (should stay 0): blocks_freed not updated */
 	POOL_STAT_MAX = 16,
 };
 
