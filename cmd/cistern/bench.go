@@ -1,13 +1,95 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/bench"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/cli"
+)
 
 func newBenchCmd() *cobra.Command {
 	return group("bench", "Benchmarks: print a table, write JSON, draw a PNG",
-		planned("kv", "Kerby-KV against memcached and fixed slots", "#3"),
+		newBenchKVCmd(),
 		planned("capture", "Accumulated against naive capture", "#4"),
 		planned("cache", "Eviction policies over bundled traces", "#5"),
 		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
 		planned("cbuf", "CBUF against pipes, sockets and iceoryx2", "#7"),
 		planned("query", "SQL queries against hand-written eBPF and bpftrace", "#8"))
+}
+
+// benchFlags are the flags every benchmark shares.
+type benchFlags struct {
+	quick    bool
+	jsonPath string
+	plotPath string
+}
+
+func (b *benchFlags) add(c *cobra.Command) {
+	c.Flags().BoolVar(&b.quick, "quick", false, "a run of under a minute that still compares every mode")
+	c.Flags().StringVar(&b.jsonPath, "json", "", "write the results as JSON to FILE")
+	c.Flags().StringVar(&b.plotPath, "plot", "", "draw the results as a PNG to FILE")
+}
+
+// finish prints the table and writes the JSON; the plot is the bench's own.
+func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
+	rep.WriteTable(cmd.OutOrStdout())
+	if b.plotPath != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.plotPath)
+	}
+	if b.jsonPath != "" {
+		if err := rep.WriteJSON(b.jsonPath); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.jsonPath)
+	}
+	return nil
+}
+
+func newBenchKVCmd() *cobra.Command {
+	var bf benchFlags
+	var opt bench.KVOptions
+	c := &cobra.Command{
+		Use:   "kv [--quick] [--json FILE] [--plot FILE.png]",
+		Short: "Kerby-KV against memcached alone and fixed-size slots",
+		Long: `Sets up a server and a client network namespace joined by veth, starts a
+real memcached (UDP) in the server namespace and drives it from the client
+namespace with Cistern's load generator: 8-byte keys, values 75% 128 B and
+25% 1024 B, zipfian popularity. Modes, side by side in one run: vanilla
+(memcached alone), fixed128, fixed1024 (one slot per key) and kerby.
+Every reply's value is checked.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.RequireRoot("cistern bench kv"); err != nil {
+				return err
+			}
+			opt.Quick = bf.quick
+			opt.PlotPath = bf.plotPath
+			opt.Progress = func(s string) { benchkit.Step("%s", s) }
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			start := time.Now()
+			rep, err := bench.KV(ctx, opt)
+			if err != nil {
+				return err
+			}
+			rep.SetConfig("wall_seconds", time.Since(start).Seconds())
+			return bf.finish(cmd, rep)
+		},
+	}
+	bf.add(c)
+	c.Flags().IntVar(&opt.Keys, "keys", 0, "distinct keys (default 100000, quick 20000)")
+	c.Flags().DurationVar(&opt.Phase, "phase", 0, "length of each measured phase (default 10s, quick 3s)")
+	c.Flags().IntVar(&opt.Workers, "workers", 0, "load generator workers (default 4)")
+	c.Flags().IntVar(&opt.Depth, "depth", 0, "outstanding requests per worker (default 32)")
+	c.Flags().IntVar(&opt.Batch, "batch", 0, "datagrams per sendmmsg/recvmmsg (default 16)")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default vanilla,fixed128,fixed1024,kerby)")
+	c.Flags().BoolVar(&opt.Generic, "generic", false, "force generic XDP")
+	return c
 }

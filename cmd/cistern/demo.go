@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/bench"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +21,7 @@ type demoSegment struct {
 
 func demoSegments() []demoSegment {
 	return []demoSegment{
-		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", nil},
+		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", demoKV},
 		{"capture", "TLS PostgreSQL queries captured through the accumulating channel, with loss counters", nil},
 		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", nil},
 		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", nil},
@@ -57,6 +60,30 @@ func newDemoCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// demoKV runs a few seconds of GET load against memcached alone and with
+// Kerby-KV in front of it, printing throughput, the kernel hit ratio and the
+// pool's memory efficiency every second.
+func demoKV(cmd *cobra.Command) error {
+	out := cmd.OutOrStdout()
+	rep, err := bench.KV(cmd.Context(), bench.KVOptions{
+		Quick: true, Keys: 5000, Phase: 3 * time.Second, Skews: []float64{0.99},
+		Modes:    []string{"vanilla", "kerby"},
+		Live:     func(line string) { fmt.Fprintln(out, "  "+line) },
+		Progress: func(step string) { fmt.Fprintln(out, "- "+step) },
+	})
+	if err != nil {
+		return err
+	}
+	r, _ := rep.Get("kerby", "ops_per_sec")
+	v, _ := rep.Get("vanilla", "ops_per_sec")
+	h, _ := rep.Get("kerby", "kernel_hit_ratio")
+	m, _ := rep.Get("kerby", "memory_efficiency")
+	w, _ := rep.Get("kerby", "wrong_values")
+	fmt.Fprintf(out, "result: kerby %.0f ops/s vs memcached alone %.0f ops/s (x%.2f); kernel hit ratio %.3f; memory efficiency %.3f; wrong values %v\n",
+		r, v, r.(float64)/max(v.(float64), 1), h, m, w)
+	return nil
 }
 
 func banner(w io.Writer, title string) {

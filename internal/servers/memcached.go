@@ -75,3 +75,6 @@ func (m *Memcached) Stop() {
 	m.p.stop()
 	os.Remove(m.log)
 }
+
+// Pid is memcached's process id (ip netns exec execs it in place).
+func (m *Memcached) Pid() int { return m.p.cmd.Process.Pid }
