@@ -16,6 +16,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/kv"
 )
 
@@ -66,6 +67,7 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			if err := checkMemcached(host, portStr); err != nil {
 				return err
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "loading Kerby-KV: pool of %d blocks…\n", cfg.PoolConfig().CapacityBlocks)
 			srv, err := kv.Load(cfg)
 			if err != nil {
 				return err
@@ -73,6 +75,11 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			defer srv.Close()
 			if err := srv.Attach(l.Attrs().Index, generic); err != nil {
 				return err
+			}
+			if mountedNow, err := mounts.Ensure(mounts.BPFFS); err != nil {
+				return err
+			} else if mountedNow {
+				fmt.Fprintln(cmd.ErrOrStderr(), "bpffs was not mounted: mounted it at /sys/fs/bpf")
 			}
 			pin := filepath.Join(kvPinRoot, iface)
 			if err := srv.Pin(pin); err != nil {
@@ -135,6 +142,9 @@ func newKVStatsCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.RequireRoot("cistern kv stats"); err != nil {
+				return err
+			}
+			if _, err := mounts.Ensure(mounts.BPFFS); err != nil {
 				return err
 			}
 			dir := filepath.Join(kvPinRoot, iface)
