@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/cistern-ebpf/cistern/internal/percpu"
 	"github.com/cistern-ebpf/cistern/pool"
 )
 
@@ -66,21 +67,7 @@ func PinnedStats(dir string) (Stats, error) {
 	return readStats(m)
 }
 
-func readCounters(m *ebpf.Map) (map[string]uint64, error) {
-	out := make(map[string]uint64, len(StatNames))
-	var per []uint64
-	for i, name := range StatNames {
-		if err := m.Lookup(uint32(i), &per); err != nil {
-			return nil, fmt.Errorf("read kv_stats: %w", err)
-		}
-		var sum uint64
-		for _, v := range per {
-			sum += v
-		}
-		out[name] = sum
-	}
-	return out, nil
-}
+func readCounters(m *ebpf.Map) (map[string]uint64, error) { return percpu.Sum(m, StatNames) }
 
 func readStats(m statMaps) (Stats, error) {
 	c, err := readCounters(m.stats)

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/internal/percpu"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,21 +101,7 @@ func IndexCounters(index *ebpf.Map) (blocks, versions uint64, err error) {
 }
 
 // Counters sums the per-CPU pool_stats by StatNames.
-func Counters(m *ebpf.Map) (map[string]uint64, error) {
-	out := make(map[string]uint64, len(StatNames))
-	var per []uint64
-	for i, name := range StatNames {
-		if err := m.Lookup(uint32(i), &per); err != nil {
-			return nil, fmt.Errorf("read pool_stats: %w", err)
-		}
-		var sum uint64
-		for _, v := range per {
-			sum += v
-		}
-		out[name] = sum
-	}
-	return out, nil
-}
+func Counters(m *ebpf.Map) (map[string]uint64, error) { return percpu.Sum(m, StatNames) }
 
 // CountEntries counts the entries of a hash map with batched lookups (a few
 // MiB per system call), falling back to key iteration where batches are not
