@@ -86,10 +86,10 @@ Every reply's value is checked.`,
 	bf.add(c)
 	c.Flags().IntVar(&opt.Keys, "keys", 0, "distinct keys (default 100000, quick 20000)")
 	c.Flags().DurationVar(&opt.Phase, "phase", 0, "length of each measured phase (default 10s, quick 3s)")
-	c.Flags().IntVar(&opt.Workers, "workers", 0, "load generator workers (default 4)")
+	c.Flags().IntVar(&opt.Workers, "workers", 0, "load generator workers (default 2, one per core)")
 	c.Flags().IntVar(&opt.Depth, "depth", 0, "outstanding requests per worker (default 32)")
 	c.Flags().IntVar(&opt.Batch, "batch", 0, "datagrams per sendmmsg/recvmmsg (default 16)")
-	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default vanilla,fixed128,fixed1024,kerby)")
-	c.Flags().BoolVar(&opt.Generic, "generic", false, "force generic XDP")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default vanilla,fixed128,fixed1024,kerby; also kerby-native)")
+	c.Flags().BoolVar(&opt.Native, "native", false, "native XDP for every kernel mode (on veth, generic is faster)")
 	return c
 }
