@@ -135,7 +135,17 @@ func Load(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return load(cfg, cfg.PoolConfig())
+}
+
+// loadWithCapacity is Load with an exact pool size in blocks (tests).
+func loadWithCapacity(cfg Config, blocks uint32) (*Server, error) {
 	pc := cfg.PoolConfig()
+	pc.CapacityBlocks = blocks
+	return load(cfg, pc)
+}
+
+func load(cfg Config, pc pool.Config) (*Server, error) {
 	load := loadKern
 	if pc.MaxBlocks > smallBuildBlocks {
 		load = loadKern64

@@ -474,3 +474,41 @@ func TestSixtyFourBlocks(t *testing.T) {
 		t.Fatal("65 blocks per value accepted")
 	}
 }
+
+// TestEvictionWhenFull fills a tiny pool: the oldest values are evicted
+// (FIFO), the newest stay, nothing leaks, and the counters say so.
+func TestEvictionWhenFull(t *testing.T) {
+	// 32 blocks of 128 B; values of 300 B take 3 blocks, so 10 fit.
+	testenv.RequireRoot(t)
+	cfg := Config{MaxObjects: 64, WriteWindow: 1}
+	cfg.defaults()
+	srv, err := loadWithCapacity(cfg, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	x, e := srv.Programs()
+	h := &harness{t: t, srv: srv, xdp: x, egress: e}
+	for i := 0; i < 30; i++ {
+		h.set(fmt.Sprintf("e%02d", i), 0, value(300, byte(i)))
+	}
+	c := h.counters()
+	if c["evictions"] < 20 || c["pool_full"] != 0 {
+		t.Fatalf("counters %v", c)
+	}
+	for i := 27; i < 30; i++ { // the newest are resident
+		if v, _, hit := h.get(1, fmt.Sprintf("e%02d", i)); !hit || !bytes.Equal(v, value(300, byte(i))) {
+			t.Fatalf("e%02d not resident after evictions", i)
+		}
+	}
+	if _, _, hit := h.get(1, "e00"); hit {
+		t.Fatal("the oldest value survived a full pool")
+	}
+	st, err := srv.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pool.LeakedBlocks != 0 || st.Pool.LiveBlocks > 32 {
+		t.Fatalf("pool %+v", st.Pool)
+	}
+}

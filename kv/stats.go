@@ -50,6 +50,9 @@ func (s *Server) Stats() (Stats, error) {
 // Counters reads only the per-CPU counters (cheap: for Prometheus scrapes).
 func (s *Server) Counters() (map[string]uint64, error) { return readCounters(s.objs.KvStats) }
 
+// PoolCounters reads the pool's per-CPU counters (allocations, frees, full, …).
+func (s *Server) PoolCounters() (map[string]uint64, error) { return pool.Counters(s.objs.PoolStats) }
+
 // PinnedStats reads statistics from maps pinned by `cistern kv serve`.
 func PinnedStats(dir string) (Stats, error) {
 	var m statMaps

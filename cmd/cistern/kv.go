@@ -88,7 +88,9 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if metricsAt != "" {
-				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "kv", srv.Counters))
+				addr, err := metrics.Serve(ctx, metricsAt,
+					metrics.NewCounterSet("cistern", "kv", srv.Counters),
+					metrics.NewCounterSet("cistern", "kv_pool", srv.PoolCounters))
 				if err != nil {
 					return err
 				}
