@@ -143,28 +143,32 @@ func KV(ctx context.Context, opt KVOptions) (*benchkit.Report, error) {
 		}
 		return ra.OpsPerSec / rb.OpsPerSec
 	}
-	if _, ok := results["kerby"]; ok {
-		kvv, kvf := ratio("kerby", "vanilla"), ratio("kerby", "fixed128")
+	_, haveK := results["kerby"]
+	if _, ok := results["vanilla"]; ok && haveK {
+		kvv := ratio("kerby", "vanilla")
 		rep.Ratio("kerby_vs_vanilla", kvv)
-		rep.Ratio("kerby_vs_fixed128", kvf)
+		rep.Target("kerby_vs_vanilla", kvv, ">=", 3.0)
 		if vs, ok := rep.Get("vanilla", "server_cpu_us_per_op"); ok {
 			if ks, ok := rep.Get("kerby", "server_cpu_us_per_op"); ok && ks.(float64) > 0 {
 				rep.Ratio("vanilla_vs_kerby_server_cpu_per_op", vs.(float64)/ks.(float64))
 			}
-		}
-		rep.Target("kerby_vs_vanilla", kvv, ">=", 3.0)
-		rep.Target("kerby_vs_fixed128", kvf, ">=", 1.5)
-		if v, ok := rep.Get("kerby", "memory_efficiency"); ok {
-			rep.Target("kerby memory_efficiency", v.(float64), ">=", 0.90)
-		}
-		if v, ok := rep.Get("fixed1024", "memory_efficiency"); ok {
-			rep.Target("fixed1024 memory_efficiency", v.(float64), "<=", 0.40)
 		}
 		if kp, ok := rep.Get("kerby", "p99_us"); ok {
 			if vp, ok := rep.Get("vanilla", "p99_us"); ok {
 				rep.Target("kerby p99_us <= vanilla p99_us", kp.(float64), "<=", vp.(float64))
 			}
 		}
+	}
+	if _, ok := results["fixed128"]; ok && haveK {
+		kvf := ratio("kerby", "fixed128")
+		rep.Ratio("kerby_vs_fixed128", kvf)
+		rep.Target("kerby_vs_fixed128", kvf, ">=", 1.5)
+	}
+	if v, ok := rep.Get("kerby", "memory_efficiency"); ok && haveK {
+		rep.Target("kerby memory_efficiency", v.(float64), ">=", 0.90)
+	}
+	if v, ok := rep.Get("fixed1024", "memory_efficiency"); ok {
+		rep.Target("fixed1024 memory_efficiency", v.(float64), "<=", 0.40)
 	}
 	var wrong float64
 	for _, mode := range opt.Modes {
