@@ -1,0 +1,89 @@
+package accum
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Direction of a segment.
+type Direction uint8
+
+const (
+	Write Direction = 0 // egress: the process sent the bytes
+	Read  Direction = 1 // ingress: the process received them
+)
+
+func (d Direction) String() string {
+	if d == Read {
+		return "read"
+	}
+	return "write"
+}
+
+// Record flags (ACCUM_F_*).
+const (
+	FlagClose = 0x1 // last record of the connection
+	FlagTimer = 0x2 // flushed by the latency bound
+	FlagChunk = 0x4 // part of a fragment larger than the flush size
+)
+
+// RecordHeader is sizeof(struct accum_rec).
+const RecordHeader = 48
+
+// Segment is a run of bytes in one direction.
+type Segment struct {
+	Dir  Direction
+	Data []byte
+}
+
+// Record is one batch (struct accum_rec and its segments).
+type Record struct {
+	ConnID          uint64
+	Seq             uint64
+	FirstNS, LastNS uint64
+	PID, TID        uint32
+	Proto           uint8
+	Flags           uint8
+	Dir             Direction // of the first segment
+	Segments        []Segment // Data aliases the buffer given to ParseRecord
+}
+
+// ParseRecord decodes a ring record.
+func ParseRecord(b []byte) (Record, error) {
+	if len(b) < RecordHeader {
+		return Record{}, fmt.Errorf("accum record of %d bytes: shorter than its %d-byte header", len(b), RecordHeader)
+	}
+	le := binary.LittleEndian
+	r := Record{
+		ConnID: le.Uint64(b[0:]), Seq: le.Uint64(b[8:]), FirstNS: le.Uint64(b[16:]), LastNS: le.Uint64(b[24:]),
+		PID: le.Uint32(b[32:]), TID: le.Uint32(b[36:]),
+		Proto: b[44], Flags: b[45], Dir: Direction(b[46] & 1),
+	}
+	n := le.Uint32(b[40:])
+	if int(n) > len(b)-RecordHeader {
+		return Record{}, fmt.Errorf("accum record says %d bytes of segments, has %d", n, len(b)-RecordHeader)
+	}
+	p := b[RecordHeader : RecordHeader+int(n)]
+	for len(p) > 0 {
+		if len(p) < 2 {
+			return Record{}, fmt.Errorf("accum record %d of connection %d: truncated segment header", r.Seq, r.ConnID)
+		}
+		h := le.Uint16(p)
+		l := int(h & 0x7fff)
+		if l > len(p)-2 {
+			return Record{}, fmt.Errorf("accum record %d of connection %d: segment of %d bytes, %d left", r.Seq, r.ConnID, l, len(p)-2)
+		}
+		r.Segments = append(r.Segments, Segment{Dir: Direction(h >> 15), Data: p[2 : 2+l]})
+		p = p[2+l:]
+	}
+	return r, nil
+}
+
+// PayloadLen is the number of fragment bytes in r.
+func (r Record) PayloadLen() int {
+	n := 0
+	for _, s := range r.Segments {
+		n += len(s.Data)
+	}
+	return n
+}
