@@ -60,7 +60,7 @@ func newCaptureCmd() *cobra.Command {
 
 func newCacheCmd() *cobra.Command {
 	return group("cache", "Eviction policies: trace replay and the page-cache agent",
-		planned("replay", "Replay a cache trace through in-kernel eviction policies", "#5"),
+		newCacheReplayCmd(),
 		planned("agent", "Run a page-cache eviction policy for a memory cgroup", "#6"))
 }
 

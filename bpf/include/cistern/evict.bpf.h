@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * cistern/evict.bpf.h - eviction policies as BPF functions over eviction
+ * lists kept in maps (after cachebpf: policy functions, eviction lists, a
+ * registry of valid entries and a fallback), and a cache that runs them.
+ *
+ * MODEL
+ *   The cache holds up to evict_capacity entries. Each entry lives in a slot
+ *   (0 .. evict_capacity-1); a policy only ever sees slot numbers. The cache
+ *   calls five policy functions, which every policy defines:
+ *
+ *     int  evict_policy_init(void)           once, before anything else:
+ *                                            create lists (evict_list_create)
+ *     void evict_policy_added(__u32 slot)    a new entry (node pdata is 0)
+ *     void evict_policy_accessed(__u32 slot) a hit on a resident entry
+ *     void evict_policy_removed(__u32 slot)  the entry is going away (still
+ *                                            linked: its neighbours are valid);
+ *                                            the cache unlinks it afterwards
+ *     void evict_policy_evict(struct evict_ctx *ctx)
+ *                                            propose ctx->nr victims: write
+ *                                            slots to ctx->cand[], count in ctx->n
+ *                                            (evict_propose does both)
+ *
+ *   Proposing does not remove anything: the cache checks each proposal
+ *   against the registry (in range, resident; a slot proposed twice is not
+ *   resident the second time), removes the valid ones (calling removed()),
+ *   and, when fewer than nr were valid, completes the eviction with the
+ *   built-in fallback (a round-robin hand over the slots). Proposals beyond
+ *   EVICT_MAX_CANDIDATES are ignored. Every case is counted in evict_stats:
+ *   PROPOSED, INVALID, SHORT, FALLBACKS, FALLBACK_EVICTIONS. A policy can
+ *   therefore be wrong, but never unsafe: it cannot evict what is not there,
+ *   and the cache always makes room.
+ *
+ * EVICTION LISTS
+ *   Doubly-linked lists threaded through the evict_nodes ARRAY, one node per
+ *   slot, so finding, moving and deleting an entry is O(1) and needs no
+ *   allocation (bpf_list/bpf_rbtree need kptrs and locks that cilium/ebpf and
+ *   SYSCALL replay do not give us here). Up to EVICT_MAX_LISTS lists; an
+ *   entry is on at most one. "head" is the newest end by convention.
+ *     int   evict_list_create(void)                 -> list id or -ENOSPC
+ *     int   evict_list_add_head(list, slot)         add, or move if on a list
+ *     int   evict_list_add_tail(list, slot)
+ *     int   evict_list_move_head/tail(list, slot)   same as add_*
+ *     int   evict_list_del(slot)
+ *     __u32 evict_list_head(list), evict_list_tail(list), evict_list_len(list)
+ *     __u32 evict_next(slot) (towards tail), evict_prev(slot) (towards head)
+ *     struct evict_node *evict_node(slot)           pdata is the policy's word
+ *   Iteration with a bounded callback (bpf_loop):
+ *     static long my_cb(__u32 slot, struct evict_iter *it) { ...; return 0; }
+ *     EVICT_ITERATOR(my_iter, my_cb)           defines the bpf_loop callback
+ *     struct evict_iter it = { .ctx = ctx, .data = &mine };
+ *     evict_list_iterate(&it, list, start, EVICT_TOWARDS_HEAD, wrap, max, my_iter);
+ *   my_cb returns EVICT_ITER_CONTINUE or EVICT_ITER_STOP; it may move or
+ *   delete slot (the next slot was read before the call). With wrap set,
+ *   walking off one end continues at the other. start EVICT_NIL means the
+ *   end the walk starts from (tail when walking towards the head).
+ *
+ * WRITING A POLICY (bpf/evict/lru.bpf.c is the shortest complete one)
+ *   #include "vmlinux.h"
+ *   #include "cistern/evict.bpf.h"
+ *   static __u32 q;
+ *   static int evict_policy_init(void) { int l = evict_list_create(); if (l < 0) return l; q = l; return 0; }
+ *   static void evict_policy_added(__u32 s)    { evict_list_add_head(q, s); }
+ *   static void evict_policy_accessed(__u32 s) { evict_list_move_head(q, s); }
+ *   static void evict_policy_removed(__u32 s)  { }
+ *   static void evict_policy_evict(struct evict_ctx *ctx) { ... evict_propose(ctx, s) ... }
+ *   Policy state goes in globals or your own maps. The header defines the
+ *   SYSCALL programs evict_init and evict_replay (package evict drives them).
+ *
+ * MAPS (sized by package evict from Config.Capacity; defaults load as is)
+ *   evict_nodes    ARRAY[capacity] struct evict_node
+ *   evict_entries  ARRAY[capacity] struct evict_entry  the registry
+ *   evict_index    HASH[capacity]  key -> slot         cache lookups
+ *   evict_free     ARRAY[capacity] __u32               stack of free slots
+ *   evict_ctxs     PERCPU_ARRAY[1] struct evict_ctx
+ *   evict_batches  ARRAY[1] struct evict_batch         replay input/output
+ *   evict_stats    PERCPU_ARRAY[EVICT_STAT_MAX] __u64
+ *   .rodata evict_capacity (frozen: a constant to the verifier)
+ *
+ * SAFETY AND CONCURRENCY
+ *   Every slot is checked against evict_capacity before a lookup, list ids
+ *   against EVICT_MAX_LISTS, candidate and batch indices are masked, and
+ *   every walk is a bpf_loop with a bound. The cache is single-writer: run
+ *   its programs from one thread at a time (replay does).
+ */
+#ifndef CISTERN_EVICT_BPF_H
+#define CISTERN_EVICT_BPF_H
+
+#include <bpf/bpf_helpers.h>
+#include "cistern/evict.h"
+
+#define EVICT_EINVAL 22
+#define EVICT_ENOENT 2
+#define EVICT_ENOSPC 28
+
+#define EVICT_TOWARDS_HEAD 0
+#define EVICT_TOWARDS_TAIL 1
+#define EVICT_ITER_CONTINUE 0
+#define EVICT_ITER_STOP 1
+
+const volatile __u32 evict_capacity = EVICT_DEFAULT_SLOTS;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct evict_node);
+} evict_nodes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct evict_entry);
+} evict_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u64);
+	__type(value, __u32);
+} evict_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} evict_free SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct evict_ctx);
+} evict_ctxs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct evict_batch);
+} evict_batches SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EVICT_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} evict_stats SEC(".maps");
+
+/* Cache state (single writer). */
+struct evict_list evict_lists[EVICT_MAX_LISTS];
+__u32 evict_next_unused;   /* slots never used yet: [evict_next_unused, capacity) */
+__u32 evict_free_top;      /* entries on the evict_free stack */
+__u32 evict_fallback_hand; /* next slot the fallback looks at */
+__u32 evict_initialized;
+
+/* The policy's functions: defined by the file that includes this header. */
+static int evict_policy_init(void);
+static void evict_policy_added(__u32 slot);
+static void evict_policy_accessed(__u32 slot);
+static void evict_policy_removed(__u32 slot);
+static void evict_policy_evict(struct evict_ctx *ctx);
+
+static __always_inline void evict_stat_add(__u32 stat, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&evict_stats, &stat);
+
+	if (v)
+		__sync_fetch_and_add(v, n);
+}
+
+/* ---- nodes and the registry ---- */
+
+static __always_inline struct evict_node *evict_node(__u32 slot)
+{
+	if (slot >= evict_capacity)
+		return NULL;
+	return bpf_map_lookup_elem(&evict_nodes, &slot);
+}
+
+static __always_inline struct evict_entry *evict_entry(__u32 slot)
+{
+	if (slot >= evict_capacity)
+		return NULL;
+	return bpf_map_lookup_elem(&evict_entries, &slot);
+}
+
+/* 1 when slot holds an entry: what the cache checks every proposal against. */
+static __always_inline int evict_resident(__u32 slot)
+{
+	struct evict_entry *e = evict_entry(slot);
+
+	return e && e->resident;
+}
+
+static __always_inline __u32 evict_next(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	return n ? n->next : EVICT_NIL;
+}
+
+static __always_inline __u32 evict_prev(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	return n ? n->prev : EVICT_NIL;
+}
+
+/* ---- lists ---- */
+
+static __always_inline struct evict_list *evict_list_get(__u32 list)
+{
+	if (list >= EVICT_MAX_LISTS)
+		return NULL;
+	return &evict_lists[list & (EVICT_MAX_LISTS - 1)];
+}
+
+static __always_inline int evict_list_create(void)
+{
+	for (int i = 0; i < EVICT_MAX_LISTS; i++) {
+		struct evict_list *l = &evict_lists[i];
+
+		if (!l->used) {
+			l->used = 1;
+			l->head = l->tail = EVICT_NIL;
+			l->len = 0;
+			return i;
+		}
+	}
+	return -EVICT_ENOSPC;
+}
+
+static __always_inline __u32 evict_list_head(__u32 list)
+{
+	struct evict_list *l = evict_list_get(list);
+
+	return l ? l->head : EVICT_NIL;
+}
+
+static __always_inline __u32 evict_list_tail(__u32 list)
+{
+	struct evict_list *l = evict_list_get(list);
+
+	return l ? l->tail : EVICT_NIL;
+}
+
+static __always_inline __u32 evict_list_len(__u32 list)
+{
+	struct evict_list *l = evict_list_get(list);
+
+	return l ? l->len : 0;
+}
+
+/* Takes n (the node of slot) off its list, if it is on one. */
+static __always_inline void evict_unlink(struct evict_node *n)
+{
+	struct evict_list *l = evict_list_get(n->list);
+	struct evict_node *p;
+
+	if (!l)
+		return;
+	if (n->prev != EVICT_NIL) {
+		p = evict_node(n->prev);
+		if (p)
+			p->next = n->next;
+	} else {
+		l->head = n->next;
+	}
+	if (n->next != EVICT_NIL) {
+		p = evict_node(n->next);
+		if (p)
+			p->prev = n->prev;
+	} else {
+		l->tail = n->prev;
+	}
+	if (l->len)
+		l->len--;
+	n->list = EVICT_NIL;
+	n->prev = n->next = EVICT_NIL;
+}
+
+static __always_inline int evict_list_add(__u32 list, __u32 slot, int at_tail)
+{
+	struct evict_list *l = evict_list_get(list);
+	struct evict_node *n = evict_node(slot), *p;
+
+	if (!l || !n || !l->used)
+		return -EVICT_EINVAL;
+	if (!evict_resident(slot))
+		return -EVICT_ENOENT;
+	evict_unlink(n);
+	n->list = list;
+	if (at_tail) {
+		n->next = EVICT_NIL;
+		n->prev = l->tail;
+		p = l->tail != EVICT_NIL ? evict_node(l->tail) : NULL;
+		if (p)
+			p->next = slot;
+		else
+			l->head = slot;
+		l->tail = slot;
+	} else {
+		n->prev = EVICT_NIL;
+		n->next = l->head;
+		p = l->head != EVICT_NIL ? evict_node(l->head) : NULL;
+		if (p)
+			p->prev = slot;
+		else
+			l->tail = slot;
+		l->head = slot;
+	}
+	l->len++;
+	return 0;
+}
+
+static __always_inline int evict_list_add_head(__u32 list, __u32 slot) { return evict_list_add(list, slot, 0); }
+static __always_inline int evict_list_add_tail(__u32 list, __u32 slot) { return evict_list_add(list, slot, 1); }
+static __always_inline int evict_list_move_head(__u32 list, __u32 slot) { return evict_list_add(list, slot, 0); }
+static __always_inline int evict_list_move_tail(__u32 list, __u32 slot) { return evict_list_add(list, slot, 1); }
+
+static __always_inline int evict_list_del(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	if (!n)
+		return -EVICT_EINVAL;
+	if (n->list == EVICT_NIL)
+		return -EVICT_ENOENT;
+	evict_unlink(n);
+	return 0;
+}
+
+/* ---- candidates ---- */
+
+/* Appends slot to ctx's candidates; returns 1 once ctx holds nr of them (or
+ * is full), so a walk can stop. */
+static __always_inline int evict_propose(struct evict_ctx *ctx, __u32 slot)
+{
+	__u32 n = ctx->n;
+
+	if (n >= EVICT_MAX_CANDIDATES)
+		return 1;
+	ctx->cand[n & (EVICT_MAX_CANDIDATES - 1)] = slot;
+	ctx->n = ++n;
+	return n >= ctx->nr || n >= EVICT_MAX_CANDIDATES;
+}
+
+/* ---- bounded iteration ---- */
+
+struct evict_iter {
+	__u32 cur;   /* slot the next step visits */
+	__u32 list;
+	__u32 dir;   /* EVICT_TOWARDS_HEAD or EVICT_TOWARDS_TAIL */
+	__u32 wrap;
+	__u32 steps; /* slots visited so far */
+	__u32 pad;
+	struct evict_ctx *ctx;  /* for evict_propose, may be NULL */
+	void *data;             /* the policy's */
+};
+
+#define EVICT_ITERATOR(name, fn)                                              \
+	static long name(__u64 i, void *arg)                                  \
+	{                                                                     \
+		struct evict_iter *it = arg;                                  \
+		__u32 s = it->cur, nx;                                        \
+		if (s == EVICT_NIL)                                           \
+			return 1;                                             \
+		nx = it->dir == EVICT_TOWARDS_HEAD ? evict_prev(s) : evict_next(s); \
+		if (nx == EVICT_NIL && it->wrap)                              \
+			nx = it->dir == EVICT_TOWARDS_HEAD ? evict_list_tail(it->list) \
+							   : evict_list_head(it->list); \
+		it->cur = nx;                                                 \
+		it->steps++;                                                  \
+		return fn(s, it);                                             \
+	}
+
+/* Visits at most max slots of list from start (EVICT_NIL: the end the walk
+ * starts from), calling the EVICT_ITERATOR cb for each. */
+#define evict_list_iterate(itp, list_, start, dir_, wrap_, max, cb)          \
+	({                                                                    \
+		(itp)->list = (list_);                                        \
+		(itp)->dir = (dir_);                                          \
+		(itp)->wrap = (wrap_);                                        \
+		(itp)->steps = 0;                                             \
+		(itp)->cur = (start) != EVICT_NIL ? (start)                   \
+			: ((dir_) == EVICT_TOWARDS_HEAD ? evict_list_tail(list_) \
+							: evict_list_head(list_)); \
+		bpf_loop((max), cb, (itp), 0);                                \
+	})
+
+/* ---- the cache ---- */
+
+/* Removes the entry in slot if it is resident; returns 0, or -ENOENT for a
+ * proposal the registry refuses. */
+static __always_inline int evict_remove(__u32 slot, struct evict_req *r)
+{
+	struct evict_entry *e = evict_entry(slot);
+	struct evict_node *n;
+	__u32 *f, top;
+
+	if (!e || !e->resident)
+		return -EVICT_ENOENT;
+	evict_policy_removed(slot);
+	n = evict_node(slot);
+	if (n)
+		evict_unlink(n);
+	bpf_map_delete_elem(&evict_index, &e->key);
+	e->resident = 0;
+	if (r) {
+		r->evicted++;
+		r->victim = e->key;
+	}
+	top = evict_free_top;
+	f = bpf_map_lookup_elem(&evict_free, &top);
+	if (f) {
+		*f = slot;
+		evict_free_top = top + 1;
+	}
+	evict_stat_add(EVICT_STAT_EVICTIONS, 1);
+	return 0;
+}
+
+struct evict_fallback_loop {
+	__u32 want;
+	__u32 done;
+	struct evict_req *r;
+};
+
+static long evict_fallback_step(__u64 i, void *arg)
+{
+	struct evict_fallback_loop *fl = arg;
+	__u32 s = evict_fallback_hand;
+
+	evict_fallback_hand = s + 1 >= evict_capacity ? 0 : s + 1;
+	if (evict_remove(s, fl->r) == 0)
+		fl->done++;
+	return fl->done >= fl->want;
+}
+
+/* Asks the policy for nr victims and removes them; completes with the
+ * fallback. Returns how many entries were removed. */
+static __always_inline __u32 evict_make_room(__u32 nr, struct evict_req *r)
+{
+	__u32 zero = 0, n, freed = 0, invalid = 0;
+	struct evict_ctx *ctx = bpf_map_lookup_elem(&evict_ctxs, &zero);
+
+	if (!ctx)
+		return 0;
+	if (nr > EVICT_MAX_CANDIDATES)
+		nr = EVICT_MAX_CANDIDATES;
+	ctx->nr = nr;
+	ctx->n = 0;
+	evict_policy_evict(ctx);
+	n = ctx->n;
+	if (n > EVICT_MAX_CANDIDATES)
+		n = EVICT_MAX_CANDIDATES;
+	evict_stat_add(EVICT_STAT_EVICT_CALLS, 1);
+	evict_stat_add(EVICT_STAT_PROPOSED, n);
+	if (n < nr)
+		evict_stat_add(EVICT_STAT_SHORT, 1);
+	for (__u32 i = 0; i < EVICT_MAX_CANDIDATES; i++) {
+		if (i >= n || freed >= nr)
+			break;
+		if (evict_remove(ctx->cand[i & (EVICT_MAX_CANDIDATES - 1)], r) == 0)
+			freed++;
+		else
+			invalid++;
+	}
+	if (invalid)
+		evict_stat_add(EVICT_STAT_INVALID, invalid);
+	if (freed < nr) {
+		struct evict_fallback_loop fl = { .want = nr - freed, .r = r };
+
+		bpf_loop(evict_capacity, evict_fallback_step, &fl, 0);
+		evict_stat_add(EVICT_STAT_FALLBACKS, 1);
+		evict_stat_add(EVICT_STAT_FALLBACK_EVICTIONS, fl.done);
+		freed += fl.done;
+	}
+	return freed;
+}
+
+/* A free slot: never used, recycled, or made by evicting. EVICT_NIL if none. */
+static __always_inline __u32 evict_alloc_slot(struct evict_req *r)
+{
+	__u32 s, top, *f;
+
+	if (evict_next_unused < evict_capacity)
+		return evict_next_unused++;
+	if (!evict_free_top)
+		evict_make_room(1, r);
+	top = evict_free_top;
+	if (!top)
+		return EVICT_NIL;
+	top--;
+	f = bpf_map_lookup_elem(&evict_free, &top);
+	if (!f)
+		return EVICT_NIL;
+	evict_free_top = top;
+	s = *f;
+	return s;
+}
+
+/* Looks r->key up; on a miss inserts it, evicting as the policy says.
+ * Returns 1 on a hit. */
+static __always_inline int evict_cache_access(struct evict_req *r)
+{
+	__u32 *sp = bpf_map_lookup_elem(&evict_index, &r->key), s;
+	struct evict_entry *e;
+	struct evict_node *n;
+
+	if (sp) {
+		evict_policy_accessed(*sp);
+		return 1;
+	}
+	s = evict_alloc_slot(r);
+	e = evict_entry(s);
+	n = evict_node(s);
+	if (!e || !n) {
+		evict_stat_add(EVICT_STAT_NO_ROOM, 1);
+		return 0;
+	}
+	if (bpf_map_update_elem(&evict_index, &r->key, &s, BPF_NOEXIST)) {
+		/* Cannot happen while the index is as large as the cache. */
+		__u32 top = evict_free_top, *f = bpf_map_lookup_elem(&evict_free, &top);
+
+		if (f) {
+			*f = s;
+			evict_free_top = top + 1;
+		}
+		evict_stat_add(EVICT_STAT_NO_ROOM, 1);
+		return 0;
+	}
+	e->key = r->key;
+	e->size = r->size;
+	e->resident = 1;
+	/* A free slot is on no list: remove() unlinked it, or it was never used
+	 * (its zeroed node must not be taken for a member of list 0). */
+	n->prev = n->next = n->list = EVICT_NIL;
+	n->pdata = 0;
+	evict_stat_add(EVICT_STAT_INSERTS, 1);
+	evict_policy_added(s);
+	return 0;
+}
+
+/* ---- SYSCALL programs (BPF_PROG_TEST_RUN) ---- */
+
+SEC("syscall")
+int evict_init(struct evict_run_args *a)
+{
+	if (evict_initialized) {
+		a->ret = 0;
+		return 0;
+	}
+	for (int i = 0; i < EVICT_MAX_LISTS; i++) {
+		evict_lists[i].head = evict_lists[i].tail = EVICT_NIL;
+		evict_lists[i].len = evict_lists[i].used = 0;
+	}
+	evict_initialized = 1;
+	a->ret = evict_policy_init();
+	return 0;
+}
+
+struct evict_replay_loop {
+	struct evict_batch *b;
+	__u64 hits;
+	__u64 bytes;
+	__u64 hit_bytes;
+};
+
+static long evict_replay_step(__u64 i, void *arg)
+{
+	struct evict_replay_loop *lp = arg;
+	struct evict_req *r = &lp->b->req[i & (EVICT_BATCH - 1)];
+	int hit;
+
+	r->evicted = 0;
+	r->victim = 0;
+	hit = evict_cache_access(r);
+	r->hit = hit;
+	lp->bytes += r->size;
+	if (hit) {
+		lp->hits++;
+		lp->hit_bytes += r->size;
+	}
+	return 0;
+}
+
+/* Replays evict_batches[0]: req[0..n) in order, writing each outcome back. */
+SEC("syscall")
+int evict_replay(struct evict_run_args *a)
+{
+	__u32 zero = 0, n;
+	struct evict_batch *b = bpf_map_lookup_elem(&evict_batches, &zero);
+	struct evict_replay_loop lp = {};
+
+	if (!b || !evict_initialized) {
+		a->ret = -EVICT_EINVAL;
+		return 0;
+	}
+	n = b->n;
+	if (n > EVICT_BATCH)
+		n = EVICT_BATCH;
+	lp.b = b;
+	bpf_loop(n, evict_replay_step, &lp, 0);
+	evict_stat_add(EVICT_STAT_REQUESTS, n);
+	evict_stat_add(EVICT_STAT_HITS, lp.hits);
+	evict_stat_add(EVICT_STAT_MISSES, n - lp.hits);
+	evict_stat_add(EVICT_STAT_BYTES, lp.bytes);
+	evict_stat_add(EVICT_STAT_HIT_BYTES, lp.hit_bytes);
+	a->n = n;
+	a->hits = lp.hits;
+	a->ret = 0;
+	return 0;
+}
+
+char _license[] SEC("license") = "GPL";
+
+#endif

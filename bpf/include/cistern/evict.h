@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* cistern/evict.h - structs shared by evict.bpf.h and package evict (Go).
+ * Package evict mirrors every layout here; change both together. */
+#ifndef CISTERN_EVICT_H
+#define CISTERN_EVICT_H
+
+#define EVICT_NIL 0xffffffffu        /* no slot / no list */
+#define EVICT_MAX_LISTS 8            /* eviction lists per policy (power of 2) */
+#define EVICT_MAX_CANDIDATES 32      /* proposals per evict() call (power of 2) */
+#define EVICT_BATCH 4096             /* trace records per replay run (power of 2) */
+#define EVICT_DEFAULT_SLOTS 65536    /* cache capacity in entries; the loader sets it */
+
+/* One node per entry slot, in the evict_nodes ARRAY: the links of the
+ * eviction list the entry is on, and one word for the policy (a visited bit,
+ * a frequency, ...). */
+struct evict_node {
+	__u32 prev;   /* slot towards the head, EVICT_NIL at the head */
+	__u32 next;   /* slot towards the tail, EVICT_NIL at the tail */
+	__u32 list;   /* list id, EVICT_NIL when on none */
+	__u32 pdata;  /* the policy's; zeroed when the entry is added */
+};
+
+/* The registry: one per slot, in the evict_entries ARRAY. */
+struct evict_entry {
+	__u64 key;
+	__u32 size;
+	__u32 resident;  /* 1 while the slot holds key */
+};
+
+struct evict_list {
+	__u32 head;
+	__u32 tail;
+	__u32 len;
+	__u32 used;  /* created by evict_list_create() */
+};
+
+/* What evict() gets: nr candidates wanted, and room for them. The policy
+ * writes slots into cand[0..n). */
+struct evict_ctx {
+	__u32 nr;
+	__u32 n;
+	__u32 cand[EVICT_MAX_CANDIDATES];
+};
+
+/* One trace record; hit, evicted and victim are written back by replay. */
+struct evict_req {
+	__u64 key;
+	__u32 size;
+	__u8 hit;
+	__u8 evicted;  /* how many entries this request evicted */
+	__u16 pad;
+	__u64 victim;  /* key of the last entry it evicted */
+};
+
+struct evict_batch {
+	__u32 n;
+	__u32 pad;
+	struct evict_req req[EVICT_BATCH];
+};
+
+/* Context of the SYSCALL programs evict_init and evict_replay. */
+struct evict_run_args {
+	__s32 ret;
+	__u32 n;      /* out: requests replayed */
+	__u64 hits;   /* out: hits in this run */
+};
+
+enum evict_stat {
+	EVICT_STAT_REQUESTS,
+	EVICT_STAT_HITS,
+	EVICT_STAT_MISSES,
+	EVICT_STAT_BYTES,
+	EVICT_STAT_HIT_BYTES,
+	EVICT_STAT_INSERTS,
+	EVICT_STAT_EVICTIONS,          /* entries removed, by policy or fallback */
+	EVICT_STAT_EVICT_CALLS,        /* evict() calls */
+	EVICT_STAT_PROPOSED,           /* candidates proposed (clamped to the ctx) */
+	EVICT_STAT_INVALID,            /* proposals refused: out of range, not resident */
+	EVICT_STAT_SHORT,              /* evict() calls that proposed fewer than nr */
+	EVICT_STAT_FALLBACKS,          /* evict() calls the fallback had to complete */
+	EVICT_STAT_FALLBACK_EVICTIONS, /* entries the fallback removed */
+	EVICT_STAT_NO_ROOM,            /* misses not inserted: nothing could be evicted */
+	EVICT_STAT_MAX,
+};
+
+#endif

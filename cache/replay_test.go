@@ -1,0 +1,96 @@
+package cache
+
+import (
+	"container/list"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+const traceDir = "/work/shared/data/traces"
+
+func bundled(t *testing.T, file, format string) []evict.Request {
+	t.Helper()
+	path := filepath.Join(traceDir, file)
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("skipped: bundled trace %s not present", path)
+	}
+	reqs, err := ReadFile(path, format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// refLRU is a plain LRU in Go: the hits it finds on reqs.
+func refLRU(reqs []evict.Request, size int) uint64 {
+	l := list.New()
+	where := map[uint64]*list.Element{}
+	var hits uint64
+	for _, r := range reqs {
+		if e, ok := where[r.Key]; ok {
+			hits++
+			l.MoveToFront(e)
+			continue
+		}
+		if l.Len() == size {
+			e := l.Back()
+			delete(where, e.Value.(uint64))
+			l.Remove(e)
+		}
+		where[r.Key] = l.PushFront(r.Key)
+	}
+	return hits
+}
+
+// TestReplayMatchesReferenceLRU replays the Twitter trace's first 200,000
+// requests through the kernel LRU and a Go LRU: the hits must be equal.
+func TestReplayMatchesReferenceLRU(t *testing.T) {
+	testenv.RequireRoot(t)
+	reqs := bundled(t, "twitter_cluster52_1m.csv.zst", "twitter")[:200000]
+	for _, size := range []int{100, 5000} {
+		res, err := Replay(reqs, Options{Policy: "lru", Size: uint32(size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := refLRU(reqs, size); res.Hits != want {
+			t.Errorf("size %d: kernel LRU %d hits, reference %d", size, res.Hits, want)
+		}
+	}
+}
+
+// TestReplayIsDeterministic replays the same trace twice per policy.
+func TestReplayIsDeterministic(t *testing.T) {
+	testenv.RequireRoot(t)
+	reqs := bundled(t, "arc_oltp.lis.zst", "arc")[:300000]
+	for _, p := range []string{"fifo", "lru", "mru", "clock", "sieve"} {
+		opt := Options{Policy: p, Size: 2000, Trace: "arc"}
+		a, err := Replay(reqs, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Replay(reqs, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.RequestsPerSec, b.RequestsPerSec = 0, 0
+		if a.Hits != b.Hits || a.ByteHitRatio != b.ByteHitRatio || a.Fallbacks != 0 || b.Fallbacks != 0 {
+			t.Errorf("%s: run 1 %+v, run 2 %+v", p, a, b)
+		}
+		if a.Hits == 0 || a.Hits >= a.Requests {
+			t.Errorf("%s: %d hits of %d requests", p, a.Hits, a.Requests)
+		}
+	}
+}
+
+func TestReplayOptions(t *testing.T) {
+	if _, err := Replay(nil, Options{Policy: "lru", Size: 10, Unit: "bytes"}); err == nil {
+		t.Error("unit bytes accepted")
+	}
+	if _, err := Replay(nil, Options{Policy: "lru"}); err == nil {
+		t.Error("size 0 accepted")
+	}
+}

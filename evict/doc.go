@@ -1,0 +1,24 @@
+// Package evict is the user-space side of the eviction-policy framework in
+// bpf/include/cistern/evict.bpf.h: policy functions (init, added, accessed,
+// removed, evict) over eviction lists kept in BPF maps, a registry of valid
+// entries and a fallback that contain a wrong policy, after cachebpf.
+//
+// # Policies
+//
+// Each policy is a BPF object built on the header (bpf/evict/<name>.bpf.c):
+// FIFO, LRU, MRU, CLOCK and SIEVE, plus "broken", a deliberately wrong one
+// for tests. Open loads one with a cache of Config.Capacity entries and runs
+// its init function; Cache.Replay feeds requests to the very same policy
+// code in the kernel through the SYSCALL program evict_replay
+// (BPF_PROG_TEST_RUN): up to BatchSize requests per run are written to the
+// evict_batches array and looped over in the kernel with bpf_loop, so there
+// is one system call per batch, not per request.
+//
+// # Layout
+//
+// The Go types here mirror cistern/evict.h: Request is struct evict_req
+// (ReqSize bytes), the batch is struct evict_batch, Stats reads the
+// evict_stats counters (enum evict_stat, in StatNames order). Config.Apply
+// sizes the maps of any collection that includes the header, so your own
+// program built on evict.bpf.h is loaded the same way.
+package evict

@@ -1,0 +1,226 @@
+package evict
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel fifo ../bpf/evict/fifo.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lru ../bpf/evict/lru.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel mru ../bpf/evict/mru.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel clock ../bpf/evict/clock.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel sieve ../bpf/evict/sieve.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel broken ../bpf/evict/broken.bpf.c
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/internal/percpu"
+)
+
+// Constants of cistern/evict.h.
+const (
+	BatchSize     = 4096  // EVICT_BATCH: requests per replay run
+	MaxCandidates = 32    // EVICT_MAX_CANDIDATES
+	MaxLists      = 8     // EVICT_MAX_LISTS
+	DefaultSlots  = 65536 // EVICT_DEFAULT_SLOTS: capacity the objects are compiled with
+	ReqSize       = 24    // sizeof(struct evict_req)
+	batchHeader   = 8     // n, pad
+	Nil           = ^uint32(0)
+)
+
+// StatNames are the evict_stats counters, in enum evict_stat order.
+var StatNames = []string{
+	"requests", "hits", "misses", "bytes", "hit_bytes", "inserts", "evictions",
+	"evict_calls", "proposed", "invalid", "short", "fallbacks", "fallback_evictions", "no_room",
+}
+
+// policies maps a policy name to its bpf2go loader.
+var policies = map[string]func() (*ebpf.CollectionSpec, error){
+	"fifo":   loadFifo,
+	"lru":    loadLru,
+	"mru":    loadMru,
+	"clock":  loadClock,
+	"sieve":  loadSieve,
+	"broken": loadBroken,
+}
+
+// Policies lists the policy names Open accepts ("broken" is for tests).
+func Policies() []string {
+	names := make([]string, 0, len(policies))
+	for n := range policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Spec returns the collection spec of a policy, unsized.
+func Spec(policy string) (*ebpf.CollectionSpec, error) {
+	load, ok := policies[policy]
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q (have %v)", policy, Policies())
+	}
+	return load()
+}
+
+// Config sizes a cache.
+type Config struct {
+	Policy   string
+	Capacity uint32 // entries (objects); 0: DefaultSlots
+}
+
+// Apply sets evict_capacity (.rodata) and the sizes of evict_nodes,
+// evict_entries, evict_index and evict_free in spec, a collection that
+// includes cistern/evict.bpf.h.
+func (c Config) Apply(spec *ebpf.CollectionSpec) error {
+	capacity := c.Capacity
+	if capacity == 0 {
+		capacity = DefaultSlots
+	}
+	if capacity > 1<<30 {
+		return fmt.Errorf("capacity %d: at most %d entries", capacity, 1<<30)
+	}
+	v, ok := spec.Variables["evict_capacity"]
+	if !ok {
+		return errors.New("collection has no variable evict_capacity: does it include cistern/evict.bpf.h?")
+	}
+	if err := v.Set(capacity); err != nil {
+		return fmt.Errorf("set evict_capacity: %w", err)
+	}
+	for _, name := range []string{"evict_nodes", "evict_entries", "evict_index", "evict_free"} {
+		m, ok := spec.Maps[name]
+		if !ok {
+			return fmt.Errorf("collection has no map %s", name)
+		}
+		m.MaxEntries = capacity
+	}
+	return nil
+}
+
+// Request is one trace record (struct evict_req without the outputs).
+type Request struct {
+	Key  uint64
+	Size uint32
+}
+
+// Outcome is what replay wrote back for one request.
+type Outcome struct {
+	Hit     bool
+	Evicted uint8  // entries this request evicted
+	Victim  uint64 // key of the last one (valid when Evicted > 0)
+}
+
+// Cache is one loaded policy with its cache.
+type Cache struct {
+	Policy   string
+	Capacity uint32
+	coll     *ebpf.Collection
+	replay   *ebpf.Program
+	batches  *ebpf.Map
+	stats    *ebpf.Map
+	buf      []byte
+}
+
+// runArgs mirrors struct evict_run_args.
+type runArgs struct {
+	Ret  int32
+	N    uint32
+	Hits uint64
+}
+
+// Open loads cfg.Policy with a cache of cfg.Capacity entries and runs its
+// init function.
+func Open(cfg Config) (*Cache, error) {
+	spec, err := Spec(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultSlots
+	}
+	if err := cfg.Apply(spec); err != nil {
+		return nil, err
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("load policy %s: %w", cfg.Policy, err)
+	}
+	c := &Cache{
+		Policy: cfg.Policy, Capacity: cfg.Capacity, coll: coll,
+		replay:  coll.Programs["evict_replay"],
+		batches: coll.Maps["evict_batches"],
+		stats:   coll.Maps["evict_stats"],
+		buf:     make([]byte, batchHeader+BatchSize*ReqSize),
+	}
+	var a runArgs
+	if _, err := coll.Programs["evict_init"].Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("run evict_init: %w", err)
+	}
+	if a.Ret != 0 {
+		coll.Close()
+		return nil, fmt.Errorf("policy %s init failed: error %d", cfg.Policy, a.Ret)
+	}
+	return c, nil
+}
+
+// Close unloads the cache.
+func (c *Cache) Close() error {
+	c.coll.Close()
+	return nil
+}
+
+// Collection is the loaded collection, for callers that read other maps.
+func (c *Cache) Collection() *ebpf.Collection { return c.coll }
+
+// Replay runs reqs through the cache in order, BatchSize per program run,
+// and returns the number of hits. When out is not nil it must have
+// len(reqs) entries and receives every request's outcome.
+func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
+	if out != nil && len(out) != len(reqs) {
+		return 0, fmt.Errorf("out has %d entries for %d requests", len(out), len(reqs))
+	}
+	le := binary.LittleEndian
+	for start := 0; start < len(reqs); start += BatchSize {
+		batch := reqs[start:min(start+BatchSize, len(reqs))]
+		b := c.buf[:batchHeader+len(batch)*ReqSize]
+		le.PutUint32(b[0:], uint32(len(batch)))
+		for i, r := range batch {
+			o := b[batchHeader+i*ReqSize:]
+			le.PutUint64(o[0:], r.Key)
+			le.PutUint32(o[8:], r.Size)
+		}
+		// The map value is a whole struct evict_batch: records past n
+		// are left over from earlier batches and never read.
+		if err := c.batches.Update(uint32(0), c.buf, ebpf.UpdateAny); err != nil {
+			return hits, fmt.Errorf("write batch: %w", err)
+		}
+		var a runArgs
+		if _, err := c.replay.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
+			return hits, fmt.Errorf("run evict_replay: %w", err)
+		}
+		if a.Ret != 0 {
+			return hits, fmt.Errorf("evict_replay: error %d", a.Ret)
+		}
+		if int(a.N) != len(batch) {
+			return hits, fmt.Errorf("evict_replay replayed %d of %d requests", a.N, len(batch))
+		}
+		hits += a.Hits
+		if out != nil {
+			if err := c.batches.Lookup(uint32(0), c.buf); err != nil {
+				return hits, fmt.Errorf("read batch: %w", err)
+			}
+			for i := range batch {
+				o := c.buf[batchHeader+i*ReqSize:]
+				out[start+i] = Outcome{Hit: o[12] != 0, Evicted: o[13], Victim: le.Uint64(o[16:])}
+			}
+		}
+	}
+	return hits, nil
+}
+
+// Stats reads the evict_stats counters by name (StatNames).
+func (c *Cache) Stats() (map[string]uint64, error) {
+	return percpu.Sum(c.stats, StatNames)
+}
