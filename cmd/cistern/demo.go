@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cistern-ebpf/cistern/bench"
+	"github.com/cistern-ebpf/cistern/cache"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +26,7 @@ func demoSegments() []demoSegment {
 	return []demoSegment{
 		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", demoKV},
 		{"capture", "TLS PostgreSQL queries captured through the accumulating channel, with loss counters", nil},
-		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", nil},
+		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", demoEvict},
 		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", nil},
 		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", nil},
 		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", nil},
@@ -84,6 +87,49 @@ func demoKV(cmd *cobra.Command) error {
 	fmt.Fprintf(out, "result: kerby %.0f ops/s vs memcached alone %.0f ops/s (x%.2f); kernel hit ratio %.3f; memory efficiency %.3f; wrong values %v\n",
 		r, v, r.(float64)/max(v.(float64), 1), h, m, w)
 	return nil
+}
+
+// demoEvict replays the bundled Twitter trace through the in-kernel
+// policies at one cache size.
+func demoEvict(cmd *cobra.Command) error {
+	out := cmd.OutOrStdout()
+	path := traceFile("twitter_cluster52_1m.csv.zst")
+	if path == "" {
+		fmt.Fprintln(out, "status: skipped: the bundled traces (../shared/data/traces, or $CISTERN_TRACES) are not on this machine")
+		return nil
+	}
+	reqs, err := cache.ReadFile(path, "twitter")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "trace %s: %d requests; cache of 10000 objects\n", filepath.Base(path), len(reqs))
+	for _, p := range []string{"fifo", "lru", "clock", "sieve"} {
+		r, err := cache.Replay(reqs, cache.Options{Policy: p, Size: 10000, Trace: filepath.Base(path)})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  %-6s hit ratio %.4f  %5.1f M requests/s in the kernel  fallbacks %d\n",
+			p, r.HitRatio, r.RequestsPerSec/1e6, r.Fallbacks)
+	}
+	return nil
+}
+
+// traceFile finds a bundled trace: $CISTERN_TRACES, else ../shared/data/traces.
+func traceFile(name string) string {
+	for _, dir := range []string{os.Getenv("CISTERN_TRACES"), "../shared/data/traces"} {
+		if dir == "" {
+			continue
+		}
+		if p := filepath.Join(dir, name); fileExists(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func banner(w io.Writer, title string) {
