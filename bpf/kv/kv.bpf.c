@@ -374,7 +374,9 @@ static __always_inline int note_write(__u64 h, __u64 now)
 	prev = w->ts;
 	w->seq = __sync_fetch_and_add(clk, 1) + 1;
 	w->ts = now;
-	return prev && now - prev < kv_write_window_ns;
+	/* prev may be a hair ahead of now (another CPU's clock read): that is
+	 * as close as writes get. */
+	return prev && (prev >= now || now - prev < kv_write_window_ns);
 }
 
 static __always_inline void flush_all(__u64 now)
@@ -467,12 +469,18 @@ __global int kv_alloc_value(struct kv_scratch *s, __u32 len)
 	return err;
 }
 
+/* True when a write stamped ts is at least the fill quarantine before now. */
+static __always_inline int settled(__u64 ts, __u64 now)
+{
+	return ts <= now && now - ts >= kv_fill_quarantine_ns;
+}
+
 /* Publishes s->req as the value of h. A fill (fill != 0) is published only
  * if no write or flush came after its ticket tseq nor within the quarantine.
  * 0: published; 1: refused; -1: no entry. */
-__global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq, __u64 now)
+__global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 {
-	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ), *ft = clock_slot(KV_CLOCK_FLUSH_TS);
+	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ), *ft = clock_slot(KV_CLOCK_FLUSH_TS), now;
 	__u64 *head = clock_slot(KV_CLOCK_FIFO_HEAD);
 	struct kv_write *w = wslot(h);
 	struct kv_entry *e;
@@ -508,11 +516,14 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq, __u
 		if (!e)
 			return -1;
 	}
+	/* The clock is read here, just before the lock, and compared signed-safe
+	 * (settled): a write stamped after an earlier reading would otherwise
+	 * look far in the past through unsigned wrap. */
+	now = bpf_ktime_get_ns();
 	bpf_spin_lock(&e->lock);
 	ok = !e->dead && e->hash == h;
 	if (ok && fill)
-		ok = w->seq <= tseq && now - w->ts >= kv_fill_quarantine_ns &&
-		     *fs <= tseq && now - *ft >= kv_fill_quarantine_ns;
+		ok = w->seq <= tseq && settled(w->ts, now) && *fs <= tseq && settled(*ft, now);
 	if (ok) {
 		__builtin_memcpy(&s->old, &e->body.ref, sizeof(s->old));
 		__builtin_memcpy(&e->body, &s->req, sizeof(e->body));
@@ -869,7 +880,7 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 		return 0;
 	}
 	s->req.seq = next_seq();
-	if (kv_publish(s, h, 0, 0, now)) {
+	if (kv_publish(s, h, 0, 0)) {
 		pool_free(&s->req.ref);
 		kv_invalidate(s, h);
 		stat(KV_POOL_FULL);
@@ -1134,7 +1145,7 @@ __global int kv_fill(struct __sk_buff *skb, struct kv_scratch *s, __u32 poff, __
 		return 0;
 	}
 	w = wslot(h);
-	if (!w || w->seq > tseq || now - w->ts < kv_fill_quarantine_ns) {
+	if (!w || w->seq > tseq || !settled(w->ts, now)) {
 		stat(KV_FILL_REJECTED);
 		return 0;
 	}
@@ -1158,7 +1169,7 @@ __global int kv_fill(struct __sk_buff *skb, struct kv_scratch *s, __u32 poff, __
 		}
 	}
 	s->req.seq = next_seq();
-	if (kv_publish(s, h, 1, tseq, now)) {
+	if (kv_publish(s, h, 1, tseq)) {
 		pool_free(&s->req.ref);
 		stat(KV_FILL_REJECTED);
 		return 0;
