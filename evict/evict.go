@@ -5,6 +5,8 @@ package evict
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel mru ../bpf/evict/mru.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel clock ../bpf/evict/clock.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel sieve ../bpf/evict/sieve.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel s3fifo ../bpf/evict/s3fifo.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lfu ../bpf/evict/lfu.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel broken ../bpf/evict/broken.bpf.c
 
 import (
@@ -12,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -42,6 +45,8 @@ var policies = map[string]func() (*ebpf.CollectionSpec, error){
 	"mru":    loadMru,
 	"clock":  loadClock,
 	"sieve":  loadSieve,
+	"s3fifo": loadS3fifo,
+	"lfu":    loadLfu,
 	"broken": loadBroken,
 }
 
@@ -72,7 +77,8 @@ type Config struct {
 
 // Apply sets evict_capacity (.rodata) and the sizes of evict_nodes,
 // evict_entries, evict_index and evict_free in spec, a collection that
-// includes cistern/evict.bpf.h.
+// includes cistern/evict.bpf.h, and of the policy's own maps named
+// evict_pslot_* (per-slot state such as S3-FIFO's ghost).
 func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 	capacity := c.Capacity
 	if capacity == 0 {
@@ -94,6 +100,11 @@ func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 			return fmt.Errorf("collection has no map %s", name)
 		}
 		m.MaxEntries = capacity
+	}
+	for name, m := range spec.Maps {
+		if strings.HasPrefix(name, "evict_pslot_") {
+			m.MaxEntries = capacity
+		}
 	}
 	return nil
 }

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: GPL-2.0
+/* S3-FIFO (Yang et al., SOSP'23) as libCacheSim 0.3.5's S3FIFO with its
+ * defaults: small FIFO of capacity/10 entries (at least 1), main FIFO of the
+ * rest with a 2-bit frequency (CLOCK-like reinsertion), and a ghost FIFO of
+ * keys of capacity*9/10 entries; move-to-main threshold 2.
+ *
+ *   miss: a key found in the ghost leaves it and goes to the main head;
+ *         otherwise to the small head (before the first eviction, once the
+ *         small FIFO is full, to the main head).
+ *   hit:  freq = min(freq + 1, 3), nothing moves.
+ *   evict: from main when main is over its size or small is empty, else
+ *         from small. Small tail: freq >= 2 moves it to the main head with
+ *         freq 0; else it is the victim and its key enters the ghost.
+ *         Keep going in small until a victim or small is empty (then decide
+ *         again). Main tail: freq >= 1 goes to the main head with
+ *         freq = min(freq, 3) - 1; else it is the victim.
+ *
+ * The ghost is a FIFO of keys: nodes in s3_ghost (ARRAY, a doubly-linked
+ * list, free nodes on a singly-linked stack) and s3_gindex (HASH key ->
+ * node). Both are sized to the capacity by package evict (evict_pslot_*).
+ * libCacheSim looks the requested key up in the ghost before evicting; here
+ * added() runs after the eviction, so a victim enters the ghost untrimmed
+ * and added() removes the key (a ghost hit), then trims the ghost to its
+ * size: the same ghost contents and order as libCacheSim's.
+ * Deviation: libCacheSim admits no new key (only ghost hits) when the small
+ * FIFO has at most 1 entry (capacity < 20); here such a key goes to small. */
+#include "vmlinux.h"
+#include "cistern/evict.bpf.h"
+
+struct s3_gnode {
+	__u64 key;
+	__u32 prev; /* towards the head (newer) */
+	__u32 next; /* towards the tail (older); the free stack's link */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct s3_gnode);
+} evict_pslot_ghost SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u64);
+	__type(value, __u32);
+} evict_pslot_gindex SEC(".maps");
+
+/* Not static: the compiler would narrow them and drop the list-id checks
+ * the verifier needs. */
+__u32 small_q, main_q;
+
+/* A list id the verifier sees bounded (clang drops a plain mask or reorders
+ * the header's check after the address arithmetic). */
+static __always_inline __u32 qid(__u32 q)
+{
+	asm volatile("%0 &= 7" : "+r"(q));
+	return q;
+}
+#define SMALL qid(small_q)
+#define MAIN qid(main_q)
+static __u32 small_size, main_size, ghost_size;
+static __u32 has_evicted;
+static __u32 g_head = EVICT_NIL, g_tail = EVICT_NIL, g_len, g_unused, g_free = EVICT_NIL;
+
+static __always_inline struct s3_gnode *gnode(__u32 g)
+{
+	if (g >= evict_capacity)
+		return NULL;
+	return bpf_map_lookup_elem(&evict_pslot_ghost, &g);
+}
+
+static __always_inline void ghost_insert(__u64 key)
+{
+	struct s3_gnode *n, *h;
+	__u32 g;
+
+	if (!ghost_size)
+		return;
+	if (g_free != EVICT_NIL) {
+		g = g_free;
+		n = gnode(g);
+		if (!n)
+			return;
+		g_free = n->next;
+	} else {
+		if (g_unused >= evict_capacity)
+			return;
+		g = g_unused++;
+		n = gnode(g);
+		if (!n)
+			return;
+	}
+	if (bpf_map_update_elem(&evict_pslot_gindex, &key, &g, BPF_ANY)) {
+		n->next = g_free;
+		g_free = g;
+		return;
+	}
+	n->key = key;
+	n->prev = EVICT_NIL;
+	n->next = g_head;
+	h = g_head != EVICT_NIL ? gnode(g_head) : NULL;
+	if (h)
+		h->prev = g;
+	else
+		g_tail = g;
+	g_head = g;
+	g_len++;
+}
+
+static __always_inline void ghost_remove(__u32 g)
+{
+	struct s3_gnode *n = gnode(g), *p;
+
+	if (!n)
+		return;
+	if (n->prev != EVICT_NIL) {
+		p = gnode(n->prev);
+		if (p)
+			p->next = n->next;
+	} else {
+		g_head = n->next;
+	}
+	if (n->next != EVICT_NIL) {
+		p = gnode(n->next);
+		if (p)
+			p->prev = n->prev;
+	} else {
+		g_tail = n->prev;
+	}
+	bpf_map_delete_elem(&evict_pslot_gindex, &n->key);
+	n->prev = EVICT_NIL;
+	n->next = g_free;
+	g_free = g;
+	if (g_len)
+		g_len--;
+}
+
+static int evict_policy_init(void)
+{
+	int s = evict_list_create(), m = evict_list_create();
+
+	if (s < 0)
+		return s;
+	if (m < 0)
+		return m;
+	small_q = s;
+	main_q = m;
+	small_size = evict_capacity / 10;
+	if (!small_size)
+		small_size = 1;
+	main_size = evict_capacity > small_size ? evict_capacity - small_size : 0;
+	ghost_size = (__u32)((__u64)evict_capacity * 9 / 10);
+	has_evicted = 0;
+	g_head = g_tail = g_free = EVICT_NIL;
+	g_len = g_unused = 0;
+	return 0;
+}
+
+static void evict_policy_added(__u32 slot)
+{
+	struct evict_entry *e = evict_entry(slot);
+	__u32 *g;
+	int ghost_hit = 0;
+
+	if (!e)
+		return;
+	g = bpf_map_lookup_elem(&evict_pslot_gindex, &e->key);
+	if (g) {
+		ghost_remove(*g);
+		ghost_hit = 1;
+	}
+	/* An eviction may have left the ghost one over its size. */
+	if (g_len > ghost_size && g_tail != EVICT_NIL)
+		ghost_remove(g_tail);
+	if (ghost_hit || (!has_evicted && evict_list_len(SMALL) >= small_size))
+		evict_list_add_head(MAIN, slot);
+	else
+		evict_list_add_head(SMALL, slot);
+}
+
+static void evict_policy_accessed(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	if (n && n->pdata < 3)
+		n->pdata++;
+}
+
+static void evict_policy_removed(__u32 slot) { }
+
+struct s3_walk {
+	struct evict_ctx *ctx;
+	__u32 from_small; /* the current eviction works on small */
+	__u32 decided;
+};
+
+static __always_inline void s3_decide(struct s3_walk *w)
+{
+	w->from_small = !(evict_list_len(MAIN) > main_size || evict_list_len(SMALL) == 0);
+	w->decided = 1;
+}
+
+static long s3_step(__u64 i, void *arg)
+{
+	struct s3_walk *w = arg;
+	struct evict_node *n;
+	struct evict_entry *e;
+	__u32 t;
+
+	if (!w->decided)
+		s3_decide(w);
+	if (w->from_small) {
+		t = evict_list_tail(SMALL);
+		if (t == EVICT_NIL) { /* small emptied without a victim */
+			s3_decide(w);
+			return 0;
+		}
+		n = evict_node(t);
+		if (!n)
+			return 1;
+		if (n->pdata >= 2) {
+			n->pdata = 0;
+			evict_list_move_head(MAIN, t);
+			return 0;
+		}
+		e = evict_entry(t);
+		if (e)
+			ghost_insert(e->key);
+	} else {
+		t = evict_list_tail(MAIN);
+		if (t == EVICT_NIL)
+			return 1; /* nothing left: the fallback has the rest */
+		n = evict_node(t);
+		if (!n)
+			return 1;
+		if (n->pdata >= 1) {
+			n->pdata = (n->pdata > 3 ? 3 : n->pdata) - 1;
+			evict_list_move_head(MAIN, t);
+			return 0;
+		}
+	}
+	/* The victim leaves its list now, so the lengths stay right for the
+	 * next proposal; the cache's unlink of it later is a no-op. */
+	evict_list_del(t);
+	w->decided = 0;
+	return evict_propose(w->ctx, t);
+}
+
+static void evict_policy_evict(struct evict_ctx *ctx)
+{
+	struct s3_walk w = { .ctx = ctx };
+	__u64 max = 8 * (__u64)evict_capacity + 64;
+
+	has_evicted = 1;
+	/* Each entry moves at most once from small and three times round
+	 * main per victim found. */
+	if (max > (1u << 23))
+		max = 1u << 23;
+	bpf_loop((__u32)max, s3_step, &w, 0);
+}

@@ -1,0 +1,206 @@
+package cache
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+)
+
+// BundledTrace is one of the traces in the shared trace directory.
+type BundledTrace struct {
+	Name, File, Format string
+}
+
+// Bundled are the traces `cistern bench cache` replays, in order.
+var Bundled = []BundledTrace{
+	{"twitter", "twitter_cluster52_1m.csv.zst", "twitter"},
+	{"arc", "arc_oltp.lis.zst", "arc"},
+	{"cloudphysics", "cloudphysics_io.csv.zst", "cloudphysics"},
+}
+
+// TraceDir is where the bundled traces are: $CISTERN_TRACES, else
+// shared/data/traces beside the repository holding the working directory,
+// else /work/shared/data/traces.
+func TraceDir() string {
+	if d := os.Getenv("CISTERN_TRACES"); d != "" {
+		return d
+	}
+	wd, _ := os.Getwd()
+	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(filepath.Dir(d), "shared", "data", "traces")
+		}
+	}
+	return "/work/shared/data/traces"
+}
+
+// BenchPolicies are the policies the bench compares ("broken" is left out),
+// simplest first.
+func BenchPolicies() []string {
+	ps := []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo", "lfu"}
+	for _, p := range evict.Policies() {
+		if p != "broken" && !contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// BenchTrace is a parsed trace for Bench.
+type BenchTrace struct {
+	Name string
+	Reqs []evict.Request
+}
+
+// BenchOptions configure Bench.
+type BenchOptions struct {
+	Traces   []BenchTrace
+	Policies []string  // default BenchPolicies()
+	Percents []float64 // cache sizes, % of each trace's distinct objects
+	Quick    bool
+	Progress func(string) // may be nil
+}
+
+// Curve is one miss-ratio curve: a policy on a trace.
+type Curve struct {
+	Trace, Policy string
+	Percents      []float64
+	MissRatios    []float64
+}
+
+// Distinct counts the distinct keys of reqs.
+func Distinct(reqs []evict.Request) int {
+	seen := make(map[uint64]struct{}, len(reqs)/4)
+	for _, r := range reqs {
+		seen[r.Key] = struct{}{}
+	}
+	return len(seen)
+}
+
+// SizeAt is pct% of distinct objects, at least 1.
+func SizeAt(distinct int, pct float64) uint32 {
+	return uint32(max(1, int(float64(distinct)*pct/100+0.5)))
+}
+
+// PercentLabel renders 2.5 as "2.5pct" and 10 as "10pct", for metric names.
+func PercentLabel(pct float64) string {
+	return strings.ReplaceAll(fmt.Sprintf("%gpct", pct), ".", "_")
+}
+
+// Bench replays every trace through every policy at every size. The report
+// has one mode per policy with, per trace, hit_ratio at each size
+// (TRACE_hit_ratio_Npct) and the replay rate over all its sizes
+// (TRACE_requests_per_sec); the curves are for plotting.
+func Bench(opt BenchOptions) (*benchkit.Report, []Curve, error) {
+	if len(opt.Policies) == 0 {
+		opt.Policies = BenchPolicies()
+	}
+	if len(opt.Traces) == 0 || len(opt.Percents) == 0 {
+		return nil, nil, fmt.Errorf("bench cache: no traces or no sizes")
+	}
+	rep := benchkit.New("cache", opt.Quick)
+	rep.SetConfig("policies", strings.Join(opt.Policies, ","))
+	rep.SetConfig("sizes_pct_of_distinct", opt.Percents)
+	rep.SetConfig("unit", "objects")
+	var curves []Curve
+	sizes := make([][]uint32, len(opt.Traces))
+	for i, t := range opt.Traces {
+		d := Distinct(t.Reqs)
+		rep.SetConfig(t.Name+"_requests", len(t.Reqs))
+		rep.SetConfig(t.Name+"_distinct", d)
+		for _, pct := range opt.Percents {
+			sizes[i] = append(sizes[i], SizeAt(d, pct))
+		}
+		rep.SetConfig(t.Name+"_sizes", sizes[i])
+	}
+	for _, p := range opt.Policies {
+		for i, t := range opt.Traces {
+			c := Curve{Trace: t.Name, Policy: p, Percents: opt.Percents}
+			var reqs uint64
+			var secs float64
+			for j, pct := range opt.Percents {
+				if opt.Progress != nil {
+					opt.Progress(fmt.Sprintf("%s %s %g%% (%d objects)", p, t.Name, pct, sizes[i][j]))
+				}
+				start := time.Now()
+				res, err := Replay(t.Reqs, Options{Policy: p, Size: sizes[i][j], Trace: t.Name})
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
+				}
+				if res.RequestsPerSec > 0 {
+					secs += float64(res.Requests) / res.RequestsPerSec
+				} else {
+					secs += time.Since(start).Seconds()
+				}
+				reqs += res.Requests
+				rep.Set(p, t.Name+"_hit_ratio_"+PercentLabel(pct), res.HitRatio)
+				c.MissRatios = append(c.MissRatios, 1-res.HitRatio)
+				if res.Fallbacks > 0 {
+					rep.Note(fmt.Sprintf("%s on %s at %d objects needed the fallback %d times", p, t.Name, sizes[i][j], res.Fallbacks))
+				}
+			}
+			if secs > 0 {
+				rep.Set(p, t.Name+"_requests_per_sec", float64(reqs)/secs)
+			}
+			curves = append(curves, c)
+		}
+	}
+	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects); lfu samples 8 candidates and is not libCacheSim's exact LFU")
+	return rep, curves, nil
+}
+
+// PlotPaths names one PNG per trace from path: path itself for a single
+// trace, else path with -TRACE before its extension.
+func PlotPaths(path string, traces []string) []string {
+	if len(traces) == 1 {
+		return []string{path}
+	}
+	ext := filepath.Ext(path)
+	base := strings.TrimSuffix(path, ext)
+	if ext == "" {
+		ext = ".png"
+	}
+	out := make([]string, len(traces))
+	for i, t := range traces {
+		out[i] = base + "-" + t + ext
+	}
+	return out
+}
+
+// PlotCurves draws the miss-ratio curves, one PNG per trace (PlotPaths), and
+// returns the files written.
+func PlotCurves(path string, curves []Curve) ([]string, error) {
+	var traces []string
+	for _, c := range curves {
+		if !contains(traces, c.Trace) {
+			traces = append(traces, c.Trace)
+		}
+	}
+	paths := PlotPaths(path, traces)
+	for i, t := range traces {
+		var series []benchkit.Series
+		for _, c := range curves {
+			if c.Trace == t {
+				series = append(series, benchkit.Series{Name: c.Policy, X: c.Percents, Y: c.MissRatios})
+			}
+		}
+		if err := benchkit.LineChart(paths[i], "Miss ratio, "+t+" trace", "cache size (% of distinct objects)", "miss ratio", series); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
