@@ -7,7 +7,7 @@ pkgs=(
   clang-19 llvm-19 bpftool libbpf-dev   # BPF toolchain (make generate)
   iproute2 ethtool                      # namespaces, veth, offloads
   memcached                             # Kerby-KV source of truth
-  postgresql postgresql-contrib         # capture: server and pgbench
+  postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
 )
 

@@ -55,7 +55,7 @@ func planned(use, short, issue string) *cobra.Command {
 }
 
 func newCaptureCmd() *cobra.Command {
-	return planned("capture", "Capture TLS and plaintext database traffic through an accumulating channel", "#4")
+	return newCaptureRunCmd()
 }
 
 func newCacheCmd() *cobra.Command {

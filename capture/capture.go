@@ -1,0 +1,216 @@
+// Package capture is Cistern's query-capture agent: uprobes on libssl's
+// SSL_write/SSL_read (bpf/capture/tls.bpf.c) feed a target process's TLS
+// plaintext to the accumulating channel (package accum), and a protocol
+// parser turns the reassembled streams into query records.
+//
+// Only PostgreSQL over TLS (libssl.so.3) is captured so far; plaintext
+// sockets (syscall tracepoints) are not.
+package capture
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/accum"
+)
+
+// Protocol tags (the record's proto byte).
+const (
+	ProtoPostgres uint8 = 1
+)
+
+// Options of Open.
+type Options struct {
+	PID      int          // process whose TLS traffic is captured
+	Protocol string       // "postgres" (default)
+	Accum    accum.Config // channel sizes (zero: defaults)
+}
+
+// Capture is a loaded, attached capture of one process.
+type Capture struct {
+	Opt    Options
+	LibSSL string // the libssl attached to, as seen from here
+	Reader *accum.Reader
+	objs   tlsObjects
+	links  []link.Link
+	conns  map[uint64]*pgConn
+	clock  int64 // wall minus monotonic, ns
+}
+
+// FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
+// this mount namespace (through /proc/PID/root).
+func FindLibSSL(pid int) (string, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 {
+			continue
+		}
+		p := fields[5]
+		if strings.HasPrefix(filepath.Base(p), "libssl.so.3") {
+			return fmt.Sprintf("/proc/%d/root%s", pid, p), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("process %d has no libssl.so.3 mapped (not a TLS client or server, or statically linked)", pid)
+}
+
+// Open loads the capture programs and attaches them to opt.PID's libssl.
+func Open(opt Options) (*Capture, error) {
+	if opt.Protocol == "" {
+		opt.Protocol = "postgres"
+	}
+	if opt.Protocol != "postgres" {
+		return nil, fmt.Errorf("protocol %q: only postgres is supported", opt.Protocol)
+	}
+	if opt.PID <= 0 {
+		return nil, fmt.Errorf("pid %d: want a process id", opt.PID)
+	}
+	lib, err := FindLibSSL(opt.PID)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := loadTls()
+	if err != nil {
+		return nil, err
+	}
+	if err := opt.Accum.Apply(spec); err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+		return nil, err
+	}
+	c := &Capture{Opt: opt, LibSSL: lib, conns: map[uint64]*pgConn{}, clock: clockOffset()}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		return nil, fmt.Errorf("load capture programs: %w", err)
+	}
+	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": c.objs.AccumStart}}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	ex, err := link.OpenExecutable(lib)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	uo := &link.UprobeOptions{PID: opt.PID}
+	for _, a := range []struct {
+		sym      string
+		prog     *ebpf.Program
+		ret      bool
+		optional bool
+	}{
+		{"SSL_write", c.objs.CapSslWrite, false, false},
+		{"SSL_write", c.objs.CapSslWriteRet, true, false},
+		{"SSL_read", c.objs.CapSslRead, false, false},
+		{"SSL_read", c.objs.CapSslReadRet, true, false},
+		{"SSL_write_ex", c.objs.CapSslWriteEx, false, true},
+		{"SSL_write_ex", c.objs.CapSslWriteRet, true, true},
+		{"SSL_read_ex", c.objs.CapSslReadEx, false, true},
+		{"SSL_read_ex", c.objs.CapSslReadRet, true, true},
+		{"SSL_free", c.objs.CapSslFree, false, true},
+	} {
+		var l link.Link
+		if a.ret {
+			l, err = ex.Uretprobe(a.sym, a.prog, uo)
+		} else {
+			l, err = ex.Uprobe(a.sym, a.prog, uo)
+		}
+		if err != nil {
+			if a.optional && errors.Is(err, link.ErrNoSymbol) {
+				continue
+			}
+			c.Close()
+			return nil, fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
+		}
+		c.links = append(c.links, l)
+	}
+	if c.Reader, err = accum.NewReader(c.objs.AccumRing); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func clockOffset() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Now().UnixNano() - ts.Nano()
+}
+
+// Next waits up to timeout for channel records and returns the queries they
+// completed (possibly none). os.ErrDeadlineExceeded: nothing arrived.
+func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
+	gaps := len(c.Reader.Streams.Gaps)
+	rec, err := c.Reader.Read(timeout)
+	if err != nil {
+		return nil, err
+	}
+	gap := len(c.Reader.Streams.Gaps) > gaps
+	// The parser consumes the segments itself: keep only the sequence
+	// bookkeeping in the Reassembler, not an ever-growing copy of the stream.
+	s := c.Reader.Streams.Streams[rec.ConnID]
+	if s != nil {
+		s.Data[0], s.Data[1] = nil, nil
+	}
+	pc := c.conns[rec.ConnID]
+	if pc == nil {
+		pc = newPGConn(rec.ConnID)
+		c.conns[rec.ConnID] = pc
+	}
+	if gap {
+		pc.lost()
+	}
+	var out []Query
+	for i, seg := range rec.Segments {
+		ft := fragTimes{first: rec.FirstNS, last: rec.LastNS, opens: i == 0, closes: i == len(rec.Segments)-1}
+		out = append(out, pc.feed(seg.Dir, seg.Data, ft, rec.PID)...)
+	}
+	if rec.Flags&accum.FlagClose != 0 {
+		out = append(out, pc.close()...)
+		delete(c.conns, rec.ConnID)
+		c.Reader.Streams.Take(rec.ConnID)
+	}
+	for i := range out {
+		out[i].Time = time.Unix(0, int64(out[i].startNS)+c.clock)
+	}
+	return out, nil
+}
+
+// Stats reads the channel's counters.
+func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.objs.AccumStats) }
+
+// Gaps are the losses the reader saw (sequence gaps).
+func (c *Capture) Gaps() []accum.Gap { return c.Reader.Streams.Gaps }
+
+// Close detaches and unloads everything.
+func (c *Capture) Close() error {
+	for _, l := range c.links {
+		l.Close()
+	}
+	c.links = nil
+	var err error
+	if c.Reader != nil {
+		err = c.Reader.Close()
+	}
+	if e := c.objs.Close(); err == nil {
+		err = e
+	}
+	return err
+}

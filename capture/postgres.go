@@ -1,0 +1,314 @@
+package capture
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/accum"
+)
+
+// Query is one statement seen on a connection and its outcome.
+type Query struct {
+	Time      time.Time `json:"ts"`
+	PID       uint32    `json:"pid"`
+	ConnID    uint64    `json:"conn"`
+	Protocol  string    `json:"protocol"`
+	Query     string    `json:"query"`
+	LatencyUS float64   `json:"latency_us"`
+	// LatencyExact: the query's first byte opened its batch and the answer's
+	// last byte closed one, so the batch timestamps are the fragments' own.
+	// Otherwise LatencyUS is an upper bound (batch granularity).
+	LatencyExact bool   `json:"latency_exact"`
+	Rows         int64  `json:"rows"`
+	Error        string `json:"error,omitempty"`
+
+	startNS  uint64
+	startOK  bool
+	done     bool // extended: its result is complete
+	extended bool
+	dataRows int64
+	tagRows  int64
+	hasTag   bool
+}
+
+// Untyped frontend messages (length, then this code) at a stream's start.
+const (
+	pgProtocol3  = 196608
+	pgSSLRequest = 80877103
+	pgGSSENC     = 80877104
+	pgCancel     = 80877102
+	pgMaxMessage = 1 << 30
+)
+
+// pgConn parses one connection's PostgreSQL protocol as seen by a client
+// (write: frontend messages, read: backend messages) or a server (the
+// reverse: detected from the first message's direction).
+type pgConn struct {
+	id       uint64
+	buf      [2][]byte
+	started  [2]bool // past the untyped startup messages
+	headOK   [2]bool // the first buffered message's first byte opened a batch
+	frontDir accum.Direction
+	known    bool              // frontDir decided
+	stmts    map[string]string // prepared statement -> text
+	portals  map[string]string // portal -> text
+	pending  []*Query
+	skipping [2]bool // after a loss: drop bytes until a plausible message
+	pid      uint32
+	extOpen  bool   // an extended-protocol exchange is open (until Sync)
+	extNS    uint64 // when its first message was sent: its Executes started there
+	extOK    bool
+}
+
+func newPGConn(id uint64) *pgConn {
+	return &pgConn{id: id, stmts: map[string]string{}, portals: map[string]string{}}
+}
+
+// lost drops what a gap made unparseable.
+func (p *pgConn) lost() {
+	p.buf[0], p.buf[1] = nil, nil
+	p.skipping = [2]bool{true, true}
+	for _, q := range p.pending {
+		q.Error = "capture lost part of the exchange"
+	}
+}
+
+func isFrontendType(t byte) bool { return strings.IndexByte("QPBEDCSHXFdcfp", t) >= 0 }
+func isBackendType(t byte) bool  { return strings.IndexByte("RSKZTDCEINnt12s3AGHWdcv", t) >= 0 }
+
+// fragTimes are the timestamps of the batch a fragment came in: first is
+// exact for the batch's first byte, last for its last byte.
+type fragTimes struct {
+	first, last   uint64
+	opens, closes bool // the fragment is the batch's first / last segment
+}
+
+// feed parses the bytes b of direction dir that arrived in a batch with
+// times ft and returns the queries they completed.
+func (p *pgConn) feed(dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query {
+	p.pid = pid
+	d := dir & 1
+	if p.skipping[d] {
+		// Resynchronise at a fragment that starts like a message.
+		if len(b) < 5 || !(isFrontendType(b[0]) || isBackendType(b[0])) {
+			return nil
+		}
+		p.skipping[d] = false
+	}
+	if len(p.buf[d]) == 0 {
+		p.headOK[d] = ft.opens // the next message's first byte begins a batch
+	}
+	p.buf[d] = append(p.buf[d], b...)
+	var out []Query
+	for {
+		m := p.buf[d]
+		if !p.started[d] {
+			// Startup-phase untyped messages: int32 length, int32 code.
+			if len(m) < 8 {
+				return out
+			}
+			if m[0] == 0 {
+				n := int(binary.BigEndian.Uint32(m))
+				code := binary.BigEndian.Uint32(m[4:])
+				if code == pgProtocol3 || code == pgSSLRequest || code == pgGSSENC || code == pgCancel {
+					if !p.known {
+						p.frontDir, p.known = dir, true
+					}
+					if n < 8 || n > len(m) {
+						if n < 8 || n > pgMaxMessage {
+							p.lost()
+						}
+						return out
+					}
+					p.buf[d] = m[n:]
+					p.headOK[d] = false
+					continue
+				}
+			}
+			p.started[d] = true
+		}
+		if len(m) < 5 {
+			return out
+		}
+		n := int(binary.BigEndian.Uint32(m[1:]))
+		if n < 4 || n > pgMaxMessage {
+			p.lost()
+			return out
+		}
+		if len(m) < 1+n {
+			return out
+		}
+		typ, body := m[0], m[5:1+n]
+		p.buf[d] = m[1+n:]
+		atStart := p.headOK[d]
+		p.headOK[d] = false
+		if !p.known {
+			// A client writes queries first; a server reads them first.
+			p.frontDir, p.known = dir, true
+			if !isFrontendType(typ) || (isBackendType(typ) && typ != 'Q' && typ != 'P') {
+				p.frontDir = dir ^ 1
+			}
+		}
+		if dir == p.frontDir {
+			p.frontend(typ, body, ft.first, atStart)
+		} else {
+			out = append(out, p.backend(typ, body, ft.last, ft.closes && len(p.buf[d]) == 0)...)
+		}
+	}
+}
+
+func cstring(b []byte) (string, []byte) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return string(b), nil
+	}
+	return string(b[:i]), b[i+1:]
+}
+
+func (p *pgConn) frontend(typ byte, body []byte, ts uint64, exact bool) {
+	if !p.extOpen && strings.IndexByte("PBDE", typ) >= 0 {
+		p.extOpen, p.extNS, p.extOK = true, ts, exact
+	}
+	switch typ {
+	case 'S':
+		p.extOpen = false
+	case 'Q':
+		q, _ := cstring(body)
+		p.pending = append(p.pending, &Query{Query: q, startNS: ts, startOK: exact})
+	case 'P':
+		name, rest := cstring(body)
+		q, _ := cstring(rest)
+		p.stmts[name] = q
+	case 'B':
+		portal, rest := cstring(body)
+		stmt, _ := cstring(rest)
+		p.portals[portal] = p.stmts[stmt]
+	case 'E':
+		portal, _ := cstring(body)
+		p.pending = append(p.pending, &Query{Query: p.portals[portal], startNS: p.extNS, startOK: p.extOK, extended: true})
+	case 'C': // Close statement or portal
+		if len(body) > 1 {
+			name, _ := cstring(body[1:])
+			if body[0] == 'S' {
+				delete(p.stmts, name)
+			} else {
+				delete(p.portals, name)
+			}
+		}
+	}
+}
+
+func (p *pgConn) finish(q *Query, ts uint64, exact bool) Query {
+	r := *q
+	r.LatencyExact = r.startOK && exact
+	r.PID, r.ConnID, r.Protocol = p.pid, p.id, "postgres"
+	if ts > r.startNS {
+		r.LatencyUS = float64(ts-r.startNS) / 1e3
+	}
+	r.Rows = r.dataRows
+	if r.hasTag && r.dataRows == 0 {
+		r.Rows = r.tagRows
+	}
+	return r
+}
+
+func (p *pgConn) backend(typ byte, body []byte, ts uint64, exact bool) []Query {
+	// The query answered now: the first one not done. Extended-protocol
+	// queries are done at CommandComplete but, like simple ones, end at
+	// ReadyForQuery (the answer's last byte).
+	var head *Query
+	for _, q := range p.pending {
+		if !q.done {
+			head = q
+			break
+		}
+	}
+	switch typ {
+	case 'D':
+		if head != nil {
+			head.dataRows++
+		}
+	case 'C':
+		if head == nil {
+			return nil
+		}
+		tag, _ := cstring(body)
+		if f := strings.Fields(tag); len(f) > 0 {
+			if n, err := strconv.ParseInt(f[len(f)-1], 10, 64); err == nil {
+				head.tagRows += n
+				head.hasTag = true
+			}
+		}
+		head.done = head.extended
+	case 'I', 's':
+		if head != nil {
+			head.done = head.extended
+		}
+	case 'E':
+		if head == nil {
+			return nil
+		}
+		head.Error = pgError(body)
+		if head.extended {
+			// The server skips the rest up to Sync: those never ran.
+			head.done = true
+			kept := p.pending[:0]
+			for _, q := range p.pending {
+				if q.done || !q.extended {
+					kept = append(kept, q)
+				}
+			}
+			p.pending = kept
+		}
+	case 'Z':
+		var out []Query
+		for len(p.pending) > 0 {
+			q := p.pending[0]
+			if q.extended && !q.done {
+				break // its Sync is still to come
+			}
+			p.pending = p.pending[1:]
+			out = append(out, p.finish(q, ts, exact))
+			if !q.extended {
+				break // one ReadyForQuery per simple Query
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// pgError renders an ErrorResponse as "SEVERITY CODE: message".
+func pgError(b []byte) string {
+	var sev, code, msg string
+	for len(b) > 0 && b[0] != 0 {
+		t := b[0]
+		var v string
+		v, b = cstring(b[1:])
+		switch t {
+		case 'S':
+			sev = v
+		case 'C':
+			code = v
+		case 'M':
+			msg = v
+		}
+	}
+	return strings.TrimSpace(sev + " " + code + ": " + msg)
+}
+
+// close ends the connection: queries still waiting never got an answer.
+func (p *pgConn) close() []Query {
+	var out []Query
+	for _, q := range p.pending {
+		if q.Error == "" {
+			q.Error = "connection closed before the answer"
+		}
+		out = append(out, p.finish(q, q.startNS, false))
+	}
+	p.pending = nil
+	return out
+}

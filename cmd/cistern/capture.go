@@ -1,0 +1,157 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/accum"
+	"github.com/cistern-ebpf/cistern/capture"
+	"github.com/cistern-ebpf/cistern/internal/cli"
+)
+
+func newCaptureRunCmd() *cobra.Command {
+	var (
+		pid      int
+		protocol string
+		format   string
+		duration time.Duration
+		flush    uint32
+		latency  time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "capture --pid P [--protocol postgres] [--format table|json] [--duration D]",
+		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
+		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
+(SSL_write, SSL_read and their _ex forms, SSL_free), batches the plaintext per
+connection in the kernel (the accumulating channel), and prints one record per
+PostgreSQL query: time, pid, query text, latency, rows, error. Latency is
+measured at batch granularity: latency_exact says whether the query opened
+its batch and its answer closed one; otherwise it is an upper bound.
+On exit (--duration, Ctrl-C) it prints the channel's loss counters.
+Only TLS traffic through libssl is captured so far (not plaintext sockets).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pid <= 0 {
+				return cli.Usagef("--pid is required")
+			}
+			if protocol != "postgres" {
+				return cli.Usagef("--protocol %q: only postgres is supported", protocol)
+			}
+			if format != "table" && format != "json" {
+				return cli.Usagef("--format %q: want table or json", format)
+			}
+			cfg := accum.Config{FlushSize: flush, Latency: latency}
+			if err := cfg.Validate(); err != nil {
+				return cli.UsageError{Err: err}
+			}
+			if err := cli.RequireRoot("cistern capture"); err != nil {
+				return err
+			}
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+				return cli.Usagef("--pid %d: no such process", pid)
+			}
+			cp, err := capture.Open(capture.Options{PID: pid, Protocol: protocol, Accum: cfg})
+			if err != nil {
+				return err
+			}
+			defer cp.Close()
+			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of pid %d through %s\n", protocol, pid, cp.LibSSL)
+			return runCapture(cmd.OutOrStdout(), cmd.ErrOrStderr(), cp, format, duration)
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&pid, "pid", 0, "process to capture (its libssl.so.3)")
+	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse (postgres)")
+	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
+	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
+	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
+	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
+	return c
+}
+
+func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, duration time.Duration) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	var end <-chan time.Time
+	if duration > 0 {
+		t := time.NewTimer(duration)
+		defer t.Stop()
+		end = t.C
+	}
+	var tw *tabwriter.Writer
+	if format == "table" {
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tPID\tLATENCY_US\tROWS\tQUERY\tERROR")
+		tw.Flush()
+	}
+	enc := json.NewEncoder(out)
+	n := 0
+	gone := false
+loop:
+	for {
+		select {
+		case <-sig:
+			break loop
+		case <-end:
+			break loop
+		default:
+		}
+		qs, err := cp.Next(200 * time.Millisecond)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cp.Opt.PID)); err != nil {
+				if gone { // one more idle round after the exit: drained
+					break loop
+				}
+				gone = true
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			n++
+			if tw == nil {
+				if err := enc.Encode(q); err != nil {
+					return err
+				}
+				continue
+			}
+			lat := fmt.Sprintf("%.0f", q.LatencyUS)
+			if !q.LatencyExact {
+				lat = "<=" + lat
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", q.Time.Format("15:04:05.000000"), q.PID, lat, q.Rows,
+				oneLine(q.Query), q.Error)
+			tw.Flush()
+		}
+	}
+	st, err := cp.Stats()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
+		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps\n",
+		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
+		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()))
+	return nil
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
