@@ -1,0 +1,98 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/accum"
+)
+
+// PsqlRun is what CapturePsql saw.
+type PsqlRun struct {
+	Queries []Query
+	Stats   accum.Stats
+	Gaps    []accum.Gap
+	Output  string // psql's own output
+}
+
+// CapturePsql starts psql (path) on conninfo, attaches a capture to it once
+// it has mapped libssl, sends the statements one per line, and collects the
+// captured queries until psql has exited and the channel is idle. Tests,
+// the demo and benchmarks share it.
+func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*PsqlRun, error) {
+	psql := exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo)
+	stdin, err := psql.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	var out strings.Builder
+	psql.Stdout, psql.Stderr = &out, &out
+	if err := psql.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { psql.Process.Kill(); psql.Wait() }()
+
+	// psql links libpq, which links libssl: wait for the loader to map it.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err = FindLibSSL(psql.Process.Pid); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("psql never mapped libssl: %v (output %q)", err, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	opt.PID = psql.Process.Pid
+	c, err := Open(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+
+	go func() {
+		for _, s := range statements {
+			if _, err := io.WriteString(stdin, s+"\n"); err != nil {
+				break
+			}
+		}
+		stdin.Close()
+	}()
+
+	run := &PsqlRun{}
+	done := make(chan error, 1)
+	go func() { done <- psql.Wait() }()
+	exited := false
+	for idle := time.Now(); time.Since(idle) < 2*time.Second; {
+		qs, err := c.Next(100 * time.Millisecond)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if !exited {
+				select {
+				case <-done:
+					exited = true
+					idle = time.Now()
+				default:
+				}
+			}
+			if exited && len(run.Queries) >= len(statements) {
+				break
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		run.Queries = append(run.Queries, qs...)
+		idle = time.Now()
+	}
+	if run.Stats, err = c.Stats(); err != nil {
+		return nil, err
+	}
+	run.Gaps = c.Gaps()
+	run.Output = out.String()
+	return run, nil
+}
