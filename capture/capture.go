@@ -1,16 +1,18 @@
 // Package capture is Cistern's query-capture agent: uprobes on libssl's
 // SSL_write/SSL_read (bpf/capture/tls.bpf.c) feed a target process's TLS
-// plaintext to the accumulating channel (package accum), and a protocol
-// parser turns the reassembled streams into query records.
+// plaintext to the accumulating channel (package accum), or syscall
+// tracepoints on write/read/sendto/recvfrom/sendmsg/recvmsg of its TCP/UDP
+// sockets (bpf/capture/plain.bpf.c) feed its unencrypted traffic, and a
+// protocol parser turns the reassembled streams into query records.
 //
-// Only PostgreSQL over TLS (libssl.so.3) is captured so far; plaintext
-// sockets (syscall tracepoints) are not.
+// Only PostgreSQL is parsed so far.
 package capture
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,22 +30,32 @@ const (
 	ProtoPostgres uint8 = 1
 )
 
+// Transports of Options.Transport.
+const (
+	TransportAuto  = "auto"  // tls if the process maps libssl.so.3, else plain
+	TransportTLS   = "tls"   // uprobes on libssl
+	TransportPlain = "plain" // syscall tracepoints on TCP/UDP sockets
+)
+
 // Options of Open.
 type Options struct {
-	PID      int          // process whose TLS traffic is captured
-	Protocol string       // "postgres" (default)
-	Accum    accum.Config // channel sizes (zero: defaults)
+	PID       int          // process whose traffic is captured
+	Protocol  string       // "postgres" (default)
+	Transport string       // TransportAuto (default), TransportTLS or TransportPlain
+	Accum     accum.Config // channel sizes (zero: defaults)
 }
 
 // Capture is a loaded, attached capture of one process.
 type Capture struct {
-	Opt    Options
-	LibSSL string // the libssl attached to, as seen from here
-	Reader *accum.Reader
-	objs   tlsObjects
-	links  []link.Link
-	conns  map[uint64]*pgConn
-	clock  int64 // wall minus monotonic, ns
+	Opt       Options
+	Transport string // what was attached: TransportTLS or TransportPlain
+	LibSSL    string // the libssl attached to, as seen from here (tls)
+	Reader    *accum.Reader
+	objs      io.Closer
+	stats     *ebpf.Map
+	links     []link.Link
+	conns     map[uint64]*pgConn
+	clock     int64 // wall minus monotonic, ns
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -71,7 +83,10 @@ func FindLibSSL(pid int) (string, error) {
 	return "", fmt.Errorf("process %d has no libssl.so.3 mapped (not a TLS client or server, or statically linked)", pid)
 }
 
-// Open loads the capture programs and attaches them to opt.PID's libssl.
+// Open loads the capture programs and attaches them to opt.PID: to its libssl
+// (transport tls) or to the socket syscalls it makes (transport plain). Auto
+// picks tls when the process maps libssl.so.3: a process that maps it but
+// talks plaintext (psql with sslmode=disable) needs TransportPlain.
 func Open(opt Options) (*Capture, error) {
 	if opt.Protocol == "" {
 		opt.Protocol = "postgres"
@@ -82,32 +97,123 @@ func Open(opt Options) (*Capture, error) {
 	if opt.PID <= 0 {
 		return nil, fmt.Errorf("pid %d: want a process id", opt.PID)
 	}
-	lib, err := FindLibSSL(opt.PID)
+	if opt.Transport == "" {
+		opt.Transport = TransportAuto
+	}
+	c := &Capture{Opt: opt, conns: map[uint64]*pgConn{}, clock: clockOffset()}
+	var err error
+	switch opt.Transport {
+	case TransportAuto:
+		if _, e := FindLibSSL(opt.PID); e == nil {
+			err = c.openTLS()
+		} else {
+			err = c.openPlain()
+		}
+	case TransportTLS:
+		err = c.openTLS()
+	case TransportPlain:
+		err = c.openPlain()
+	default:
+		return nil, fmt.Errorf("transport %q: want auto, tls or plain", opt.Transport)
+	}
 	if err != nil {
 		return nil, err
 	}
-	spec, err := loadTls()
+	return c, nil
+}
+
+func (c *Capture) openPlain() (err error) {
+	c.Transport = TransportPlain
+	spec, err := loadPlain()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := opt.Accum.Apply(spec); err != nil {
-		return nil, err
+	if err := c.Opt.Accum.Apply(spec); err != nil {
+		return err
 	}
 	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
-		return nil, err
+		return err
 	}
-	c := &Capture{Opt: opt, LibSSL: lib, conns: map[uint64]*pgConn{}, clock: clockOffset()}
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return nil, fmt.Errorf("load capture programs: %w", err)
+	if err := spec.Variables["cap_tgid"].Set(uint32(c.Opt.PID)); err != nil {
+		return err
 	}
-	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": c.objs.AccumStart}}); err != nil {
-		c.Close()
-		return nil, err
+	var objs plainObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("load capture programs: %w", err)
+	}
+	c.objs, c.stats = &objs, objs.AccumStats
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
+		return err
+	}
+	// Exits first: an entry recorded before its exit program is attached
+	// would only linger until the thread's next call.
+	for _, a := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sys_exit_write", objs.CapExitIo},
+		{"sys_exit_read", objs.CapExitIo},
+		{"sys_exit_sendto", objs.CapExitIo},
+		{"sys_exit_recvfrom", objs.CapExitIo},
+		{"sys_exit_sendmsg", objs.CapExitIo},
+		{"sys_exit_recvmsg", objs.CapExitIo},
+		{"sys_enter_close", objs.CapClose},
+		{"sys_enter_write", objs.CapEnterWrite},
+		{"sys_enter_read", objs.CapEnterRead},
+		{"sys_enter_sendto", objs.CapEnterSendto},
+		{"sys_enter_recvfrom", objs.CapEnterRecvfrom},
+		{"sys_enter_sendmsg", objs.CapEnterSendmsg},
+		{"sys_enter_recvmsg", objs.CapEnterRecvmsg},
+	} {
+		l, err := link.Tracepoint("syscalls", a.name, a.prog, nil)
+		if err != nil {
+			return fmt.Errorf("attach tracepoint syscalls/%s: %w", a.name, err)
+		}
+		c.links = append(c.links, l)
+	}
+	c.Reader, err = accum.NewReader(objs.AccumRing)
+	return err
+}
+
+func (c *Capture) openTLS() (err error) {
+	c.Transport = TransportTLS
+	opt := c.Opt
+	lib, err := FindLibSSL(opt.PID)
+	if err != nil {
+		return err
+	}
+	c.LibSSL = lib
+	spec, err := loadTls()
+	if err != nil {
+		return err
+	}
+	if err := opt.Accum.Apply(spec); err != nil {
+		return err
+	}
+	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+		return err
+	}
+	var objs tlsObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("load capture programs: %w", err)
+	}
+	c.objs, c.stats = &objs, objs.AccumStats
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
+		return err
 	}
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
-		c.Close()
-		return nil, err
+		return err
 	}
 	uo := &link.UprobeOptions{PID: opt.PID}
 	for _, a := range []struct {
@@ -116,15 +222,15 @@ func Open(opt Options) (*Capture, error) {
 		ret      bool
 		optional bool
 	}{
-		{"SSL_write", c.objs.CapSslWrite, false, false},
-		{"SSL_write", c.objs.CapSslWriteRet, true, false},
-		{"SSL_read", c.objs.CapSslRead, false, false},
-		{"SSL_read", c.objs.CapSslReadRet, true, false},
-		{"SSL_write_ex", c.objs.CapSslWriteEx, false, true},
-		{"SSL_write_ex", c.objs.CapSslWriteRet, true, true},
-		{"SSL_read_ex", c.objs.CapSslReadEx, false, true},
-		{"SSL_read_ex", c.objs.CapSslReadRet, true, true},
-		{"SSL_free", c.objs.CapSslFree, false, true},
+		{"SSL_write", objs.CapSslWrite, false, false},
+		{"SSL_write", objs.CapSslWriteRet, true, false},
+		{"SSL_read", objs.CapSslRead, false, false},
+		{"SSL_read", objs.CapSslReadRet, true, false},
+		{"SSL_write_ex", objs.CapSslWriteEx, false, true},
+		{"SSL_write_ex", objs.CapSslWriteRet, true, true},
+		{"SSL_read_ex", objs.CapSslReadEx, false, true},
+		{"SSL_read_ex", objs.CapSslReadRet, true, true},
+		{"SSL_free", objs.CapSslFree, false, true},
 	} {
 		var l link.Link
 		if a.ret {
@@ -136,16 +242,12 @@ func Open(opt Options) (*Capture, error) {
 			if a.optional && errors.Is(err, link.ErrNoSymbol) {
 				continue
 			}
-			c.Close()
-			return nil, fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
+			return fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
 		}
 		c.links = append(c.links, l)
 	}
-	if c.Reader, err = accum.NewReader(c.objs.AccumRing); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	c.Reader, err = accum.NewReader(objs.AccumRing)
+	return err
 }
 
 func clockOffset() int64 {
@@ -194,7 +296,7 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 }
 
 // Stats reads the channel's counters.
-func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.objs.AccumStats) }
+func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
 
 // Gaps are the losses the reader saw (sequence gaps).
 func (c *Capture) Gaps() []accum.Gap { return c.Reader.Streams.Gaps }
@@ -209,8 +311,11 @@ func (c *Capture) Close() error {
 	if c.Reader != nil {
 		err = c.Reader.Close()
 	}
-	if e := c.objs.Close(); err == nil {
-		err = e
+	if c.objs != nil {
+		if e := c.objs.Close(); err == nil {
+			err = e
+		}
+		c.objs = nil
 	}
 	return err
 }

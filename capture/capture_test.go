@@ -21,7 +21,19 @@ func TestCapturePsqlOverTLS(t *testing.T) {
 	}
 	t.Cleanup(tc.Remove)
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54347, Conf: tc.PostgresConf()})
+	checkCapturePsql(t, pg, "sslmode=require", Options{})
+}
 
+// TestCapturePsqlPlain runs psql without TLS against a PostgreSQL without
+// TLS and captures it through the socket-syscall tracepoints.
+func TestCapturePsqlPlain(t *testing.T) {
+	testenv.RequireRoot(t)
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54348})
+	checkCapturePsql(t, pg, "sslmode=disable", Options{Transport: TransportPlain})
+}
+
+func checkCapturePsql(t *testing.T, pg *servers.Postgres, sslmode string, opt Options) {
+	t.Helper()
 	issued := []string{
 		"SELECT 1 AS one;",
 		"SELECT generate_series(1, 5);",
@@ -31,7 +43,7 @@ func TestCapturePsqlOverTLS(t *testing.T) {
 		"SELECT b FROM capture_t WHERE a >= 2 ORDER BY a;",
 	}
 	run, err := CapturePsql(pg.Bin("psql"),
-		fmt.Sprintf("sslmode=require host=127.0.0.1 port=%d user=postgres dbname=postgres", pg.Opt.Port), issued, Options{})
+		fmt.Sprintf("%s host=127.0.0.1 port=%d user=postgres dbname=postgres", sslmode, pg.Opt.Port), issued, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

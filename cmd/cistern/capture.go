@@ -21,24 +21,29 @@ import (
 
 func newCaptureRunCmd() *cobra.Command {
 	var (
-		pid      int
-		protocol string
-		format   string
-		duration time.Duration
-		flush    uint32
-		latency  time.Duration
+		pid       int
+		protocol  string
+		transport string
+		format    string
+		duration  time.Duration
+		flush     uint32
+		latency   time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "capture --pid P [--protocol postgres] [--format table|json] [--duration D]",
+		Use:   "capture --pid P [--transport auto|tls|plain] [--protocol postgres] [--format table|json] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
-(SSL_write, SSL_read and their _ex forms, SSL_free), batches the plaintext per
-connection in the kernel (the accumulating channel), and prints one record per
+(SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
+tracepoints on the write/read/sendto/recvfrom/sendmsg/recvmsg syscalls P makes
+on TCP/UDP sockets (and close) with --transport plain; auto (the default)
+picks tls when P maps libssl.so.3, else plain, so a libssl-linked client
+talking plaintext (psql sslmode=disable) needs --transport plain. It batches
+the bytes per connection in the kernel (the accumulating channel), and prints one record per
 PostgreSQL query: time, pid, query text, latency, rows, error. Latency is
 measured at batch granularity: latency_exact says whether the query opened
 its batch and its answer closed one; otherwise it is an upper bound.
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.
-Only TLS traffic through libssl is captured so far (not plaintext sockets).`,
+Only the process P itself is captured (not its children).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pid <= 0 {
@@ -46,6 +51,11 @@ Only TLS traffic through libssl is captured so far (not plaintext sockets).`,
 			}
 			if protocol != "postgres" {
 				return cli.Usagef("--protocol %q: only postgres is supported", protocol)
+			}
+			switch transport {
+			case capture.TransportAuto, capture.TransportTLS, capture.TransportPlain:
+			default:
+				return cli.Usagef("--transport %q: want auto, tls or plain", transport)
 			}
 			if format != "table" && format != "json" {
 				return cli.Usagef("--format %q: want table or json", format)
@@ -60,17 +70,22 @@ Only TLS traffic through libssl is captured so far (not plaintext sockets).`,
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 				return cli.Usagef("--pid %d: no such process", pid)
 			}
-			cp, err := capture.Open(capture.Options{PID: pid, Protocol: protocol, Accum: cfg})
+			cp, err := capture.Open(capture.Options{PID: pid, Protocol: protocol, Transport: transport, Accum: cfg})
 			if err != nil {
 				return err
 			}
 			defer cp.Close()
-			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of pid %d through %s\n", protocol, pid, cp.LibSSL)
+			via := cp.LibSSL
+			if cp.Transport == capture.TransportPlain {
+				via = "socket syscalls (plaintext)"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of pid %d through %s\n", protocol, pid, via)
 			return runCapture(cmd.OutOrStdout(), cmd.ErrOrStderr(), cp, format, duration)
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&pid, "pid", 0, "process to capture (its libssl.so.3)")
+	f.IntVar(&pid, "pid", 0, "process to capture")
+	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
 	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse (postgres)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
