@@ -17,7 +17,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	return group("bench", "Benchmarks: print a table, write JSON, draw a PNG",
 		newBenchKVCmd(),
-		planned("capture", "Accumulated against naive capture", "#4"),
+		newBenchCaptureCmd(),
 		newBenchCacheCmd(),
 		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
 		planned("cbuf", "CBUF against pipes, sockets and iceoryx2", "#7"),

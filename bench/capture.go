@@ -1,0 +1,530 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/accum"
+	"github.com/cistern-ebpf/cistern/capture"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/servers"
+)
+
+// CaptureOptions configure the capture benchmark.
+type CaptureOptions struct {
+	Quick    bool
+	Duration time.Duration // pgbench -T per mode (default 15s; quick 5s)
+	Clients  int           // pgbench -c (default 2; -j the same)
+	Modes    []string      // subset of untraced, naive, accumulated, naive_4m, accumulated_4m, bpftrace
+	Port     int           // PostgreSQL port (default 54339)
+	PlotPath string
+	Progress func(step string)
+}
+
+// CaptureModes are the modes, in order. The plain names use a 256 KiB ring.
+var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace"}
+
+func (o *CaptureOptions) defaults() {
+	if o.Duration == 0 {
+		o.Duration = 15 * time.Second
+		if o.Quick {
+			o.Duration = 5 * time.Second
+		}
+	}
+	if o.Clients == 0 {
+		o.Clients = 2
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = CaptureModes
+	}
+	if o.Port == 0 {
+		o.Port = 54339
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// benchQuery tells pgbench -S's own statement from its setup queries.
+func benchQuery(q string) bool { return strings.Contains(q, "FROM pgbench_accounts WHERE aid") }
+
+type captureResult struct {
+	sent, tps            float64
+	captured             float64
+	lostEvents, lostByte float64
+	ringPer, eventsPS    float64
+	cpuPct               float64
+	ok                   bool // the tracer ran (bpftrace may be missing)
+}
+
+// Capture runs the capture benchmark and returns its report.
+func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) {
+	opt.defaults()
+	rep := benchkit.New("capture", opt.Quick)
+	rep.SetConfig("workload", "pgbench -S (select-only, simple protocol), scale 1, TLS on loopback")
+	rep.SetConfig("seconds_per_mode", opt.Duration.Seconds())
+	rep.SetConfig("clients", opt.Clients)
+	rep.SetConfig("ring_bytes", map[string]int{"default": 256 << 10, "_4m": 4 << 20})
+	rep.SetConfig("naive_record_bytes", capture.NaiveRecordSize)
+
+	opt.Progress("certificate and PostgreSQL")
+	cert, err := servers.NewTLSCert()
+	if err != nil {
+		return nil, err
+	}
+	defer cert.Remove()
+	pg, err := servers.StartPostgres(servers.PostgresOptions{Port: opt.Port, Conf: cert.PostgresConf()})
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop()
+	opt.Progress("pgbench -i -s 1")
+	init := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-i", "-s", "1", "-q")...)
+	init.Env = append(os.Environ(), "PGSSLMODE=require")
+	if out, err := init.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
+	}
+
+	res := map[string]captureResult{}
+	for _, mode := range opt.Modes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		opt.Progress("mode " + mode)
+		r, err := runCaptureMode(ctx, pg, mode, opt)
+		if err != nil {
+			return nil, fmt.Errorf("mode %s: %w", mode, err)
+		}
+		res[mode] = r
+	}
+	base := res["untraced"].tps
+	for _, mode := range opt.Modes {
+		r := res[mode]
+		if !r.ok {
+			continue
+		}
+		rep.Set(mode, "tps", r.tps)
+		rep.Set(mode, "queries_sent", r.sent)
+		if mode != "untraced" && mode != "bpftrace" {
+			rep.Set(mode, "queries_captured", r.captured)
+			rep.Set(mode, "lost_events", r.lostEvents)
+			rep.Set(mode, "lost_bytes", r.lostByte)
+			rep.Set(mode, "ring_bytes_per_payload_byte", r.ringPer)
+			rep.Set(mode, "events_per_sec", r.eventsPS)
+			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+		}
+		if mode == "bpftrace" {
+			rep.Set(mode, "events_per_sec", r.eventsPS)
+			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+		}
+		if base > 0 {
+			rep.Set(mode, "probe_effect_pct", (base-r.tps)/base*100)
+		}
+	}
+	get := func(mode, k string) (float64, bool) {
+		v, ok := rep.Get(mode, k)
+		f, _ := v.(float64)
+		return f, ok
+	}
+	if a, ok := res["accumulated"]; ok && a.ok {
+		rep.Target("accumulated queries_captured == queries_sent", a.captured, "==", a.sent)
+		rep.Target("accumulated lost_events", a.lostEvents, "==", 0)
+		rep.Target("accumulated ring_bytes_per_payload_byte", a.ringPer, "<=", 1.2)
+		if n, ok := res["naive"]; ok && n.ok {
+			// Loss or ≥ 10 ring bytes per payload byte: one number that is
+			// ≥ 10 when either holds.
+			v := n.ringPer
+			if n.lostEvents > 0 {
+				v = max(v, 10)
+			}
+			rep.Target("naive lost_events > 0 or ring_bytes_per_payload_byte >= 10", v, ">=", 10)
+			rep.Target("accumulated agent_cpu_pct <= naive/3", a.cpuPct, "<=", n.cpuPct/3)
+			if n.cpuPct > 0 {
+				rep.Ratio("naive_vs_accumulated_agent_cpu", n.cpuPct/max(a.cpuPct, 1e-9))
+			}
+		}
+		if b, ok := res["bpftrace"]; ok && b.ok {
+			ap, _ := get("accumulated", "probe_effect_pct")
+			bp, _ := get("bpftrace", "probe_effect_pct")
+			rep.Target("accumulated probe_effect_pct <= bpftrace + 5", ap, "<=", bp+5)
+		}
+	}
+	if b, ok := res["bpftrace"]; ok && !b.ok {
+		rep.Note("bpftrace not installed: the bpftrace reference was skipped")
+	}
+	rep.Note("queries_sent is pgbench's transaction count; queries_captured counts captured " +
+		"`SELECT abalance FROM pgbench_accounts WHERE aid = …` statements (naive: Query messages whole in one 960-byte record)")
+	rep.Note("agent_cpu_pct: this process's CPU time (getrusage) over the run's wall time while draining; " +
+		"bpftrace: its own utime+stime over the same interval (startup and compilation excluded)")
+	rep.Note("the BPF programs run in pgbench's context: their cost shows in probe_effect_pct, not in agent_cpu_pct")
+	if opt.PlotPath != "" {
+		var s []benchkit.BarSeries
+		for _, m := range opt.Modes {
+			if v, ok := get(m, "tps"); ok {
+				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}})
+			}
+		}
+		if err := benchkit.BarChart(opt.PlotPath, "Capture: pgbench -S over TLS ("+rep.Kernel()+")",
+			"transactions per second", []string{"pgbench -S"}, s); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func pgArgs(pg *servers.Postgres, extra ...string) []string {
+	return append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Opt.Port), "-U", "postgres"}, append(extra, "postgres")...)
+}
+
+var (
+	reTx  = regexp.MustCompile(`number of transactions actually processed: (\d+)`)
+	reTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+)
+
+// pgbenchRun is a started pgbench, stopped (SIGSTOP) as soon as it has
+// mapped libssl so that a tracer can attach before its first query.
+type pgbenchRun struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	done chan error
+}
+
+func startPgbench(ctx context.Context, pg *servers.Postgres, opt CaptureOptions, stop bool) (*pgbenchRun, error) {
+	c := strconv.Itoa(opt.Clients)
+	secs := strconv.Itoa(max(1, int(opt.Duration.Seconds())))
+	r := &pgbenchRun{done: make(chan error, 1)}
+	r.cmd = exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-n", "-S", "-T", secs, "-c", c, "-j", c)...)
+	r.cmd.Env = append(os.Environ(), "PGSSLMODE=require")
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	if err := r.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { r.done <- r.cmd.Wait() }()
+	if !stop {
+		return r, nil
+	}
+	pid := r.cmd.Process.Pid
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := capture.FindLibSSL(pid); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.kill()
+			return nil, fmt.Errorf("pgbench never mapped libssl: %s", r.out.String())
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		r.kill()
+		return nil, err
+	}
+	for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
+		if time.Now().After(deadline) {
+			r.kill()
+			return nil, fmt.Errorf("pgbench did not stop")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return r, nil
+}
+
+func (r *pgbenchRun) resume() error { return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT) }
+
+func (r *pgbenchRun) kill() {
+	r.cmd.Process.Kill()
+	<-r.done
+}
+
+// result parses pgbench's report once it has exited.
+func (r *pgbenchRun) result(err error) (sent, tps float64, e error) {
+	if err != nil {
+		return 0, 0, fmt.Errorf("pgbench: %v: %s", err, r.out.String())
+	}
+	m, t := reTx.FindStringSubmatch(r.out.String()), reTPS.FindStringSubmatch(r.out.String())
+	if m == nil || t == nil {
+		return 0, 0, fmt.Errorf("pgbench output not understood: %s", r.out.String())
+	}
+	sent, _ = strconv.ParseFloat(m[1], 64)
+	tps, _ = strconv.ParseFloat(t[1], 64)
+	return sent, tps, nil
+}
+
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// procCPU is pid's utime+stime.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * time.Second / 100 // USER_HZ
+}
+
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func runCaptureMode(ctx context.Context, pg *servers.Postgres, mode string, opt CaptureOptions) (captureResult, error) {
+	ring := uint32(256 << 10)
+	if strings.HasSuffix(mode, "_4m") {
+		ring = 4 << 20
+	}
+	switch strings.TrimSuffix(mode, "_4m") {
+	case "untraced":
+		pb, err := startPgbench(ctx, pg, opt, false)
+		if err != nil {
+			return captureResult{}, err
+		}
+		sent, tps, err := pb.result(<-pb.done)
+		return captureResult{sent: sent, tps: tps, ok: true}, err
+	case "accumulated":
+		return runAccumulated(ctx, pg, ring, opt)
+	case "naive":
+		return runNaive(ctx, pg, ring, opt)
+	case "bpftrace":
+		return runBpftrace(ctx, pg, opt)
+	}
+	return captureResult{}, fmt.Errorf("unknown mode (want %s)", strings.Join(CaptureModes, ", "))
+}
+
+// drain calls next until pgbench has exited and nothing arrived for idle.
+func drain(pb *pgbenchRun, next func() error) (pbErr error, err error) {
+	const idle = 500 * time.Millisecond
+	exited := false
+	last := time.Now()
+	for !exited || time.Since(last) < idle {
+		err := next()
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if !exited {
+				select {
+				case pbErr = <-pb.done:
+					exited, last = true, time.Now()
+				default:
+				}
+			}
+		case err != nil:
+			if !exited {
+				pb.kill()
+			}
+			return nil, err
+		default:
+			last = time.Now()
+		}
+	}
+	return pbErr, nil
+}
+
+func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt CaptureOptions) (captureResult, error) {
+	pb, err := startPgbench(ctx, pg, opt, true)
+	if err != nil {
+		return captureResult{}, err
+	}
+	c, err := capture.Open(capture.Options{PID: pb.cmd.Process.Pid, Transport: capture.TransportTLS, Accum: accum.Config{RingSize: ring}})
+	if err != nil {
+		pb.kill()
+		return captureResult{}, err
+	}
+	defer c.Close()
+	var r captureResult
+	cpu0, t0 := selfCPU(), time.Now()
+	if err := pb.resume(); err != nil {
+		pb.kill()
+		return r, err
+	}
+	pbErr, err := drain(pb, func() error {
+		qs, err := c.Next(100 * time.Millisecond)
+		for _, q := range qs {
+			if benchQuery(q.Query) {
+				r.captured++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	wall, cpu := time.Since(t0), selfCPU()-cpu0
+	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+		return r, err
+	}
+	st, err := c.Stats()
+	if err != nil {
+		return r, err
+	}
+	r.lostEvents = float64(st.LostRecords + st.BusyDrops + st.NoConn + st.Faults)
+	r.lostByte = float64(st.LostBytes)
+	r.ringPer = st.RingPerPayload()
+	r.eventsPS = float64(st.Records) / wall.Seconds()
+	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.ok = true
+	return r, nil
+}
+
+func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt CaptureOptions) (captureResult, error) {
+	pb, err := startPgbench(ctx, pg, opt, true)
+	if err != nil {
+		return captureResult{}, err
+	}
+	n, err := capture.OpenNaive(pb.cmd.Process.Pid, ring)
+	if err != nil {
+		pb.kill()
+		return captureResult{}, err
+	}
+	defer n.Close()
+	var r captureResult
+	cpu0, t0 := selfCPU(), time.Now()
+	if err := pb.resume(); err != nil {
+		pb.kill()
+		return r, err
+	}
+	pbErr, err := drain(pb, func() error {
+		rec, err := n.Next(100 * time.Millisecond)
+		if err == nil && rec.Dir == 0 {
+			for _, q := range capture.SimpleQueries(rec.Data) {
+				if benchQuery(q) {
+					r.captured++
+				}
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	wall, cpu := time.Since(t0), selfCPU()-cpu0
+	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+		return r, err
+	}
+	st, err := n.Stats()
+	if err != nil {
+		return r, err
+	}
+	r.lostEvents, r.lostByte = float64(st.LostRecords), float64(st.LostBytes)
+	if st.PayloadBytes > 0 {
+		// What the ring was asked to carry, lost records included.
+		r.ringPer = float64((st.Records+st.LostRecords)*(capture.NaiveRecordSize+8)) / float64(st.PayloadBytes)
+	}
+	r.eventsPS = float64(st.Records) / wall.Seconds()
+	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.ok = true
+	return r, nil
+}
+
+// runBpftrace counts the same uprobes with bpftrace -p.
+func runBpftrace(ctx context.Context, pg *servers.Postgres, opt CaptureOptions) (captureResult, error) {
+	bt, err := exec.LookPath("bpftrace")
+	if err != nil {
+		return captureResult{}, nil // skipped, with a note
+	}
+	pb, err := startPgbench(ctx, pg, opt, true)
+	if err != nil {
+		return captureResult{}, err
+	}
+	pid := pb.cmd.Process.Pid
+	lib, err := capture.FindLibSSL(pid)
+	if err != nil {
+		pb.kill()
+		return captureResult{}, err
+	}
+	lib = strings.TrimPrefix(lib, fmt.Sprintf("/proc/%d/root", pid))
+	var probes []string
+	for _, s := range []string{"SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex"} {
+		probes = append(probes, "uprobe:"+lib+":"+s, "uretprobe:"+lib+":"+s)
+	}
+	script := "BEGIN { printf(\"ready\\n\"); } " + strings.Join(probes, ", ") + " { @n = count(); }"
+	cmd := exec.CommandContext(ctx, bt, "-p", strconv.Itoa(pid), "-e", script)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		pb.kill()
+		return captureResult{}, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		pb.kill()
+		return captureResult{}, err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	ready := make(chan bool, 1)
+	lines := make(chan string, 16)
+	go func() {
+		r := false
+		for sc.Scan() {
+			if !r && strings.TrimSpace(sc.Text()) == "ready" {
+				r = true
+				ready <- true
+				continue
+			}
+			lines <- sc.Text()
+		}
+		if !r {
+			ready <- false
+		}
+		close(lines)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			pb.kill()
+			return captureResult{}, fmt.Errorf("bpftrace: %s", stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		pb.kill()
+		return captureResult{}, fmt.Errorf("bpftrace did not start: %s", stderr.String())
+	}
+	var r captureResult
+	cpu0, t0 := procCPU(cmd.Process.Pid), time.Now()
+	if err := pb.resume(); err != nil {
+		pb.kill()
+		return r, err
+	}
+	pbErr := <-pb.done
+	wall, cpu := time.Since(t0), procCPU(cmd.Process.Pid)-cpu0
+	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+		return r, err
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	for l := range lines {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "@n: "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			r.eventsPS = n / wall.Seconds()
+		}
+	}
+	r.ringPer = 0
+	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.ok = true
+	return r, nil
+}

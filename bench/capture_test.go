@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// TestCaptureBenchRuns drives a miniature capture bench end to end and checks
+// what it reports (not how fast: performance lives in `cistern bench capture`).
+func TestCaptureBenchRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep, err := Capture(context.Background(), CaptureOptions{
+		Duration: time.Second, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
+	})
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]float64 `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Modes["untraced"]["queries_sent"] <= 0 {
+		t.Errorf("untraced: %v", doc.Modes["untraced"])
+	}
+	for _, m := range []string{"naive", "accumulated"} {
+		row := doc.Modes[m]
+		for _, k := range []string{"queries_sent", "queries_captured", "lost_events", "lost_bytes",
+			"ring_bytes_per_payload_byte", "events_per_sec", "agent_cpu_pct", "probe_effect_pct"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("modes.%s has no %s", m, k)
+			}
+		}
+		if row["queries_sent"] <= 0 || row["queries_captured"] <= 0 {
+			t.Errorf("%s: %v", m, row)
+		}
+	}
+	a := doc.Modes["accumulated"]
+	if a["lost_events"] == 0 && a["queries_captured"] != a["queries_sent"] {
+		t.Errorf("accumulated captured %v of %v queries without loss", a["queries_captured"], a["queries_sent"])
+	}
+	if r := doc.Modes["naive"]["ring_bytes_per_payload_byte"]; r < 10 {
+		t.Errorf("naive ring bytes per payload byte %v: a 1 KiB record per small fragment should be >= 10", r)
+	}
+}
