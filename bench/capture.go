@@ -165,7 +165,7 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		rep.Note("bpftrace not installed: the bpftrace reference was skipped")
 	}
 	rep.Note("queries_sent is pgbench's transaction count; queries_captured counts captured " +
-		"`SELECT abalance FROM pgbench_accounts WHERE aid = …` statements (naive: Query messages whole in one 960-byte record)")
+		"`SELECT abalance FROM pgbench_accounts WHERE aid = …` statements (naive: the same PostgreSQL parser fed fragment by fragment; a message cut at 960 bytes is lost)")
 	rep.Note("agent_cpu_pct: this process's CPU time (getrusage) over the run's wall time while draining; " +
 		"bpftrace: its own utime+stime over the same interval (startup and compilation excluded)")
 	rep.Note("the BPF programs run in pgbench's context: their cost shows in probe_effect_pct, not in agent_cpu_pct")
@@ -409,11 +409,15 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Captur
 		pb.kill()
 		return r, err
 	}
+	// The same PostgreSQL parser as the accumulated agent, fed fragment by
+	// fragment: both agents do the same work per query, only the channel
+	// differs. A query split over a lost record is not counted.
+	parser := capture.NewPGParser()
 	pbErr, err := drain(pb, func() error {
 		rec, err := n.Next(100 * time.Millisecond)
-		if err == nil && rec.Dir == 0 {
-			for _, q := range capture.SimpleQueries(rec.Data) {
-				if benchQuery(q) {
+		if err == nil {
+			for _, q := range parser.Feed(rec) {
+				if benchQuery(q.Query) {
 					r.captured++
 				}
 			}

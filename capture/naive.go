@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cistern-ebpf/cistern/accum"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -30,9 +31,29 @@ type NaiveStats struct {
 
 // NaiveRecord is one fragment as the naive channel carries it.
 type NaiveRecord struct {
+	TS   uint64 // bpf_ktime_get_ns at the fragment
+	PID  uint32
+	SSL  uint64 // the SSL* the fragment belongs to: its connection
 	Dir  uint8  // 0 write, 1 read
 	Len  uint32 // bytes the call moved
 	Data []byte // the first min(Len, NaiveDataSize) of them
+}
+
+// PGParser parses naive fragments with the same PostgreSQL parser the
+// accumulated capture uses, so both agents do the same work per query.
+type PGParser struct{ conns map[uint64]*pgConn }
+
+// NewPGParser makes one.
+func NewPGParser() *PGParser { return &PGParser{conns: map[uint64]*pgConn{}} }
+
+// Feed parses one fragment and returns the queries it completed.
+func (p *PGParser) Feed(r NaiveRecord) []Query {
+	c := p.conns[r.SSL]
+	if c == nil {
+		c = newPGConn(r.SSL)
+		p.conns[r.SSL] = c
+	}
+	return c.feed(accum.Direction(r.Dir), r.Data, fragTimes{first: r.TS, last: r.TS, opens: true, closes: true}, r.PID)
 }
 
 // Naive is the benchmark's "before": one fixed 1 KiB record per SSL
@@ -116,7 +137,12 @@ func (n *Naive) Next(timeout time.Duration) (NaiveRecord, error) {
 	if len(b) < naiveHeader {
 		return NaiveRecord{}, fmt.Errorf("naive record of %d bytes", len(b))
 	}
-	r := NaiveRecord{Len: binary.LittleEndian.Uint32(b[32:]), Dir: uint8(binary.LittleEndian.Uint32(b[40:]))}
+	r := NaiveRecord{
+		TS:  binary.LittleEndian.Uint64(b[0:]),
+		PID: uint32(binary.LittleEndian.Uint64(b[8:]) >> 32),
+		SSL: binary.LittleEndian.Uint64(b[24:]),
+		Len: binary.LittleEndian.Uint32(b[32:]), Dir: uint8(binary.LittleEndian.Uint32(b[40:])),
+	}
 	caplen := int(binary.LittleEndian.Uint32(b[36:]))
 	if caplen > len(b)-naiveHeader {
 		caplen = len(b) - naiveHeader

@@ -94,7 +94,7 @@
 #define ACCUM_EINVAL 22
 
 #ifndef ACCUM_SPIN
-#define ACCUM_SPIN 64
+#define ACCUM_SPIN 512 /* ~10 us of compare-and-swap: outlasts a timer flush (one ring output) */
 #endif
 
 #define ACCUM_PIDTID(pid, tid) (((__u64)(pid) << 32) | (__u32)(tid))
