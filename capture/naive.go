@@ -173,25 +173,3 @@ func (n *Naive) Close() error {
 	}
 	return n.objs.Close()
 }
-
-// SimpleQueries returns the texts of the PostgreSQL simple-protocol Query
-// ('Q') messages that a client-to-server fragment starts with and holds
-// whole (a naive record is parsed on its own, without reassembly).
-func SimpleQueries(data []byte) []string {
-	var out []string
-	for len(data) >= 5 {
-		typ, l := data[0], int(binary.BigEndian.Uint32(data[1:5]))
-		if l < 4 || 1+l > len(data) {
-			break
-		}
-		if typ == 'Q' {
-			q := data[5 : 1+l]
-			if len(q) > 0 && q[len(q)-1] == 0 {
-				q = q[:len(q)-1]
-			}
-			out = append(out, string(q))
-		}
-		data = data[1+l:]
-	}
-	return out
-}
