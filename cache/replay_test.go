@@ -10,24 +10,9 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
-// traceDir finds the bundled traces: $CISTERN_TRACES, else shared/ beside
-// the repository (where CI and the developers have it).
-func traceDir() string {
-	if d := os.Getenv("CISTERN_TRACES"); d != "" {
-		return d
-	}
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(filepath.Dir(d), "shared", "data", "traces")
-		}
-	}
-	return "/work/shared/data/traces"
-}
-
 func bundled(t *testing.T, file, format string) []evict.Request {
 	t.Helper()
-	path := filepath.Join(traceDir(), file)
+	path := filepath.Join(TraceDir(), file)
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("skipped: bundled trace %s not present", path)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -37,6 +38,23 @@ func (b *benchFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&b.plotPath, "plot", "", "draw the results as a PNG to FILE")
 }
 
+// run is the body every bench command shares: root, Ctrl-C, progress
+// lines, wall time, then the table and the JSON.
+func (b *benchFlags) run(cmd *cobra.Command, fn func(ctx context.Context, progress func(string)) (*benchkit.Report, error)) error {
+	if err := cli.RequireRoot(cmd.CommandPath()); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := fn(ctx, func(s string) { benchkit.Step("%s", s) })
+	if err != nil {
+		return err
+	}
+	rep.SetConfig("wall_seconds", time.Since(start).Seconds())
+	return b.finish(cmd, rep)
+}
+
 // finish prints the table and writes the JSON; the plot is the bench's own.
 func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
 	rep.WriteTable(cmd.OutOrStdout())
@@ -66,21 +84,10 @@ namespace with Cistern's load generator: 8-byte keys, values 75% 128 B and
 Every reply's value is checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cli.RequireRoot("cistern bench kv"); err != nil {
-				return err
-			}
-			opt.Quick = bf.quick
-			opt.PlotPath = bf.plotPath
-			opt.Progress = func(s string) { benchkit.Step("%s", s) }
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			start := time.Now()
-			rep, err := bench.KV(ctx, opt)
-			if err != nil {
-				return err
-			}
-			rep.SetConfig("wall_seconds", time.Since(start).Seconds())
-			return bf.finish(cmd, rep)
+			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
+				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
+				return bench.KV(ctx, opt)
+			})
 		},
 	}
 	bf.add(c)

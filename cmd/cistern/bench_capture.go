@@ -1,16 +1,12 @@
 package main
 
 import (
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"context"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cistern-ebpf/cistern/bench"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 func newBenchCaptureCmd() *cobra.Command {
@@ -27,21 +23,10 @@ traced mode with 256 KiB and 4 MiB (_4m) rings, and bpftrace counting the
 same uprobes (skipped with a note when bpftrace is missing).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cli.RequireRoot("cistern bench capture"); err != nil {
-				return err
-			}
-			opt.Quick = bf.quick
-			opt.PlotPath = bf.plotPath
-			opt.Progress = func(s string) { benchkit.Step("%s", s) }
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			start := time.Now()
-			rep, err := bench.Capture(ctx, opt)
-			if err != nil {
-				return err
-			}
-			rep.SetConfig("wall_seconds", time.Since(start).Seconds())
-			return bf.finish(cmd, rep)
+			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
+				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
+				return bench.Capture(ctx, opt)
+			})
 		},
 	}
 	bf.add(c)

@@ -135,8 +135,8 @@ func demoCapture(cmd *cobra.Command) error {
 // policies at one cache size.
 func demoEvict(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
-	path := traceFile("twitter_cluster52_1m.csv.zst")
-	if path == "" {
+	path := filepath.Join(cache.TraceDir(), "twitter_cluster52_1m.csv.zst")
+	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintln(out, "status: skipped: the bundled traces (../shared/data/traces, or $CISTERN_TRACES) are not on this machine")
 		return nil
 	}
@@ -154,24 +154,6 @@ func demoEvict(cmd *cobra.Command) error {
 			p, r.HitRatio, r.RequestsPerSec/1e6, r.Fallbacks)
 	}
 	return nil
-}
-
-// traceFile finds a bundled trace: $CISTERN_TRACES, else ../shared/data/traces.
-func traceFile(name string) string {
-	for _, dir := range []string{os.Getenv("CISTERN_TRACES"), "../shared/data/traces"} {
-		if dir == "" {
-			continue
-		}
-		if p := filepath.Join(dir, name); fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 func banner(w io.Writer, title string) {
