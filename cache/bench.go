@@ -128,7 +128,7 @@ func Bench(opt BenchOptions) (*benchkit.Report, []Curve, error) {
 					opt.Progress(fmt.Sprintf("%s %s %g%% (%d objects)", p, t.Name, pct, sizes[i][j]))
 				}
 				start := time.Now()
-				res, err := Replay(t.Reqs, Options{Policy: p, Size: sizes[i][j], Trace: t.Name})
+				res, err := Replay(t.Reqs, Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
 				if err != nil {
 					return nil, nil, fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
 				}

@@ -10,8 +10,8 @@ import (
 // Options of a replay.
 type Options struct {
 	Policy string // an evict policy name
-	Size   uint32 // cache size in Unit
-	Unit   string // "objects" (the only unit so far); "" means objects
+	Size   uint64 // cache size in Unit
+	Unit   string // "objects" ("" too) or "bytes" (sum of request sizes)
 	Trace  string // name for the result
 }
 
@@ -21,7 +21,7 @@ type Result struct {
 	Policy         string            `json:"policy"`
 	Trace          string            `json:"trace"`
 	Unit           string            `json:"unit"`
-	CacheSize      uint32            `json:"cache_size"`
+	CacheSize      uint64            `json:"cache_size"`
 	Requests       uint64            `json:"requests"`
 	Hits           uint64            `json:"hits"`
 	HitRatio       float64           `json:"hit_ratio"`
@@ -31,20 +31,35 @@ type Result struct {
 	Counters       map[string]uint64 `json:"-"`
 }
 
-// Replay loads opt.Policy with a cache of opt.Size objects and runs reqs
-// through it in the kernel. RequestsPerSec counts the replay alone (loading
-// and parsing excluded).
+// Units are the units of Options.Size.
+var Units = []string{"objects", "bytes"}
+
+// Replay loads opt.Policy with a cache of opt.Size objects (or bytes) and
+// runs reqs through it in the kernel. RequestsPerSec counts the replay alone
+// (loading and parsing excluded).
 func Replay(reqs []evict.Request, opt Options) (Result, error) {
 	if opt.Unit == "" {
 		opt.Unit = "objects"
 	}
-	if opt.Unit != "objects" {
-		return Result{}, fmt.Errorf("unit %q: only objects is supported so far", opt.Unit)
-	}
 	if opt.Size == 0 {
 		return Result{}, fmt.Errorf("cache size must be at least 1")
 	}
-	c, err := evict.Open(evict.Config{Policy: opt.Policy, Capacity: opt.Size})
+	cfg := evict.Config{Policy: opt.Policy}
+	switch opt.Unit {
+	case "objects":
+		if opt.Size > 1<<30 {
+			return Result{}, fmt.Errorf("cache size %d: at most %d objects", opt.Size, 1<<30)
+		}
+		cfg.Capacity = uint32(opt.Size)
+	case "bytes":
+		// Slots for as many entries as can be resident at once: never more
+		// than the distinct keys, nor than the budget (every size >= 1).
+		cfg.Bytes = opt.Size
+		cfg.Capacity = uint32(max(1, min(uint64(Distinct(reqs)), opt.Size, 1<<30)))
+	default:
+		return Result{}, fmt.Errorf("unit %q: want objects or bytes", opt.Unit)
+	}
+	c, err := evict.Open(cfg)
 	if err != nil {
 		return Result{}, err
 	}

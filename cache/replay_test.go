@@ -50,7 +50,7 @@ func TestReplayMatchesReferenceLRU(t *testing.T) {
 	testenv.RequireRoot(t)
 	reqs := bundled(t, "twitter_cluster52_1m.csv.zst", "twitter")[:200000]
 	for _, size := range []int{100, 5000} {
-		res, err := Replay(reqs, Options{Policy: "lru", Size: uint32(size)})
+		res, err := Replay(reqs, Options{Policy: "lru", Size: uint64(size)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,10 +85,69 @@ func TestReplayIsDeterministic(t *testing.T) {
 }
 
 func TestReplayOptions(t *testing.T) {
-	if _, err := Replay(nil, Options{Policy: "lru", Size: 10, Unit: "bytes"}); err == nil {
-		t.Error("unit bytes accepted")
+	if _, err := Replay(nil, Options{Policy: "lru", Size: 10, Unit: "pages"}); err == nil {
+		t.Error("unit pages accepted")
 	}
 	if _, err := Replay(nil, Options{Policy: "lru"}); err == nil {
 		t.Error("size 0 accepted")
+	}
+}
+
+// refLRUBytes is a Go LRU bounded by the sum of sizes (libCacheSim's rule:
+// evict from the tail until the new object fits; never admit one larger
+// than the cache): its hits and hit bytes on reqs.
+func refLRUBytes(reqs []evict.Request, budget uint64) (hits, hitBytes uint64) {
+	type ent struct {
+		key  uint64
+		size uint64
+	}
+	l := list.New()
+	where := map[uint64]*list.Element{}
+	var used uint64
+	for _, r := range reqs {
+		if e, ok := where[r.Key]; ok {
+			hits++
+			hitBytes += uint64(r.Size)
+			l.MoveToFront(e)
+			continue
+		}
+		if uint64(r.Size) > budget {
+			continue
+		}
+		for used+uint64(r.Size) > budget {
+			e := l.Back()
+			v := e.Value.(ent)
+			delete(where, v.key)
+			used -= v.size
+			l.Remove(e)
+		}
+		where[r.Key] = l.PushFront(ent{r.Key, uint64(r.Size)})
+		used += uint64(r.Size)
+	}
+	return hits, hitBytes
+}
+
+// TestReplayBytesMatchesReferenceLRU: --unit bytes on Twitter sizes, and an
+// object larger than the whole cache, which is never admitted.
+func TestReplayBytesMatchesReferenceLRU(t *testing.T) {
+	testenv.RequireRoot(t)
+	reqs := bundled(t, "twitter_cluster52_1m.csv.zst", "twitter")[:200000]
+	reqs = append(reqs, evict.Request{Key: 1, Size: 2000000}, evict.Request{Key: 1, Size: 2000000})
+	for _, budget := range []uint64{20000, 1000000} {
+		res, err := Replay(reqs, Options{Policy: "lru", Size: budget, Unit: "bytes"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hits, hitBytes := refLRUBytes(reqs, budget)
+		if res.Hits != hits || res.Counters["hit_bytes"] != hitBytes {
+			t.Errorf("budget %d: kernel %d hits/%d bytes, reference %d/%d",
+				budget, res.Hits, res.Counters["hit_bytes"], hits, hitBytes)
+		}
+		if res.Counters["too_big"] != 2 || res.Fallbacks != 0 {
+			t.Errorf("budget %d: counters %v", budget, res.Counters)
+		}
+		if res.ByteHitRatio <= 0 || res.ByteHitRatio >= 1 {
+			t.Errorf("budget %d: byte hit ratio %v", budget, res.ByteHitRatio)
+		}
 	}
 }

@@ -72,12 +72,14 @@ const (
 	brokenProgEvictInit        = "evict_init"
 	brokenProgEvictReplay      = "evict_replay"
 	brokenVarBrokenCalls       = "broken_calls"
+	brokenVarEvictByteCapacity = "evict_byte_capacity"
 	brokenVarEvictCapacity     = "evict_capacity"
 	brokenVarEvictFallbackHand = "evict_fallback_hand"
 	brokenVarEvictFreeTop      = "evict_free_top"
 	brokenVarEvictInitialized  = "evict_initialized"
 	brokenVarEvictLists        = "evict_lists"
 	brokenVarEvictNextUnused   = "evict_next_unused"
+	brokenVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadBroken returns the embedded CollectionSpec for broken.
@@ -144,12 +146,14 @@ type brokenMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type brokenVariableSpecs struct {
 	BrokenCalls       *ebpf.VariableSpec `ebpf:"broken_calls"`
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // brokenObjects contains all objects after they have been loaded into the kernel.
@@ -198,12 +202,14 @@ func (m *brokenMaps) Close() error {
 // It can be passed to loadBrokenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type brokenVariables struct {
 	BrokenCalls       *ebpf.Variable `ebpf:"broken_calls"`
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // brokenPrograms contains all programs after they have been loaded into the kernel.

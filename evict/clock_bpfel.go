@@ -71,12 +71,14 @@ const (
 	clockMapEvictStats        = "evict_stats"
 	clockProgEvictInit        = "evict_init"
 	clockProgEvictReplay      = "evict_replay"
+	clockVarEvictByteCapacity = "evict_byte_capacity"
 	clockVarEvictCapacity     = "evict_capacity"
 	clockVarEvictFallbackHand = "evict_fallback_hand"
 	clockVarEvictFreeTop      = "evict_free_top"
 	clockVarEvictInitialized  = "evict_initialized"
 	clockVarEvictLists        = "evict_lists"
 	clockVarEvictNextUnused   = "evict_next_unused"
+	clockVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadClock returns the embedded CollectionSpec for clock.
@@ -142,12 +144,14 @@ type clockMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type clockVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // clockObjects contains all objects after they have been loaded into the kernel.
@@ -195,12 +199,14 @@ func (m *clockMaps) Close() error {
 //
 // It can be passed to loadClockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type clockVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // clockPrograms contains all programs after they have been loaded into the kernel.

@@ -36,6 +36,7 @@ const (
 var StatNames = []string{
 	"requests", "hits", "misses", "bytes", "hit_bytes", "inserts", "evictions",
 	"evict_calls", "proposed", "invalid", "short", "fallbacks", "fallback_evictions", "no_room",
+	"too_big",
 }
 
 // policies maps a policy name to its bpf2go loader.
@@ -73,6 +74,9 @@ func Spec(policy string) (*ebpf.CollectionSpec, error) {
 type Config struct {
 	Policy   string
 	Capacity uint32 // entries (objects); 0: DefaultSlots
+	// Bytes, when not 0, also bounds the sum of the entries' sizes
+	// (evict_byte_capacity): the cache evicts until a new entry fits.
+	Bytes uint64
 }
 
 // Apply sets evict_capacity (.rodata) and the sizes of evict_nodes,
@@ -93,6 +97,13 @@ func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 	}
 	if err := v.Set(capacity); err != nil {
 		return fmt.Errorf("set evict_capacity: %w", err)
+	}
+	if b, ok := spec.Variables["evict_byte_capacity"]; ok {
+		if err := b.Set(c.Bytes); err != nil {
+			return fmt.Errorf("set evict_byte_capacity: %w", err)
+		}
+	} else if c.Bytes != 0 {
+		return errors.New("collection has no variable evict_byte_capacity")
 	}
 	for _, name := range []string{"evict_nodes", "evict_entries", "evict_index", "evict_free"} {
 		m, ok := spec.Maps[name]

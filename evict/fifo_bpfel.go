@@ -71,12 +71,14 @@ const (
 	fifoMapEvictStats        = "evict_stats"
 	fifoProgEvictInit        = "evict_init"
 	fifoProgEvictReplay      = "evict_replay"
+	fifoVarEvictByteCapacity = "evict_byte_capacity"
 	fifoVarEvictCapacity     = "evict_capacity"
 	fifoVarEvictFallbackHand = "evict_fallback_hand"
 	fifoVarEvictFreeTop      = "evict_free_top"
 	fifoVarEvictInitialized  = "evict_initialized"
 	fifoVarEvictLists        = "evict_lists"
 	fifoVarEvictNextUnused   = "evict_next_unused"
+	fifoVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadFifo returns the embedded CollectionSpec for fifo.
@@ -142,12 +144,14 @@ type fifoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fifoVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // fifoObjects contains all objects after they have been loaded into the kernel.
@@ -195,12 +199,14 @@ func (m *fifoMaps) Close() error {
 //
 // It can be passed to loadFifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fifoVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // fifoPrograms contains all programs after they have been loaded into the kernel.

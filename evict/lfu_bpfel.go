@@ -71,12 +71,14 @@ const (
 	lfuMapEvictStats        = "evict_stats"
 	lfuProgEvictInit        = "evict_init"
 	lfuProgEvictReplay      = "evict_replay"
+	lfuVarEvictByteCapacity = "evict_byte_capacity"
 	lfuVarEvictCapacity     = "evict_capacity"
 	lfuVarEvictFallbackHand = "evict_fallback_hand"
 	lfuVarEvictFreeTop      = "evict_free_top"
 	lfuVarEvictInitialized  = "evict_initialized"
 	lfuVarEvictLists        = "evict_lists"
 	lfuVarEvictNextUnused   = "evict_next_unused"
+	lfuVarEvictUsedBytes    = "evict_used_bytes"
 	lfuVarLfuQ              = "lfu_q"
 )
 
@@ -143,12 +145,14 @@ type lfuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lfuVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	LfuQ              *ebpf.VariableSpec `ebpf:"lfu_q"`
 }
 
@@ -197,12 +201,14 @@ func (m *lfuMaps) Close() error {
 //
 // It can be passed to loadLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lfuVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 	LfuQ              *ebpf.Variable `ebpf:"lfu_q"`
 }
 

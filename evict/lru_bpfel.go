@@ -71,12 +71,14 @@ const (
 	lruMapEvictStats        = "evict_stats"
 	lruProgEvictInit        = "evict_init"
 	lruProgEvictReplay      = "evict_replay"
+	lruVarEvictByteCapacity = "evict_byte_capacity"
 	lruVarEvictCapacity     = "evict_capacity"
 	lruVarEvictFallbackHand = "evict_fallback_hand"
 	lruVarEvictFreeTop      = "evict_free_top"
 	lruVarEvictInitialized  = "evict_initialized"
 	lruVarEvictLists        = "evict_lists"
 	lruVarEvictNextUnused   = "evict_next_unused"
+	lruVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadLru returns the embedded CollectionSpec for lru.
@@ -142,12 +144,14 @@ type lruMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lruVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // lruObjects contains all objects after they have been loaded into the kernel.
@@ -195,12 +199,14 @@ func (m *lruMaps) Close() error {
 //
 // It can be passed to loadLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lruVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // lruPrograms contains all programs after they have been loaded into the kernel.

@@ -71,12 +71,14 @@ const (
 	mruMapEvictStats        = "evict_stats"
 	mruProgEvictInit        = "evict_init"
 	mruProgEvictReplay      = "evict_replay"
+	mruVarEvictByteCapacity = "evict_byte_capacity"
 	mruVarEvictCapacity     = "evict_capacity"
 	mruVarEvictFallbackHand = "evict_fallback_hand"
 	mruVarEvictFreeTop      = "evict_free_top"
 	mruVarEvictInitialized  = "evict_initialized"
 	mruVarEvictLists        = "evict_lists"
 	mruVarEvictNextUnused   = "evict_next_unused"
+	mruVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadMru returns the embedded CollectionSpec for mru.
@@ -142,12 +144,14 @@ type mruMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type mruVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // mruObjects contains all objects after they have been loaded into the kernel.
@@ -195,12 +199,14 @@ func (m *mruMaps) Close() error {
 //
 // It can be passed to loadMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mruVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // mruPrograms contains all programs after they have been loaded into the kernel.

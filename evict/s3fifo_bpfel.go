@@ -80,12 +80,14 @@ const (
 	s3fifoMapEvictStats        = "evict_stats"
 	s3fifoProgEvictInit        = "evict_init"
 	s3fifoProgEvictReplay      = "evict_replay"
+	s3fifoVarEvictByteCapacity = "evict_byte_capacity"
 	s3fifoVarEvictCapacity     = "evict_capacity"
 	s3fifoVarEvictFallbackHand = "evict_fallback_hand"
 	s3fifoVarEvictFreeTop      = "evict_free_top"
 	s3fifoVarEvictInitialized  = "evict_initialized"
 	s3fifoVarEvictLists        = "evict_lists"
 	s3fifoVarEvictNextUnused   = "evict_next_unused"
+	s3fifoVarEvictUsedBytes    = "evict_used_bytes"
 	s3fifoVarMainQ             = "main_q"
 	s3fifoVarSmallQ            = "small_q"
 )
@@ -155,12 +157,14 @@ type s3fifoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type s3fifoVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	MainQ             *ebpf.VariableSpec `ebpf:"main_q"`
 	SmallQ            *ebpf.VariableSpec `ebpf:"small_q"`
 }
@@ -214,12 +218,14 @@ func (m *s3fifoMaps) Close() error {
 //
 // It can be passed to loadS3fifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type s3fifoVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 	MainQ             *ebpf.Variable `ebpf:"main_q"`
 	SmallQ            *ebpf.Variable `ebpf:"small_q"`
 }

@@ -71,12 +71,14 @@ const (
 	sieveMapEvictStats        = "evict_stats"
 	sieveProgEvictInit        = "evict_init"
 	sieveProgEvictReplay      = "evict_replay"
+	sieveVarEvictByteCapacity = "evict_byte_capacity"
 	sieveVarEvictCapacity     = "evict_capacity"
 	sieveVarEvictFallbackHand = "evict_fallback_hand"
 	sieveVarEvictFreeTop      = "evict_free_top"
 	sieveVarEvictInitialized  = "evict_initialized"
 	sieveVarEvictLists        = "evict_lists"
 	sieveVarEvictNextUnused   = "evict_next_unused"
+	sieveVarEvictUsedBytes    = "evict_used_bytes"
 )
 
 // loadSieve returns the embedded CollectionSpec for sieve.
@@ -142,12 +144,14 @@ type sieveMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sieveVariableSpecs struct {
+	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // sieveObjects contains all objects after they have been loaded into the kernel.
@@ -195,12 +199,14 @@ func (m *sieveMaps) Close() error {
 //
 // It can be passed to loadSieveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sieveVariables struct {
+	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
 	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
 	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
 	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // sievePrograms contains all programs after they have been loaded into the kernel.

@@ -19,7 +19,7 @@ import (
 func newCacheReplayCmd() *cobra.Command {
 	var (
 		tracePath, format, policy, unit, jsonPath string
-		size                                      uint32
+		size                                      uint64
 	)
 	c := &cobra.Command{
 		Use:   "replay --trace FILE --format FORMAT --policy NAME --size N",
@@ -28,7 +28,9 @@ func newCacheReplayCmd() *cobra.Command {
 BPF policy object, driven as SYSCALL programs (BPF_PROG_TEST_RUN) over
 batches of 4096 requests looped over in the kernel. Block traces
 (cloudphysics, arc) become one request per 512-byte block. Traces may be
-zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + `.
+zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + ` (csv: key,size).
+--unit bytes makes --size a budget of bytes (object sizes from the trace;
+an object larger than the budget is never admitted).
 Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -41,8 +43,8 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
 			if _, err := evict.Spec(policy); err != nil || policy == "broken" {
 				return cli.Usagef("--policy %q: want one of fifo, lru, mru, clock, sieve, s3fifo, lfu", policy)
 			}
-			if unit != "objects" {
-				return cli.Usagef("--unit %q: only objects is supported so far", unit)
+			if unit != "objects" && unit != "bytes" {
+				return cli.Usagef("--unit %q: want objects or bytes", unit)
 			}
 			if err := cli.RequireRoot("cistern cache replay"); err != nil {
 				return err
@@ -73,8 +75,8 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
 	f.StringVar(&tracePath, "trace", "", "trace FILE (plain or zstd-compressed)")
 	f.StringVar(&format, "format", "", "trace format: "+strings.Join(cache.Formats, "|"))
 	f.StringVar(&policy, "policy", "", "eviction policy: fifo|lru|mru|clock|sieve|s3fifo|lfu")
-	f.Uint32Var(&size, "size", 0, "cache size in --unit")
-	f.StringVar(&unit, "unit", "objects", "unit of --size (objects only, so far)")
+	f.Uint64Var(&size, "size", 0, "cache size in --unit")
+	f.StringVar(&unit, "unit", "objects", "unit of --size: objects (each counts 1) or bytes (request sizes)")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to FILE (- for stdout)")
 	return c
 }

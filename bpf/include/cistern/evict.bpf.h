@@ -99,6 +99,11 @@
 #define EVICT_ITER_STOP 1
 
 const volatile __u32 evict_capacity = EVICT_DEFAULT_SLOTS;
+/* 0: the cache is full when its slots are. Otherwise it also keeps the sum of
+ * its entries' sizes (evict_req.size: bytes, blocks, ...) at or below this,
+ * evicting one victim at a time until a new entry fits (libCacheSim's rule);
+ * an entry larger than the whole budget is not admitted (EVICT_STAT_TOO_BIG). */
+const volatile __u64 evict_byte_capacity = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -155,6 +160,7 @@ __u32 evict_next_unused;   /* slots never used yet: [evict_next_unused, capacity
 __u32 evict_free_top;      /* entries on the evict_free stack */
 __u32 evict_fallback_hand; /* next slot the fallback looks at */
 __u32 evict_initialized;
+__u64 evict_used_bytes;    /* sum of resident entries' sizes */
 
 /* The policy's functions: defined by the file that includes this header. */
 static int evict_policy_init(void);
@@ -409,6 +415,7 @@ static __always_inline int evict_remove(__u32 slot, struct evict_req *r)
 		evict_unlink(n);
 	bpf_map_delete_elem(&evict_index, &e->key);
 	e->resident = 0;
+	evict_used_bytes -= evict_used_bytes >= e->size ? e->size : evict_used_bytes;
 	if (r) {
 		r->evicted++;
 		r->victim = e->key;
@@ -503,6 +510,19 @@ static __always_inline __u32 evict_alloc_slot(struct evict_req *r)
 	return s;
 }
 
+struct evict_fit_loop {
+	struct evict_req *r;
+};
+
+static long evict_fit_step(__u64 i, void *arg)
+{
+	struct evict_req *r = ((struct evict_fit_loop *)arg)->r;
+
+	if (evict_used_bytes + r->size <= evict_byte_capacity)
+		return 1;
+	return !evict_make_room(1, r);
+}
+
 /* Looks r->key up; on a miss inserts it, evicting as the policy says.
  * Returns 1 on a hit. */
 static __always_inline int evict_cache_access(struct evict_req *r)
@@ -514,6 +534,20 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	if (sp) {
 		evict_policy_accessed(*sp);
 		return 1;
+	}
+	if (evict_byte_capacity) {
+		struct evict_fit_loop fit = { .r = r };
+
+		if (r->size > evict_byte_capacity) {
+			evict_stat_add(EVICT_STAT_TOO_BIG, 1);
+			return 0;
+		}
+		/* One victim at a time, each taking at least one entry's size. */
+		bpf_loop(evict_capacity, evict_fit_step, &fit, 0);
+		if (evict_used_bytes + r->size > evict_byte_capacity) {
+			evict_stat_add(EVICT_STAT_NO_ROOM, 1);
+			return 0;
+		}
 	}
 	s = evict_alloc_slot(r);
 	e = evict_entry(s);
@@ -536,6 +570,7 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	e->key = r->key;
 	e->size = r->size;
 	e->resident = 1;
+	evict_used_bytes += r->size;
 	/* A free slot is on no list: remove() unlinked it, or it was never used
 	 * (its zeroed node must not be taken for a member of list 0). */
 	n->prev = n->next = n->list = EVICT_NIL;

@@ -80,6 +80,7 @@ enum evict_stat {
 	EVICT_STAT_FALLBACKS,          /* evict() calls the fallback had to complete */
 	EVICT_STAT_FALLBACK_EVICTIONS, /* entries the fallback removed */
 	EVICT_STAT_NO_ROOM,            /* misses not inserted: nothing could be evicted */
+	EVICT_STAT_TOO_BIG,            /* misses not inserted: larger than evict_byte_capacity */
 	EVICT_STAT_MAX,
 };
 
