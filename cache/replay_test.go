@@ -64,7 +64,7 @@ func TestReplayMatchesReferenceLRU(t *testing.T) {
 func TestReplayIsDeterministic(t *testing.T) {
 	testenv.RequireRoot(t)
 	reqs := bundled(t, "arc_oltp.lis.zst", "arc")[:300000]
-	for _, p := range []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo"} {
+	for _, p := range []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo", "lhd"} {
 		opt := Options{Policy: p, Size: 2000, Trace: "arc"}
 		a, err := Replay(reqs, opt)
 		if err != nil {

@@ -6,8 +6,10 @@
 // # Policies
 //
 // Each policy is a BPF object built on the header (bpf/evict/<name>.bpf.c):
-// FIFO, LRU, MRU, CLOCK, SIEVE, S3-FIFO and approximate LFU (8 sampled
-// candidates), plus "broken", a deliberately wrong one for tests. Open loads one with a cache of Config.Capacity entries and runs
+// FIFO, LRU, MRU, CLOCK, SIEVE, S3-FIFO, approximate LFU (8 sampled
+// candidates) and LHD (32 sampled; its density table is rebuilt by the
+// policy's SYSCALL program evict_periodic, which Replay runs between
+// batches: Cache.Periodic), plus "broken", a deliberately wrong one for tests. Open loads one with a cache of Config.Capacity entries and runs
 // its init function; Cache.Replay feeds requests to the very same policy
 // code in the kernel through the SYSCALL program evict_replay
 // (BPF_PROG_TEST_RUN): up to BatchSize requests per run are written to the

@@ -7,6 +7,7 @@ package evict
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel sieve ../bpf/evict/sieve.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel s3fifo ../bpf/evict/s3fifo.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lfu ../bpf/evict/lfu.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lhd ../bpf/evict/lhd.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel broken ../bpf/evict/broken.bpf.c
 
 import (
@@ -48,6 +49,7 @@ var policies = map[string]func() (*ebpf.CollectionSpec, error){
 	"sieve":  loadSieve,
 	"s3fifo": loadS3fifo,
 	"lfu":    loadLfu,
+	"lhd":    loadLhd,
 	"broken": loadBroken,
 }
 
@@ -139,6 +141,7 @@ type Cache struct {
 	Capacity uint32
 	coll     *ebpf.Collection
 	replay   *ebpf.Program
+	periodic *ebpf.Program // the policy's evict_periodic, if it has one
 	batches  *ebpf.Map
 	stats    *ebpf.Map
 	buf      []byte
@@ -170,10 +173,11 @@ func Open(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{
 		Policy: cfg.Policy, Capacity: cfg.Capacity, coll: coll,
-		replay:  coll.Programs["evict_replay"],
-		batches: coll.Maps["evict_batches"],
-		stats:   coll.Maps["evict_stats"],
-		buf:     make([]byte, batchHeader+BatchSize*ReqSize),
+		replay:   coll.Programs["evict_replay"],
+		periodic: coll.Programs["evict_periodic"],
+		batches:  coll.Maps["evict_batches"],
+		stats:    coll.Maps["evict_stats"],
+		buf:      make([]byte, batchHeader+BatchSize*ReqSize),
 	}
 	var a runArgs
 	if _, err := coll.Programs["evict_init"].Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
@@ -229,6 +233,9 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 			return hits, fmt.Errorf("evict_replay replayed %d of %d requests", a.N, len(batch))
 		}
 		hits += a.Hits
+		if err := c.Periodic(); err != nil {
+			return hits, err
+		}
 		if out != nil {
 			if err := c.batches.Lookup(uint32(0), c.buf); err != nil {
 				return hits, fmt.Errorf("read batch: %w", err)
@@ -240,6 +247,23 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 		}
 	}
 	return hits, nil
+}
+
+// Periodic runs the policy's SYSCALL program evict_periodic, if it has one:
+// its work off the hot path (LHD rebuilds its density table there). Replay
+// calls it after every batch; other drivers of the cache should too.
+func (c *Cache) Periodic() error {
+	if c.periodic == nil {
+		return nil
+	}
+	var a runArgs
+	if _, err := c.periodic.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
+		return fmt.Errorf("run evict_periodic: %w", err)
+	}
+	if a.Ret != 0 {
+		return fmt.Errorf("evict_periodic: error %d", a.Ret)
+	}
+	return nil
 }
 
 // Stats reads the evict_stats counters by name (StatNames).

@@ -31,7 +31,7 @@ batches of 4096 requests looped over in the kernel. Block traces
 zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + ` (csv: key,size).
 --unit bytes makes --size a budget of bytes (object sizes from the trace;
 an object larger than the budget is never admitted).
-Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
+Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tracePath == "" || format == "" || policy == "" || size == 0 {
@@ -41,7 +41,7 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
 				return cli.Usagef("--format %q: want one of %s", format, strings.Join(cache.Formats, ", "))
 			}
 			if _, err := evict.Spec(policy); err != nil || policy == "broken" {
-				return cli.Usagef("--policy %q: want one of fifo, lru, mru, clock, sieve, s3fifo, lfu", policy)
+				return cli.Usagef("--policy %q: want one of fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd", policy)
 			}
 			if unit != "objects" && unit != "bytes" {
 				return cli.Usagef("--unit %q: want objects or bytes", unit)
@@ -74,7 +74,7 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu.`,
 	f := c.Flags()
 	f.StringVar(&tracePath, "trace", "", "trace FILE (plain or zstd-compressed)")
 	f.StringVar(&format, "format", "", "trace format: "+strings.Join(cache.Formats, "|"))
-	f.StringVar(&policy, "policy", "", "eviction policy: fifo|lru|mru|clock|sieve|s3fifo|lfu")
+	f.StringVar(&policy, "policy", "", "eviction policy: fifo|lru|mru|clock|sieve|s3fifo|lfu|lhd")
 	f.Uint64Var(&size, "size", 0, "cache size in --unit")
 	f.StringVar(&unit, "unit", "objects", "unit of --size: objects (each counts 1) or bytes (request sizes)")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to FILE (- for stdout)")
@@ -90,7 +90,7 @@ func newBenchCacheCmd() *cobra.Command {
 		Long: `Replays the bundled traces (Twitter cluster 52, ARC OLTP, CloudPhysics;
 found in $CISTERN_TRACES, else shared/data/traces beside the repository)
 through every in-kernel eviction policy (fifo, lru, mru, clock, sieve,
-s3fifo, lfu) at cache sizes of 1%, 5%, 10% and 25% of each trace's distinct
+s3fifo, lfu, lhd) at cache sizes of 1%, 5%, 10% and 25% of each trace's distinct
 objects. Modes are policies; metrics are the hit ratio per trace and size
 (TRACE_hit_ratio_Npct) and the replay rate per trace. --plot draws the
 miss-ratio curves, one PNG per trace (FILE-TRACE.png). --quick replays the
