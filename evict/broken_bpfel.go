@@ -42,6 +42,13 @@ type brokenEvictEntry struct {
 	Resident uint32
 }
 
+type brokenEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type brokenEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,24 +69,28 @@ type brokenEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	brokenMapEvictBatches      = "evict_batches"
-	brokenMapEvictCtxs         = "evict_ctxs"
-	brokenMapEvictEntries      = "evict_entries"
-	brokenMapEvictFree         = "evict_free"
-	brokenMapEvictIndex        = "evict_index"
-	brokenMapEvictNodes        = "evict_nodes"
-	brokenMapEvictStats        = "evict_stats"
-	brokenProgEvictInit        = "evict_init"
-	brokenProgEvictReplay      = "evict_replay"
-	brokenVarBrokenCalls       = "broken_calls"
-	brokenVarEvictByteCapacity = "evict_byte_capacity"
-	brokenVarEvictCapacity     = "evict_capacity"
-	brokenVarEvictFallbackHand = "evict_fallback_hand"
-	brokenVarEvictFreeTop      = "evict_free_top"
-	brokenVarEvictInitialized  = "evict_initialized"
-	brokenVarEvictLists        = "evict_lists"
-	brokenVarEvictNextUnused   = "evict_next_unused"
-	brokenVarEvictUsedBytes    = "evict_used_bytes"
+	brokenMapEvictBatches       = "evict_batches"
+	brokenMapEvictCtxs          = "evict_ctxs"
+	brokenMapEvictEntries       = "evict_entries"
+	brokenMapEvictEvents        = "evict_events"
+	brokenMapEvictFree          = "evict_free"
+	brokenMapEvictIndex         = "evict_index"
+	brokenMapEvictNodes         = "evict_nodes"
+	brokenMapEvictStats         = "evict_stats"
+	brokenMapEvictVictims       = "evict_victims"
+	brokenProgEvictDrain        = "evict_drain"
+	brokenProgEvictInit         = "evict_init"
+	brokenProgEvictReplay       = "evict_replay"
+	brokenVarBrokenCalls        = "broken_calls"
+	brokenVarEvictByteCapacity  = "evict_byte_capacity"
+	brokenVarEvictCapacity      = "evict_capacity"
+	brokenVarEvictFallbackHand  = "evict_fallback_hand"
+	brokenVarEvictFreeTop       = "evict_free_top"
+	brokenVarEvictInitialized   = "evict_initialized"
+	brokenVarEvictLists         = "evict_lists"
+	brokenVarEvictNextUnused    = "evict_next_unused"
+	brokenVarEvictReportVictims = "evict_report_victims"
+	brokenVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadBroken returns the embedded CollectionSpec for broken.
@@ -124,6 +135,7 @@ type brokenSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type brokenProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -135,25 +147,28 @@ type brokenMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // brokenVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type brokenVariableSpecs struct {
-	BrokenCalls       *ebpf.VariableSpec `ebpf:"broken_calls"`
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	BrokenCalls        *ebpf.VariableSpec `ebpf:"broken_calls"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // brokenObjects contains all objects after they have been loaded into the kernel.
@@ -179,10 +194,12 @@ type brokenMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *brokenMaps) Close() error {
@@ -190,10 +207,12 @@ func (m *brokenMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -201,27 +220,30 @@ func (m *brokenMaps) Close() error {
 //
 // It can be passed to loadBrokenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type brokenVariables struct {
-	BrokenCalls       *ebpf.Variable `ebpf:"broken_calls"`
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	BrokenCalls        *ebpf.Variable `ebpf:"broken_calls"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // brokenPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadBrokenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type brokenPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *brokenPrograms) Close() error {
 	return _BrokenClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -42,6 +42,13 @@ type clockEvictEntry struct {
 	Resident uint32
 }
 
+type clockEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type clockEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,23 +69,27 @@ type clockEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	clockMapEvictBatches      = "evict_batches"
-	clockMapEvictCtxs         = "evict_ctxs"
-	clockMapEvictEntries      = "evict_entries"
-	clockMapEvictFree         = "evict_free"
-	clockMapEvictIndex        = "evict_index"
-	clockMapEvictNodes        = "evict_nodes"
-	clockMapEvictStats        = "evict_stats"
-	clockProgEvictInit        = "evict_init"
-	clockProgEvictReplay      = "evict_replay"
-	clockVarEvictByteCapacity = "evict_byte_capacity"
-	clockVarEvictCapacity     = "evict_capacity"
-	clockVarEvictFallbackHand = "evict_fallback_hand"
-	clockVarEvictFreeTop      = "evict_free_top"
-	clockVarEvictInitialized  = "evict_initialized"
-	clockVarEvictLists        = "evict_lists"
-	clockVarEvictNextUnused   = "evict_next_unused"
-	clockVarEvictUsedBytes    = "evict_used_bytes"
+	clockMapEvictBatches       = "evict_batches"
+	clockMapEvictCtxs          = "evict_ctxs"
+	clockMapEvictEntries       = "evict_entries"
+	clockMapEvictEvents        = "evict_events"
+	clockMapEvictFree          = "evict_free"
+	clockMapEvictIndex         = "evict_index"
+	clockMapEvictNodes         = "evict_nodes"
+	clockMapEvictStats         = "evict_stats"
+	clockMapEvictVictims       = "evict_victims"
+	clockProgEvictDrain        = "evict_drain"
+	clockProgEvictInit         = "evict_init"
+	clockProgEvictReplay       = "evict_replay"
+	clockVarEvictByteCapacity  = "evict_byte_capacity"
+	clockVarEvictCapacity      = "evict_capacity"
+	clockVarEvictFallbackHand  = "evict_fallback_hand"
+	clockVarEvictFreeTop       = "evict_free_top"
+	clockVarEvictInitialized   = "evict_initialized"
+	clockVarEvictLists         = "evict_lists"
+	clockVarEvictNextUnused    = "evict_next_unused"
+	clockVarEvictReportVictims = "evict_report_victims"
+	clockVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadClock returns the embedded CollectionSpec for clock.
@@ -123,6 +134,7 @@ type clockSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type clockProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -134,24 +146,27 @@ type clockMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // clockVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type clockVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // clockObjects contains all objects after they have been loaded into the kernel.
@@ -177,10 +192,12 @@ type clockMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *clockMaps) Close() error {
@@ -188,10 +205,12 @@ func (m *clockMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -199,26 +218,29 @@ func (m *clockMaps) Close() error {
 //
 // It can be passed to loadClockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type clockVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // clockPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadClockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type clockPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *clockPrograms) Close() error {
 	return _ClockClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -37,7 +37,7 @@ const (
 var StatNames = []string{
 	"requests", "hits", "misses", "bytes", "hit_bytes", "inserts", "evictions",
 	"evict_calls", "proposed", "invalid", "short", "fallbacks", "fallback_evictions", "no_room",
-	"too_big",
+	"too_big", "events", "victims_lost",
 }
 
 // policies maps a policy name to its bpf2go loader.
@@ -79,7 +79,14 @@ type Config struct {
 	// Bytes, when not 0, also bounds the sum of the entries' sizes
 	// (evict_byte_capacity): the cache evicts until a new entry fits.
 	Bytes uint64
+	// Replace shares maps of another collection with the cache: an owner
+	// such as Kerby-KV passes its queues as "evict_events" and
+	// "evict_victims" (value struct evict_event, EventQueueLen entries).
+	Replace map[string]*ebpf.Map
 }
+
+// EventQueueLen is EVICT_QUEUE_LEN, the size of evict_events and evict_victims.
+const EventQueueLen = 16384
 
 // Apply sets evict_capacity (.rodata) and the sizes of evict_nodes,
 // evict_entries, evict_index and evict_free in spec, a collection that
@@ -142,6 +149,7 @@ type Cache struct {
 	coll     *ebpf.Collection
 	replay   *ebpf.Program
 	periodic *ebpf.Program // the policy's evict_periodic, if it has one
+	drain    *ebpf.Program
 	batches  *ebpf.Map
 	stats    *ebpf.Map
 	buf      []byte
@@ -167,7 +175,7 @@ func Open(cfg Config) (*Cache, error) {
 	if err := cfg.Apply(spec); err != nil {
 		return nil, err
 	}
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: cfg.Replace})
 	if err != nil {
 		return nil, fmt.Errorf("load policy %s: %w", cfg.Policy, err)
 	}
@@ -175,6 +183,7 @@ func Open(cfg Config) (*Cache, error) {
 		Policy: cfg.Policy, Capacity: cfg.Capacity, coll: coll,
 		replay:   coll.Programs["evict_replay"],
 		periodic: coll.Programs["evict_periodic"],
+		drain:    coll.Programs["evict_drain"],
 		batches:  coll.Maps["evict_batches"],
 		stats:    coll.Maps["evict_stats"],
 		buf:      make([]byte, batchHeader+BatchSize*ReqSize),
@@ -264,6 +273,21 @@ func (c *Cache) Periodic() error {
 		return fmt.Errorf("evict_periodic: error %d", a.Ret)
 	}
 	return nil
+}
+
+// Drain runs evict_drain: applies the events queued on evict_events in
+// order (hits, fills, removals by the owner), pushing every victim the
+// policy chose for a fill onto evict_victims. Returns the events applied.
+// Like Replay, it must not run concurrently with another writer.
+func (c *Cache) Drain() (int, error) {
+	var a runArgs
+	if _, err := c.drain.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
+		return 0, fmt.Errorf("run evict_drain: %w", err)
+	}
+	if a.Ret != 0 {
+		return 0, fmt.Errorf("evict_drain: error %d", a.Ret)
+	}
+	return int(a.N), nil
 }
 
 // Stats reads the evict_stats counters by name (StatNames).

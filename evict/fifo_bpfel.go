@@ -42,6 +42,13 @@ type fifoEvictEntry struct {
 	Resident uint32
 }
 
+type fifoEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type fifoEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,23 +69,27 @@ type fifoEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	fifoMapEvictBatches      = "evict_batches"
-	fifoMapEvictCtxs         = "evict_ctxs"
-	fifoMapEvictEntries      = "evict_entries"
-	fifoMapEvictFree         = "evict_free"
-	fifoMapEvictIndex        = "evict_index"
-	fifoMapEvictNodes        = "evict_nodes"
-	fifoMapEvictStats        = "evict_stats"
-	fifoProgEvictInit        = "evict_init"
-	fifoProgEvictReplay      = "evict_replay"
-	fifoVarEvictByteCapacity = "evict_byte_capacity"
-	fifoVarEvictCapacity     = "evict_capacity"
-	fifoVarEvictFallbackHand = "evict_fallback_hand"
-	fifoVarEvictFreeTop      = "evict_free_top"
-	fifoVarEvictInitialized  = "evict_initialized"
-	fifoVarEvictLists        = "evict_lists"
-	fifoVarEvictNextUnused   = "evict_next_unused"
-	fifoVarEvictUsedBytes    = "evict_used_bytes"
+	fifoMapEvictBatches       = "evict_batches"
+	fifoMapEvictCtxs          = "evict_ctxs"
+	fifoMapEvictEntries       = "evict_entries"
+	fifoMapEvictEvents        = "evict_events"
+	fifoMapEvictFree          = "evict_free"
+	fifoMapEvictIndex         = "evict_index"
+	fifoMapEvictNodes         = "evict_nodes"
+	fifoMapEvictStats         = "evict_stats"
+	fifoMapEvictVictims       = "evict_victims"
+	fifoProgEvictDrain        = "evict_drain"
+	fifoProgEvictInit         = "evict_init"
+	fifoProgEvictReplay       = "evict_replay"
+	fifoVarEvictByteCapacity  = "evict_byte_capacity"
+	fifoVarEvictCapacity      = "evict_capacity"
+	fifoVarEvictFallbackHand  = "evict_fallback_hand"
+	fifoVarEvictFreeTop       = "evict_free_top"
+	fifoVarEvictInitialized   = "evict_initialized"
+	fifoVarEvictLists         = "evict_lists"
+	fifoVarEvictNextUnused    = "evict_next_unused"
+	fifoVarEvictReportVictims = "evict_report_victims"
+	fifoVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadFifo returns the embedded CollectionSpec for fifo.
@@ -123,6 +134,7 @@ type fifoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fifoProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -134,24 +146,27 @@ type fifoMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // fifoVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fifoVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // fifoObjects contains all objects after they have been loaded into the kernel.
@@ -177,10 +192,12 @@ type fifoMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *fifoMaps) Close() error {
@@ -188,10 +205,12 @@ func (m *fifoMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -199,26 +218,29 @@ func (m *fifoMaps) Close() error {
 //
 // It can be passed to loadFifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fifoVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // fifoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadFifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fifoPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *fifoPrograms) Close() error {
 	return _FifoClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

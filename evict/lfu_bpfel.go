@@ -42,6 +42,13 @@ type lfuEvictEntry struct {
 	Resident uint32
 }
 
+type lfuEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type lfuEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,24 +69,28 @@ type lfuEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lfuMapEvictBatches      = "evict_batches"
-	lfuMapEvictCtxs         = "evict_ctxs"
-	lfuMapEvictEntries      = "evict_entries"
-	lfuMapEvictFree         = "evict_free"
-	lfuMapEvictIndex        = "evict_index"
-	lfuMapEvictNodes        = "evict_nodes"
-	lfuMapEvictStats        = "evict_stats"
-	lfuProgEvictInit        = "evict_init"
-	lfuProgEvictReplay      = "evict_replay"
-	lfuVarEvictByteCapacity = "evict_byte_capacity"
-	lfuVarEvictCapacity     = "evict_capacity"
-	lfuVarEvictFallbackHand = "evict_fallback_hand"
-	lfuVarEvictFreeTop      = "evict_free_top"
-	lfuVarEvictInitialized  = "evict_initialized"
-	lfuVarEvictLists        = "evict_lists"
-	lfuVarEvictNextUnused   = "evict_next_unused"
-	lfuVarEvictUsedBytes    = "evict_used_bytes"
-	lfuVarLfuQ              = "lfu_q"
+	lfuMapEvictBatches       = "evict_batches"
+	lfuMapEvictCtxs          = "evict_ctxs"
+	lfuMapEvictEntries       = "evict_entries"
+	lfuMapEvictEvents        = "evict_events"
+	lfuMapEvictFree          = "evict_free"
+	lfuMapEvictIndex         = "evict_index"
+	lfuMapEvictNodes         = "evict_nodes"
+	lfuMapEvictStats         = "evict_stats"
+	lfuMapEvictVictims       = "evict_victims"
+	lfuProgEvictDrain        = "evict_drain"
+	lfuProgEvictInit         = "evict_init"
+	lfuProgEvictReplay       = "evict_replay"
+	lfuVarEvictByteCapacity  = "evict_byte_capacity"
+	lfuVarEvictCapacity      = "evict_capacity"
+	lfuVarEvictFallbackHand  = "evict_fallback_hand"
+	lfuVarEvictFreeTop       = "evict_free_top"
+	lfuVarEvictInitialized   = "evict_initialized"
+	lfuVarEvictLists         = "evict_lists"
+	lfuVarEvictNextUnused    = "evict_next_unused"
+	lfuVarEvictReportVictims = "evict_report_victims"
+	lfuVarEvictUsedBytes     = "evict_used_bytes"
+	lfuVarLfuQ               = "lfu_q"
 )
 
 // loadLfu returns the embedded CollectionSpec for lfu.
@@ -124,6 +135,7 @@ type lfuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lfuProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -135,25 +147,28 @@ type lfuMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // lfuVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lfuVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
-	LfuQ              *ebpf.VariableSpec `ebpf:"lfu_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	LfuQ               *ebpf.VariableSpec `ebpf:"lfu_q"`
 }
 
 // lfuObjects contains all objects after they have been loaded into the kernel.
@@ -179,10 +194,12 @@ type lfuMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *lfuMaps) Close() error {
@@ -190,10 +207,12 @@ func (m *lfuMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -201,27 +220,30 @@ func (m *lfuMaps) Close() error {
 //
 // It can be passed to loadLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lfuVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
-	LfuQ              *ebpf.Variable `ebpf:"lfu_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	LfuQ               *ebpf.Variable `ebpf:"lfu_q"`
 }
 
 // lfuPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lfuPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *lfuPrograms) Close() error {
 	return _LfuClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -42,6 +42,13 @@ type lhdEvictEntry struct {
 	Resident uint32
 }
 
+type lhdEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type lhdEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -73,11 +80,14 @@ const (
 	lhdMapEvictBatches        = "evict_batches"
 	lhdMapEvictCtxs           = "evict_ctxs"
 	lhdMapEvictEntries        = "evict_entries"
+	lhdMapEvictEvents         = "evict_events"
 	lhdMapEvictFree           = "evict_free"
 	lhdMapEvictIndex          = "evict_index"
 	lhdMapEvictNodes          = "evict_nodes"
 	lhdMapEvictPslotLhd       = "evict_pslot_lhd"
 	lhdMapEvictStats          = "evict_stats"
+	lhdMapEvictVictims        = "evict_victims"
+	lhdProgEvictDrain         = "evict_drain"
 	lhdProgEvictInit          = "evict_init"
 	lhdProgEvictPeriodic      = "evict_periodic"
 	lhdProgEvictReplay        = "evict_replay"
@@ -88,6 +98,7 @@ const (
 	lhdVarEvictInitialized    = "evict_initialized"
 	lhdVarEvictLists          = "evict_lists"
 	lhdVarEvictNextUnused     = "evict_next_unused"
+	lhdVarEvictReportVictims  = "evict_report_victims"
 	lhdVarEvictUsedBytes      = "evict_used_bytes"
 	lhdVarLhdDensity          = "lhd_density"
 	lhdVarLhdEvictions        = "lhd_evictions"
@@ -142,6 +153,7 @@ type lhdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lhdProgramSpecs struct {
+	EvictDrain    *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit     *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictPeriodic *ebpf.ProgramSpec `ebpf:"evict_periodic"`
 	EvictReplay   *ebpf.ProgramSpec `ebpf:"evict_replay"`
@@ -154,11 +166,13 @@ type lhdMapSpecs struct {
 	EvictBatches  *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs     *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries  *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents   *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree     *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex    *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes    *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictPslotLhd *ebpf.MapSpec `ebpf:"evict_pslot_lhd"`
 	EvictStats    *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims  *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // lhdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -172,6 +186,7 @@ type lhdVariableSpecs struct {
 	EvictInitialized    *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists          *ebpf.VariableSpec `ebpf:"evict_lists"`
 	EvictNextUnused     *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims  *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes      *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	LhdDensity          *ebpf.VariableSpec `ebpf:"lhd_density"`
 	LhdEvictions        *ebpf.VariableSpec `ebpf:"lhd_evictions"`
@@ -207,11 +222,13 @@ type lhdMaps struct {
 	EvictBatches  *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs     *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries  *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents   *ebpf.Map `ebpf:"evict_events"`
 	EvictFree     *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex    *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes    *ebpf.Map `ebpf:"evict_nodes"`
 	EvictPslotLhd *ebpf.Map `ebpf:"evict_pslot_lhd"`
 	EvictStats    *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims  *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *lhdMaps) Close() error {
@@ -219,11 +236,13 @@ func (m *lhdMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictPslotLhd,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -238,6 +257,7 @@ type lhdVariables struct {
 	EvictInitialized    *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists          *ebpf.Variable `ebpf:"evict_lists"`
 	EvictNextUnused     *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims  *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes      *ebpf.Variable `ebpf:"evict_used_bytes"`
 	LhdDensity          *ebpf.Variable `ebpf:"lhd_density"`
 	LhdEvictions        *ebpf.Variable `ebpf:"lhd_evictions"`
@@ -254,6 +274,7 @@ type lhdVariables struct {
 //
 // It can be passed to loadLhdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lhdPrograms struct {
+	EvictDrain    *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit     *ebpf.Program `ebpf:"evict_init"`
 	EvictPeriodic *ebpf.Program `ebpf:"evict_periodic"`
 	EvictReplay   *ebpf.Program `ebpf:"evict_replay"`
@@ -261,6 +282,7 @@ type lhdPrograms struct {
 
 func (p *lhdPrograms) Close() error {
 	return _LhdClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictPeriodic,
 		p.EvictReplay,

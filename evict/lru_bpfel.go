@@ -42,6 +42,13 @@ type lruEvictEntry struct {
 	Resident uint32
 }
 
+type lruEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type lruEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,23 +69,27 @@ type lruEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lruMapEvictBatches      = "evict_batches"
-	lruMapEvictCtxs         = "evict_ctxs"
-	lruMapEvictEntries      = "evict_entries"
-	lruMapEvictFree         = "evict_free"
-	lruMapEvictIndex        = "evict_index"
-	lruMapEvictNodes        = "evict_nodes"
-	lruMapEvictStats        = "evict_stats"
-	lruProgEvictInit        = "evict_init"
-	lruProgEvictReplay      = "evict_replay"
-	lruVarEvictByteCapacity = "evict_byte_capacity"
-	lruVarEvictCapacity     = "evict_capacity"
-	lruVarEvictFallbackHand = "evict_fallback_hand"
-	lruVarEvictFreeTop      = "evict_free_top"
-	lruVarEvictInitialized  = "evict_initialized"
-	lruVarEvictLists        = "evict_lists"
-	lruVarEvictNextUnused   = "evict_next_unused"
-	lruVarEvictUsedBytes    = "evict_used_bytes"
+	lruMapEvictBatches       = "evict_batches"
+	lruMapEvictCtxs          = "evict_ctxs"
+	lruMapEvictEntries       = "evict_entries"
+	lruMapEvictEvents        = "evict_events"
+	lruMapEvictFree          = "evict_free"
+	lruMapEvictIndex         = "evict_index"
+	lruMapEvictNodes         = "evict_nodes"
+	lruMapEvictStats         = "evict_stats"
+	lruMapEvictVictims       = "evict_victims"
+	lruProgEvictDrain        = "evict_drain"
+	lruProgEvictInit         = "evict_init"
+	lruProgEvictReplay       = "evict_replay"
+	lruVarEvictByteCapacity  = "evict_byte_capacity"
+	lruVarEvictCapacity      = "evict_capacity"
+	lruVarEvictFallbackHand  = "evict_fallback_hand"
+	lruVarEvictFreeTop       = "evict_free_top"
+	lruVarEvictInitialized   = "evict_initialized"
+	lruVarEvictLists         = "evict_lists"
+	lruVarEvictNextUnused    = "evict_next_unused"
+	lruVarEvictReportVictims = "evict_report_victims"
+	lruVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadLru returns the embedded CollectionSpec for lru.
@@ -123,6 +134,7 @@ type lruSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lruProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -134,24 +146,27 @@ type lruMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // lruVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lruVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // lruObjects contains all objects after they have been loaded into the kernel.
@@ -177,10 +192,12 @@ type lruMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *lruMaps) Close() error {
@@ -188,10 +205,12 @@ func (m *lruMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -199,26 +218,29 @@ func (m *lruMaps) Close() error {
 //
 // It can be passed to loadLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lruVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // lruPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lruPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *lruPrograms) Close() error {
 	return _LruClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

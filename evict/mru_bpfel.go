@@ -42,6 +42,13 @@ type mruEvictEntry struct {
 	Resident uint32
 }
 
+type mruEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type mruEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,23 +69,27 @@ type mruEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	mruMapEvictBatches      = "evict_batches"
-	mruMapEvictCtxs         = "evict_ctxs"
-	mruMapEvictEntries      = "evict_entries"
-	mruMapEvictFree         = "evict_free"
-	mruMapEvictIndex        = "evict_index"
-	mruMapEvictNodes        = "evict_nodes"
-	mruMapEvictStats        = "evict_stats"
-	mruProgEvictInit        = "evict_init"
-	mruProgEvictReplay      = "evict_replay"
-	mruVarEvictByteCapacity = "evict_byte_capacity"
-	mruVarEvictCapacity     = "evict_capacity"
-	mruVarEvictFallbackHand = "evict_fallback_hand"
-	mruVarEvictFreeTop      = "evict_free_top"
-	mruVarEvictInitialized  = "evict_initialized"
-	mruVarEvictLists        = "evict_lists"
-	mruVarEvictNextUnused   = "evict_next_unused"
-	mruVarEvictUsedBytes    = "evict_used_bytes"
+	mruMapEvictBatches       = "evict_batches"
+	mruMapEvictCtxs          = "evict_ctxs"
+	mruMapEvictEntries       = "evict_entries"
+	mruMapEvictEvents        = "evict_events"
+	mruMapEvictFree          = "evict_free"
+	mruMapEvictIndex         = "evict_index"
+	mruMapEvictNodes         = "evict_nodes"
+	mruMapEvictStats         = "evict_stats"
+	mruMapEvictVictims       = "evict_victims"
+	mruProgEvictDrain        = "evict_drain"
+	mruProgEvictInit         = "evict_init"
+	mruProgEvictReplay       = "evict_replay"
+	mruVarEvictByteCapacity  = "evict_byte_capacity"
+	mruVarEvictCapacity      = "evict_capacity"
+	mruVarEvictFallbackHand  = "evict_fallback_hand"
+	mruVarEvictFreeTop       = "evict_free_top"
+	mruVarEvictInitialized   = "evict_initialized"
+	mruVarEvictLists         = "evict_lists"
+	mruVarEvictNextUnused    = "evict_next_unused"
+	mruVarEvictReportVictims = "evict_report_victims"
+	mruVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadMru returns the embedded CollectionSpec for mru.
@@ -123,6 +134,7 @@ type mruSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type mruProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -134,24 +146,27 @@ type mruMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // mruVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type mruVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // mruObjects contains all objects after they have been loaded into the kernel.
@@ -177,10 +192,12 @@ type mruMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *mruMaps) Close() error {
@@ -188,10 +205,12 @@ func (m *mruMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -199,26 +218,29 @@ func (m *mruMaps) Close() error {
 //
 // It can be passed to loadMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mruVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // mruPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mruPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *mruPrograms) Close() error {
 	return _MruClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -42,6 +42,13 @@ type s3fifoEvictEntry struct {
 	Resident uint32
 }
 
+type s3fifoEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type s3fifoEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -69,27 +76,31 @@ type s3fifoS3Gnode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	s3fifoMapEvictBatches      = "evict_batches"
-	s3fifoMapEvictCtxs         = "evict_ctxs"
-	s3fifoMapEvictEntries      = "evict_entries"
-	s3fifoMapEvictFree         = "evict_free"
-	s3fifoMapEvictIndex        = "evict_index"
-	s3fifoMapEvictNodes        = "evict_nodes"
-	s3fifoMapEvictPslotGhost   = "evict_pslot_ghost"
-	s3fifoMapEvictPslotGindex  = "evict_pslot_gindex"
-	s3fifoMapEvictStats        = "evict_stats"
-	s3fifoProgEvictInit        = "evict_init"
-	s3fifoProgEvictReplay      = "evict_replay"
-	s3fifoVarEvictByteCapacity = "evict_byte_capacity"
-	s3fifoVarEvictCapacity     = "evict_capacity"
-	s3fifoVarEvictFallbackHand = "evict_fallback_hand"
-	s3fifoVarEvictFreeTop      = "evict_free_top"
-	s3fifoVarEvictInitialized  = "evict_initialized"
-	s3fifoVarEvictLists        = "evict_lists"
-	s3fifoVarEvictNextUnused   = "evict_next_unused"
-	s3fifoVarEvictUsedBytes    = "evict_used_bytes"
-	s3fifoVarMainQ             = "main_q"
-	s3fifoVarSmallQ            = "small_q"
+	s3fifoMapEvictBatches       = "evict_batches"
+	s3fifoMapEvictCtxs          = "evict_ctxs"
+	s3fifoMapEvictEntries       = "evict_entries"
+	s3fifoMapEvictEvents        = "evict_events"
+	s3fifoMapEvictFree          = "evict_free"
+	s3fifoMapEvictIndex         = "evict_index"
+	s3fifoMapEvictNodes         = "evict_nodes"
+	s3fifoMapEvictPslotGhost    = "evict_pslot_ghost"
+	s3fifoMapEvictPslotGindex   = "evict_pslot_gindex"
+	s3fifoMapEvictStats         = "evict_stats"
+	s3fifoMapEvictVictims       = "evict_victims"
+	s3fifoProgEvictDrain        = "evict_drain"
+	s3fifoProgEvictInit         = "evict_init"
+	s3fifoProgEvictReplay       = "evict_replay"
+	s3fifoVarEvictByteCapacity  = "evict_byte_capacity"
+	s3fifoVarEvictCapacity      = "evict_capacity"
+	s3fifoVarEvictFallbackHand  = "evict_fallback_hand"
+	s3fifoVarEvictFreeTop       = "evict_free_top"
+	s3fifoVarEvictInitialized   = "evict_initialized"
+	s3fifoVarEvictLists         = "evict_lists"
+	s3fifoVarEvictNextUnused    = "evict_next_unused"
+	s3fifoVarEvictReportVictims = "evict_report_victims"
+	s3fifoVarEvictUsedBytes     = "evict_used_bytes"
+	s3fifoVarMainQ              = "main_q"
+	s3fifoVarSmallQ             = "small_q"
 )
 
 // loadS3fifo returns the embedded CollectionSpec for s3fifo.
@@ -134,6 +145,7 @@ type s3fifoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type s3fifoProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -145,28 +157,31 @@ type s3fifoMapSpecs struct {
 	EvictBatches     *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs        *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries     *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree        *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex       *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.MapSpec `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.MapSpec `ebpf:"evict_pslot_gindex"`
 	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // s3fifoVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type s3fifoVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
-	MainQ             *ebpf.VariableSpec `ebpf:"main_q"`
-	SmallQ            *ebpf.VariableSpec `ebpf:"small_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	MainQ              *ebpf.VariableSpec `ebpf:"main_q"`
+	SmallQ             *ebpf.VariableSpec `ebpf:"small_q"`
 }
 
 // s3fifoObjects contains all objects after they have been loaded into the kernel.
@@ -192,12 +207,14 @@ type s3fifoMaps struct {
 	EvictBatches     *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs        *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries     *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.Map `ebpf:"evict_events"`
 	EvictFree        *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex       *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.Map `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.Map `ebpf:"evict_pslot_gindex"`
 	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *s3fifoMaps) Close() error {
@@ -205,12 +222,14 @@ func (m *s3fifoMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictPslotGhost,
 		m.EvictPslotGindex,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -218,28 +237,31 @@ func (m *s3fifoMaps) Close() error {
 //
 // It can be passed to loadS3fifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type s3fifoVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
-	MainQ             *ebpf.Variable `ebpf:"main_q"`
-	SmallQ            *ebpf.Variable `ebpf:"small_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	MainQ              *ebpf.Variable `ebpf:"main_q"`
+	SmallQ             *ebpf.Variable `ebpf:"small_q"`
 }
 
 // s3fifoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadS3fifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type s3fifoPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *s3fifoPrograms) Close() error {
 	return _S3fifoClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -42,6 +42,13 @@ type sieveEvictEntry struct {
 	Resident uint32
 }
 
+type sieveEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type sieveEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,23 +69,27 @@ type sieveEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	sieveMapEvictBatches      = "evict_batches"
-	sieveMapEvictCtxs         = "evict_ctxs"
-	sieveMapEvictEntries      = "evict_entries"
-	sieveMapEvictFree         = "evict_free"
-	sieveMapEvictIndex        = "evict_index"
-	sieveMapEvictNodes        = "evict_nodes"
-	sieveMapEvictStats        = "evict_stats"
-	sieveProgEvictInit        = "evict_init"
-	sieveProgEvictReplay      = "evict_replay"
-	sieveVarEvictByteCapacity = "evict_byte_capacity"
-	sieveVarEvictCapacity     = "evict_capacity"
-	sieveVarEvictFallbackHand = "evict_fallback_hand"
-	sieveVarEvictFreeTop      = "evict_free_top"
-	sieveVarEvictInitialized  = "evict_initialized"
-	sieveVarEvictLists        = "evict_lists"
-	sieveVarEvictNextUnused   = "evict_next_unused"
-	sieveVarEvictUsedBytes    = "evict_used_bytes"
+	sieveMapEvictBatches       = "evict_batches"
+	sieveMapEvictCtxs          = "evict_ctxs"
+	sieveMapEvictEntries       = "evict_entries"
+	sieveMapEvictEvents        = "evict_events"
+	sieveMapEvictFree          = "evict_free"
+	sieveMapEvictIndex         = "evict_index"
+	sieveMapEvictNodes         = "evict_nodes"
+	sieveMapEvictStats         = "evict_stats"
+	sieveMapEvictVictims       = "evict_victims"
+	sieveProgEvictDrain        = "evict_drain"
+	sieveProgEvictInit         = "evict_init"
+	sieveProgEvictReplay       = "evict_replay"
+	sieveVarEvictByteCapacity  = "evict_byte_capacity"
+	sieveVarEvictCapacity      = "evict_capacity"
+	sieveVarEvictFallbackHand  = "evict_fallback_hand"
+	sieveVarEvictFreeTop       = "evict_free_top"
+	sieveVarEvictInitialized   = "evict_initialized"
+	sieveVarEvictLists         = "evict_lists"
+	sieveVarEvictNextUnused    = "evict_next_unused"
+	sieveVarEvictReportVictims = "evict_report_victims"
+	sieveVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadSieve returns the embedded CollectionSpec for sieve.
@@ -123,6 +134,7 @@ type sieveSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sieveProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -134,24 +146,27 @@ type sieveMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 }
 
 // sieveVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sieveVariableSpecs struct {
-	EvictByteCapacity *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // sieveObjects contains all objects after they have been loaded into the kernel.
@@ -177,10 +192,12 @@ type sieveMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 }
 
 func (m *sieveMaps) Close() error {
@@ -188,10 +205,12 @@ func (m *sieveMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 	)
 }
 
@@ -199,26 +218,29 @@ func (m *sieveMaps) Close() error {
 //
 // It can be passed to loadSieveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sieveVariables struct {
-	EvictByteCapacity *ebpf.Variable `ebpf:"evict_byte_capacity"`
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	EvictUsedBytes    *ebpf.Variable `ebpf:"evict_used_bytes"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // sievePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadSieveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sievePrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *sievePrograms) Close() error {
 	return _SieveClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

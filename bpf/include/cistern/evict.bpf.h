@@ -154,6 +154,21 @@ struct {
 	__type(value, __u64);
 } evict_stats SEC(".maps");
 
+/* Events from other programs (for instance Kerby-KV's XDP and TC programs,
+ * on every CPU) and the victims evict_drain chose, for the owner to delete.
+ * A loader shares them with the owner's maps (MapReplacements). */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, EVICT_QUEUE_LEN);
+	__type(value, struct evict_event);
+} evict_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, EVICT_QUEUE_LEN);
+	__type(value, struct evict_event);
+} evict_victims SEC(".maps");
+
 /* Cache state (single writer). */
 struct evict_list evict_lists[EVICT_MAX_LISTS];
 __u32 evict_next_unused;   /* slots never used yet: [evict_next_unused, capacity) */
@@ -161,6 +176,7 @@ __u32 evict_free_top;      /* entries on the evict_free stack */
 __u32 evict_fallback_hand; /* next slot the fallback looks at */
 __u32 evict_initialized;
 __u64 evict_used_bytes;    /* sum of resident entries' sizes */
+__u32 evict_report_victims; /* evict_drain: push removed keys to evict_victims */
 
 /* The policy's functions: defined by the file that includes this header. */
 static int evict_policy_init(void);
@@ -416,6 +432,12 @@ static __always_inline int evict_remove(__u32 slot, struct evict_req *r)
 	bpf_map_delete_elem(&evict_index, &e->key);
 	e->resident = 0;
 	evict_used_bytes -= evict_used_bytes >= e->size ? e->size : evict_used_bytes;
+	if (evict_report_victims) {
+		struct evict_event v = { .key = e->key, .size = e->size, .op = EVICT_EV_REMOVE };
+
+		if (bpf_map_push_elem(&evict_victims, &v, 0))
+			evict_stat_add(EVICT_STAT_VICTIMS_LOST, 1);
+	}
 	if (r) {
 		r->evicted++;
 		r->victim = e->key;
@@ -647,6 +669,60 @@ int evict_replay(struct evict_run_args *a)
 	evict_stat_add(EVICT_STAT_HIT_BYTES, lp.hit_bytes);
 	a->n = n;
 	a->hits = lp.hits;
+	a->ret = 0;
+	return 0;
+}
+
+struct evict_drain_loop {
+	__u32 n;
+};
+
+static long evict_drain_step(__u64 i, void *arg)
+{
+	struct evict_drain_loop *lp = arg;
+	struct evict_event ev;
+	struct evict_req r = {};
+	__u32 *sp;
+
+	if (bpf_map_pop_elem(&evict_events, &ev))
+		return 1;
+	lp->n++;
+	sp = bpf_map_lookup_elem(&evict_index, &ev.key);
+	switch (ev.op) {
+	case EVICT_EV_ACCESS:
+		if (sp)
+			evict_policy_accessed(*sp);
+		break;
+	case EVICT_EV_FILL:
+		/* Victims of this insertion go to evict_victims. */
+		r.key = ev.key;
+		r.size = ev.size;
+		evict_report_victims = 1;
+		evict_cache_access(&r);
+		evict_report_victims = 0;
+		break;
+	case EVICT_EV_REMOVE:
+		if (sp)
+			evict_remove(*sp, NULL);
+		break;
+	}
+	return 0;
+}
+
+/* Applies the queued evict_events in order (at most EVICT_QUEUE_LEN): the
+ * cache's single writer when other programs share it. a->n: events applied. */
+SEC("syscall")
+int evict_drain(struct evict_run_args *a)
+{
+	struct evict_drain_loop lp = {};
+
+	if (!evict_initialized) {
+		a->ret = -EVICT_EINVAL;
+		return 0;
+	}
+	bpf_loop(EVICT_QUEUE_LEN, evict_drain_step, &lp, 0);
+	evict_stat_add(EVICT_STAT_EVENTS, lp.n);
+	a->n = lp.n;
 	a->ret = 0;
 	return 0;
 }

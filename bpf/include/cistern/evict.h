@@ -9,6 +9,20 @@
 #define EVICT_MAX_CANDIDATES 32      /* proposals per evict() call (power of 2) */
 #define EVICT_BATCH 4096             /* trace records per replay run (power of 2) */
 #define EVICT_DEFAULT_SLOTS 65536    /* cache capacity in entries; the loader sets it */
+#define EVICT_QUEUE_LEN 16384        /* evict_events / evict_victims queue entries */
+
+/* An event another program queues for evict_drain (the cache's single
+ * writer): op EVICT_EV_ACCESS (a hit), EVICT_EV_FILL (a new or rewritten
+ * entry of size units), EVICT_EV_REMOVE (the owner deleted it). Victims come
+ * back on evict_victims with op EVICT_EV_REMOVE. */
+struct evict_event {
+	__u64 key;
+	__u32 size;
+	__u32 op;
+};
+#define EVICT_EV_ACCESS 1
+#define EVICT_EV_FILL 2
+#define EVICT_EV_REMOVE 3
 
 /* One node per entry slot, in the evict_nodes ARRAY: the links of the
  * eviction list the entry is on, and one word for the policy (a visited bit,
@@ -81,6 +95,8 @@ enum evict_stat {
 	EVICT_STAT_FALLBACK_EVICTIONS, /* entries the fallback removed */
 	EVICT_STAT_NO_ROOM,            /* misses not inserted: nothing could be evicted */
 	EVICT_STAT_TOO_BIG,            /* misses not inserted: larger than evict_byte_capacity */
+	EVICT_STAT_EVENTS,             /* events evict_drain applied */
+	EVICT_STAT_VICTIMS_LOST,       /* victims evict_victims had no room for */
 	EVICT_STAT_MAX,
 };
 
