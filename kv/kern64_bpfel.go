@@ -18,11 +18,13 @@ import (
 const (
 	kern64MapKvClock            = "kv_clock"
 	kern64MapKvEntries          = "kv_entries"
+	kern64MapKvEvents           = "kv_events"
 	kern64MapKvFifo             = "kv_fifo"
 	kern64MapKvScratchMap       = "kv_scratch_map"
 	kern64MapKvStats            = "kv_stats"
 	kern64MapKvTcpFlows         = "kv_tcp_flows"
 	kern64MapKvTickets          = "kv_tickets"
+	kern64MapKvVictims          = "kv_victims"
 	kern64MapKvWrites           = "kv_writes"
 	kern64MapPoolBlocks         = "pool_blocks"
 	kern64MapPoolIndex          = "pool_index"
@@ -30,11 +32,13 @@ const (
 	kern64MapPoolZero           = "pool_zero"
 	kern64ProgKvEgress          = "kv_egress"
 	kern64ProgKvIngress         = "kv_ingress"
+	kern64ProgKvReap            = "kv_reap"
 	kern64ProgKvXdp             = "kv_xdp"
 	kern64ProgKvXdpPass         = "kv_xdp_pass"
 	kern64VarKvFifoMask         = "kv_fifo_mask"
 	kern64VarKvFillQuarantineNs = "kv_fill_quarantine_ns"
 	kern64VarKvFillTtlNs        = "kv_fill_ttl_ns"
+	kern64VarKvPolicyOn         = "kv_policy_on"
 	kern64VarKvPort             = "kv_port"
 	kern64VarKvTicketTtlNs      = "kv_ticket_ttl_ns"
 	kern64VarKvWriteWindowNs    = "kv_write_window_ns"
@@ -86,6 +90,7 @@ type kern64Specs struct {
 type kern64ProgramSpecs struct {
 	KvEgress  *ebpf.ProgramSpec `ebpf:"kv_egress"`
 	KvIngress *ebpf.ProgramSpec `ebpf:"kv_ingress"`
+	KvReap    *ebpf.ProgramSpec `ebpf:"kv_reap"`
 	KvXdp     *ebpf.ProgramSpec `ebpf:"kv_xdp"`
 	KvXdpPass *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
 }
@@ -96,11 +101,13 @@ type kern64ProgramSpecs struct {
 type kern64MapSpecs struct {
 	KvClock      *ebpf.MapSpec `ebpf:"kv_clock"`
 	KvEntries    *ebpf.MapSpec `ebpf:"kv_entries"`
+	KvEvents     *ebpf.MapSpec `ebpf:"kv_events"`
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
+	KvVictims    *ebpf.MapSpec `ebpf:"kv_victims"`
 	KvWrites     *ebpf.MapSpec `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.MapSpec `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.MapSpec `ebpf:"pool_index"`
@@ -115,6 +122,7 @@ type kern64VariableSpecs struct {
 	KvFifoMask         *ebpf.VariableSpec `ebpf:"kv_fifo_mask"`
 	KvFillQuarantineNs *ebpf.VariableSpec `ebpf:"kv_fill_quarantine_ns"`
 	KvFillTtlNs        *ebpf.VariableSpec `ebpf:"kv_fill_ttl_ns"`
+	KvPolicyOn         *ebpf.VariableSpec `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.VariableSpec `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
@@ -144,11 +152,13 @@ func (o *kern64Objects) Close() error {
 type kern64Maps struct {
 	KvClock      *ebpf.Map `ebpf:"kv_clock"`
 	KvEntries    *ebpf.Map `ebpf:"kv_entries"`
+	KvEvents     *ebpf.Map `ebpf:"kv_events"`
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
+	KvVictims    *ebpf.Map `ebpf:"kv_victims"`
 	KvWrites     *ebpf.Map `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.Map `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.Map `ebpf:"pool_index"`
@@ -160,11 +170,13 @@ func (m *kern64Maps) Close() error {
 	return _Kern64Close(
 		m.KvClock,
 		m.KvEntries,
+		m.KvEvents,
 		m.KvFifo,
 		m.KvScratchMap,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,
+		m.KvVictims,
 		m.KvWrites,
 		m.PoolBlocks,
 		m.PoolIndex,
@@ -180,6 +192,7 @@ type kern64Variables struct {
 	KvFifoMask         *ebpf.Variable `ebpf:"kv_fifo_mask"`
 	KvFillQuarantineNs *ebpf.Variable `ebpf:"kv_fill_quarantine_ns"`
 	KvFillTtlNs        *ebpf.Variable `ebpf:"kv_fill_ttl_ns"`
+	KvPolicyOn         *ebpf.Variable `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.Variable `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
@@ -193,6 +206,7 @@ type kern64Variables struct {
 type kern64Programs struct {
 	KvEgress  *ebpf.Program `ebpf:"kv_egress"`
 	KvIngress *ebpf.Program `ebpf:"kv_ingress"`
+	KvReap    *ebpf.Program `ebpf:"kv_reap"`
 	KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
 	KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
 }
@@ -201,6 +215,7 @@ func (p *kern64Programs) Close() error {
 	return _Kern64Close(
 		p.KvEgress,
 		p.KvIngress,
+		p.KvReap,
 		p.KvXdp,
 		p.KvXdpPass,
 	)

@@ -18,11 +18,13 @@ import (
 const (
 	kernMapKvClock            = "kv_clock"
 	kernMapKvEntries          = "kv_entries"
+	kernMapKvEvents           = "kv_events"
 	kernMapKvFifo             = "kv_fifo"
 	kernMapKvScratchMap       = "kv_scratch_map"
 	kernMapKvStats            = "kv_stats"
 	kernMapKvTcpFlows         = "kv_tcp_flows"
 	kernMapKvTickets          = "kv_tickets"
+	kernMapKvVictims          = "kv_victims"
 	kernMapKvWrites           = "kv_writes"
 	kernMapPoolBlocks         = "pool_blocks"
 	kernMapPoolIndex          = "pool_index"
@@ -30,11 +32,13 @@ const (
 	kernMapPoolZero           = "pool_zero"
 	kernProgKvEgress          = "kv_egress"
 	kernProgKvIngress         = "kv_ingress"
+	kernProgKvReap            = "kv_reap"
 	kernProgKvXdp             = "kv_xdp"
 	kernProgKvXdpPass         = "kv_xdp_pass"
 	kernVarKvFifoMask         = "kv_fifo_mask"
 	kernVarKvFillQuarantineNs = "kv_fill_quarantine_ns"
 	kernVarKvFillTtlNs        = "kv_fill_ttl_ns"
+	kernVarKvPolicyOn         = "kv_policy_on"
 	kernVarKvPort             = "kv_port"
 	kernVarKvTicketTtlNs      = "kv_ticket_ttl_ns"
 	kernVarKvWriteWindowNs    = "kv_write_window_ns"
@@ -86,6 +90,7 @@ type kernSpecs struct {
 type kernProgramSpecs struct {
 	KvEgress  *ebpf.ProgramSpec `ebpf:"kv_egress"`
 	KvIngress *ebpf.ProgramSpec `ebpf:"kv_ingress"`
+	KvReap    *ebpf.ProgramSpec `ebpf:"kv_reap"`
 	KvXdp     *ebpf.ProgramSpec `ebpf:"kv_xdp"`
 	KvXdpPass *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
 }
@@ -96,11 +101,13 @@ type kernProgramSpecs struct {
 type kernMapSpecs struct {
 	KvClock      *ebpf.MapSpec `ebpf:"kv_clock"`
 	KvEntries    *ebpf.MapSpec `ebpf:"kv_entries"`
+	KvEvents     *ebpf.MapSpec `ebpf:"kv_events"`
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
+	KvVictims    *ebpf.MapSpec `ebpf:"kv_victims"`
 	KvWrites     *ebpf.MapSpec `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.MapSpec `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.MapSpec `ebpf:"pool_index"`
@@ -115,6 +122,7 @@ type kernVariableSpecs struct {
 	KvFifoMask         *ebpf.VariableSpec `ebpf:"kv_fifo_mask"`
 	KvFillQuarantineNs *ebpf.VariableSpec `ebpf:"kv_fill_quarantine_ns"`
 	KvFillTtlNs        *ebpf.VariableSpec `ebpf:"kv_fill_ttl_ns"`
+	KvPolicyOn         *ebpf.VariableSpec `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.VariableSpec `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
@@ -144,11 +152,13 @@ func (o *kernObjects) Close() error {
 type kernMaps struct {
 	KvClock      *ebpf.Map `ebpf:"kv_clock"`
 	KvEntries    *ebpf.Map `ebpf:"kv_entries"`
+	KvEvents     *ebpf.Map `ebpf:"kv_events"`
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
+	KvVictims    *ebpf.Map `ebpf:"kv_victims"`
 	KvWrites     *ebpf.Map `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.Map `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.Map `ebpf:"pool_index"`
@@ -160,11 +170,13 @@ func (m *kernMaps) Close() error {
 	return _KernClose(
 		m.KvClock,
 		m.KvEntries,
+		m.KvEvents,
 		m.KvFifo,
 		m.KvScratchMap,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,
+		m.KvVictims,
 		m.KvWrites,
 		m.PoolBlocks,
 		m.PoolIndex,
@@ -180,6 +192,7 @@ type kernVariables struct {
 	KvFifoMask         *ebpf.Variable `ebpf:"kv_fifo_mask"`
 	KvFillQuarantineNs *ebpf.Variable `ebpf:"kv_fill_quarantine_ns"`
 	KvFillTtlNs        *ebpf.Variable `ebpf:"kv_fill_ttl_ns"`
+	KvPolicyOn         *ebpf.Variable `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.Variable `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
@@ -193,6 +206,7 @@ type kernVariables struct {
 type kernPrograms struct {
 	KvEgress  *ebpf.Program `ebpf:"kv_egress"`
 	KvIngress *ebpf.Program `ebpf:"kv_ingress"`
+	KvReap    *ebpf.Program `ebpf:"kv_reap"`
 	KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
 	KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
 }
@@ -201,6 +215,7 @@ func (p *kernPrograms) Close() error {
 	return _KernClose(
 		p.KvEgress,
 		p.KvIngress,
+		p.KvReap,
 		p.KvXdp,
 		p.KvXdpPass,
 	)

@@ -13,11 +13,13 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/pool"
 )
 
@@ -52,6 +54,9 @@ type Config struct {
 	// Values filled from GET replies expire after this long (0: never);
 	// memcached does not say an item's expiry in its replies.
 	FillTTL time.Duration
+	// Policy names an eviction policy of package evict ("": the built-in
+	// FIFO ring). Its drainer must run: Server.StartDrainer or Drain.
+	Policy string
 }
 
 func (c *Config) defaults() {
@@ -113,6 +118,11 @@ func (c Config) Validate() error {
 	if err := pc.Validate(); err != nil {
 		return err
 	}
+	if c.Policy != "" {
+		if _, err := evict.Spec(c.Policy); err != nil || c.Policy == "broken" {
+			return fmt.Errorf("--policy %q: want one of %s", c.Policy, strings.Join(Policies(), ", "))
+		}
+	}
 	if pc.CapacityBlocks < 16 {
 		return fmt.Errorf("--pool-mb %d holds only %d blocks", c.PoolMB, pc.CapacityBlocks)
 	}
@@ -127,6 +137,18 @@ type Server struct {
 	// XDPMode is "native" or "generic" once attached.
 	XDPMode string
 	pinned  string
+	policy  *policyState // --policy, else nil
+}
+
+// Policies are the names Config.Policy accepts.
+func Policies() []string {
+	var ps []string
+	for _, p := range evict.Policies() {
+		if p != "broken" {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // Load configures and loads the BPF objects; nothing is attached yet.
@@ -166,6 +188,7 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 		"kv_fill_quarantine_ns": uint64(cfg.FillQuarantine),
 		"kv_fill_ttl_ns":        uint64(cfg.FillTTL),
 		"kv_fifo_mask":          ring - 1,
+		"kv_policy_on":          uint32(min(len(cfg.Policy), 1)),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
@@ -178,6 +201,13 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 			return nil, fmt.Errorf("the kernel refused Kerby-KV's BPF program (a Cistern bug: please report it with 'cistern doctor --json'): %v", ve)
 		}
 		return nil, fmt.Errorf("load Kerby-KV: %w", err)
+	}
+	if cfg.Policy != "" {
+		blocks, objects := policyBudget(pc.CapacityBlocks, pc.MaxObjects, pc.MaxBlocks)
+		if err := s.openPolicy(cfg.Policy, blocks, objects); err != nil {
+			s.objs.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -257,6 +287,10 @@ func (s *Server) Close() error {
 		}
 		os.Remove(s.pinned)
 		s.pinned = ""
+	}
+	if s.policy != nil {
+		s.policy.close()
+		s.policy = nil
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)

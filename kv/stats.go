@@ -16,6 +16,7 @@ var StatNames = []string{
 	"oversize", "pool_full", "parse_errors", "torn_retries", "read_failures",
 	"multiget", "multipacket", "grow_failed", "tcp_invalidations", "tcp_flushes",
 	"write_conflicts", "expired", "objects_full", "unsupported", "tc_hits",
+	"events_lost", "policy_fallbacks",
 }
 
 // entryRefOffset is where struct kv_body (and its pool_ref) starts in a

@@ -30,6 +30,7 @@
 
 #include "cistern/pool.bpf.h"
 #include "cistern/kv.h"
+#include "cistern/evict.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -79,7 +80,27 @@ struct {
 	__type(value, __u64);
 } kv_clock SEC(".maps");
 
-/* FIFO eviction ring of (hash, birth): the simple policy until evict.bpf.h. */
+/* --policy: 1 when an eviction policy (a cistern/evict.bpf.h object sharing
+ * kv_events and kv_victims) decides what goes. Every CPU only queues events
+ * (hits, fills, removals); one drainer applies them to the policy, which
+ * keeps the pool below capacity minus a reserve, and kv_reap deletes the
+ * victims it chose. docs/kerby-kv.md has the argument. */
+const volatile __u32 kv_policy_on = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, EVICT_QUEUE_LEN);
+	__type(value, struct evict_event);
+} kv_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, EVICT_QUEUE_LEN);
+	__type(value, struct evict_event);
+} kv_victims SEC(".maps");
+
+/* FIFO eviction ring of (hash, birth): the eviction without --policy, and
+ * the fallback with one when the pool fills before the drainer ran. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1024); /* kv_fifo_mask + 1: set by the loader */
@@ -140,6 +161,15 @@ static __always_inline void stat(__u32 s)
 
 	if (v)
 		*v += 1;
+}
+
+/* --policy: tells the policy about a hit, fill or removal of h. */
+static __always_inline void policy_event(__u64 h, __u32 op, __u32 size)
+{
+	struct evict_event ev = { .key = h, .size = size, .op = op };
+
+	if (kv_policy_on && bpf_map_push_elem(&kv_events, &ev, 0))
+		stat(KV_EVENTS_LOST);
 }
 
 static __always_inline __u64 *clock_slot(__u32 k)
@@ -404,6 +434,7 @@ __global int kv_invalidate(struct kv_scratch *s, __u64 h)
 		return 0;
 	bpf_map_delete_elem(&kv_entries, &h);
 	pool_free(&s->old);
+	policy_event(h, EVICT_EV_REMOVE, 0);
 	return 1;
 }
 
@@ -414,6 +445,8 @@ __global int kv_evict_one(struct kv_scratch *s)
 
 	if (!s || !head || !tail)
 		return 0;
+	if (kv_policy_on)
+		stat(KV_POLICY_FALLBACKS);
 	for (int i = 0; i < 8; i++) {
 		struct kv_fifo_slot *f;
 		struct kv_entry *e;
@@ -520,6 +553,7 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 	if (!ok)
 		return 1;
 	pool_free(&s->old);
+	policy_event(h, EVICT_EV_FILL, s->req.ref.nblocks ? s->req.ref.nblocks : 1);
 	return 0;
 }
 
@@ -813,6 +847,7 @@ reply: {
 		return XDP_DROP;
 	turn_around(eth, ip, udp, plen);
 	stat(KV_HITS);
+	policy_event(h, EVICT_EV_ACCESS, 0);
 	return XDP_TX;
 }
 }
@@ -1287,6 +1322,7 @@ __global int kv_serve_get_skb(struct __sk_buff *skb, struct kv_scratch *s, __u64
 		skb->mark = KV_MARK;
 		stat(KV_HITS);
 		stat(KV_TC_HITS);
+		policy_event(h, EVICT_EV_ACCESS, 0);
 		return bpf_redirect(skb->ifindex, 0);
 	}
 	stat(KV_READ_FAILURES);
@@ -1323,6 +1359,39 @@ int kv_ingress(struct __sk_buff *skb)
 
 /* For the client side of a veth pair: native XDP_TX frames are only received
  * by a peer that runs an XDP program itself. */
+struct kv_reap_loop {
+	struct kv_scratch *s;
+	__u32 n;
+};
+
+static long kv_reap_step(__u64 i, void *arg)
+{
+	struct kv_reap_loop *lp = arg;
+	struct evict_event ev;
+
+	if (bpf_map_pop_elem(&kv_victims, &ev))
+		return 1;
+	if (kv_invalidate(lp->s, ev.key)) {
+		stat(KV_EVICTIONS);
+		lp->n++;
+	}
+	return 0;
+}
+
+/* --policy: deletes the victims the policy pushed onto kv_victims (run by
+ * the drainer after evict_drain, with BPF_PROG_TEST_RUN). Returns how many
+ * entries went. */
+SEC("syscall")
+int kv_reap(void *ctx)
+{
+	struct kv_reap_loop lp = { .s = scratch() };
+
+	if (!lp.s)
+		return 0;
+	bpf_loop(EVICT_QUEUE_LEN, kv_reap_step, &lp, 0);
+	return lp.n;
+}
+
 SEC("xdp")
 int kv_xdp_pass(struct xdp_md *ctx)
 {

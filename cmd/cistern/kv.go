@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,10 @@ func newKVServeCmd() *cobra.Command {
 UDP get hits are answered in the kernel (XDP_TX); misses, TCP and oversize
 values go to memcached, which stays the source of truth. UDP sets write
 through; TCP writes invalidate the kernel copy before memcached sees them.
+--policy NAME makes pool-full eviction follow an in-kernel eviction policy
+(cistern cache replay's): the data path queues hits and fills, a drainer
+applies them every millisecond and evicts ahead of need, keeping 1/16 of
+the pool free.
 Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -81,6 +86,9 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			} else if mountedNow {
 				fmt.Fprintln(cmd.ErrOrStderr(), "bpffs was not mounted: mounted it at /sys/fs/bpf")
 			}
+			srv.StartDrainer(kv.DefaultDrainInterval, func(err error) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: policy drainer: %v\n", err)
+			})
 			pin := filepath.Join(kvPinRoot, iface)
 			if err := srv.Pin(pin); err != nil {
 				return err
@@ -97,13 +105,21 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			pc := cfg.PoolConfig()
-			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode) on %s with %s XDP; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
-				cfg.Mode, iface, srv.XDPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			policy := cfg.Policy
+			if policy == "" {
+				policy = "fifo ring"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
+				cfg.Mode, policy, iface, srv.XDPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
 			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
 			<-ctx.Done()
 			st, err := srv.Stats()
 			if err == nil {
 				printKVCounters(cmd, st)
+			}
+			if pcs, err := srv.PolicyCounters(); err == nil && pcs != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "policy %s: %d events applied, %d inserts, %d evictions (%d by the fallback)\n",
+					cfg.Policy, pcs["events"], pcs["inserts"], pcs["evictions"], pcs["fallback_evictions"])
 			}
 			return nil
 		},
@@ -120,6 +136,7 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 	f.DurationVar(&cfg.WriteWindow, "write-window", time.Millisecond, "writes to one key closer than this invalidate instead of update")
 	f.DurationVar(&cfg.FillQuarantine, "fill-quarantine", 50*time.Millisecond, "do not fill from GET replies this soon after a write to the key")
 	f.DurationVar(&cfg.FillTTL, "fill-ttl", 0, "expire values filled from GET replies after this long (0: never)")
+	f.StringVar(&cfg.Policy, "policy", "", "eviction policy when the pool is full: "+strings.Join(kv.Policies(), "|")+" (default: the built-in FIFO ring)")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9101)")
 	f.BoolVar(&generic, "generic", false, "force generic XDP even where the driver supports native")
 	return c

@@ -84,6 +84,8 @@ enum kv_stat {
 	KV_OBJECTS_FULL,       /* the allocation map was full */
 	KV_UNSUPPORTED,        /* IP options, fragments, other commands: passed on */
 	KV_TC_HITS,            /* hits served by kv_ingress: reply too big for the XDP frame */
+	KV_EVENTS_LOST,        /* --policy: hit/fill/removal events the full queue dropped */
+	KV_POLICY_FALLBACKS,   /* --policy: full before the drainer made room; FIFO evicted */
 	KV_STAT_MAX = 24,
 };
 
