@@ -57,3 +57,36 @@ func TestKVBenchRuns(t *testing.T) {
 		t.Errorf("plot: %v", err)
 	}
 }
+
+// TestKVTraceRuns replays a prefix of the Twitter trace through Kerby-KV
+// with two policies: every value checked, the policy (not the fallback)
+// evicting, and the kernel hit ratio near the offline replay's.
+func TestKVTraceRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep, err := KVTrace(context.Background(), KVTraceOptions{
+		Requests: 30000, PoolMB: 1, Policies: []string{"fifo", "lru"}, Workers: 2,
+	})
+	if err != nil {
+		if os.IsNotExist(err) {
+			t.Skipf("bundled trace missing: %v", err)
+		}
+		t.Fatal(err)
+	}
+	for _, p := range []string{"fifo", "lru"} {
+		get := func(m string) float64 {
+			v, ok := rep.Get(p, m)
+			if !ok {
+				t.Fatalf("%s: no %s", p, m)
+			}
+			return v.(float64)
+		}
+		k, off := get("kernel_hit_ratio"), get("offline_hit_ratio")
+		if get("wrong_values") != 0 || get("policy_fallbacks") != 0 || get("events_lost") != 0 || get("evictions") == 0 {
+			t.Errorf("%s: wrong %v fallbacks %v lost events %v evictions %v", p,
+				get("wrong_values"), get("policy_fallbacks"), get("events_lost"), get("evictions"))
+		}
+		if k < 0.3 || k > off+0.05 || k < off-0.1 {
+			t.Errorf("%s: kernel hit ratio %.3f, offline %.3f", p, k, off)
+		}
+	}
+}

@@ -35,6 +35,14 @@ func policyBudget(b, maxObjects, maxBlocks uint32) (blocks, objects uint32) {
 	return b - rb, maxObjects - ro
 }
 
+// PolicyBudget is the block and object budget Config.Policy gets (the
+// pool minus its reserve).
+func PolicyBudget(cfg Config) (blocks uint64, objects uint32) {
+	pc := cfg.PoolConfig()
+	b, o := policyBudget(pc.CapacityBlocks, pc.MaxObjects, pc.MaxBlocks)
+	return uint64(b), o
+}
+
 func (s *Server) openPolicy(name string, blocks, objects uint32) error {
 	if blocks == 0 || objects == 0 {
 		return fmt.Errorf("--policy %s: the pool is too small for a reserve", name)

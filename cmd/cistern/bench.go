@@ -73,17 +73,22 @@ func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
 func newBenchKVCmd() *cobra.Command {
 	var bf benchFlags
 	var opt bench.KVOptions
+	var topt bench.KVTraceOptions
 	c := &cobra.Command{
-		Use:   "kv [--quick] [--json FILE] [--plot FILE.png]",
+		Use:   "kv [--quick] [--json FILE] [--plot FILE.png] [--trace twitter]",
 		Short: "Kerby-KV against memcached alone and fixed-size slots",
 		Long: `Sets up a server and a client network namespace joined by veth, starts a
 real memcached (UDP) in the server namespace and drives it from the client
 namespace with Cistern's load generator: 8-byte keys, values 75% 128 B and
 25% 1024 B, zipfian popularity. Modes, side by side in one run: vanilla
 (memcached alone), fixed128, fixed1024 (one slot per key) and kerby.
-Every reply's value is checked.`,
+Every reply's value is checked.
+` + kvTraceHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if run := kvTraceRunner(cmd, &bf, &topt); run != nil {
+				return run()
+			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
 				return bench.KV(ctx, opt)
@@ -98,5 +103,6 @@ Every reply's value is checked.`,
 	c.Flags().IntVar(&opt.Batch, "batch", 0, "datagrams per sendmmsg/recvmmsg (default 16)")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default vanilla,fixed128,fixed1024,kerby; also kerby-native)")
 	c.Flags().BoolVar(&opt.Native, "native", false, "native XDP for every kernel mode (on veth, generic is faster)")
+	addKVTraceFlags(c, &topt)
 	return c
 }
