@@ -169,6 +169,12 @@ func Open(cfg Config) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	return OpenSpec(spec, cfg)
+}
+
+// OpenSpec is Open for a policy of your own: spec is any collection built on
+// cistern/evict.bpf.h (examples/evictbig loads one); cfg.Policy only names it.
+func OpenSpec(spec *ebpf.CollectionSpec, cfg Config) (*Cache, error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultSlots
 	}
