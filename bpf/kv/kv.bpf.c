@@ -505,7 +505,7 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 	__u64 *head = clock_slot(KV_CLOCK_FIFO_HEAD);
 	struct kv_write *w = wslot(h);
 	struct kv_entry *e;
-	int ok;
+	int ok, created = 0;
 
 	if (!s || !w || !fs || !ft || !head)
 		return -1;
@@ -522,6 +522,11 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 				e = bpf_map_lookup_elem(&kv_entries, &h);
 				if (e)
 					e->birth = t + 1;
+				/* The policy learns of the entry now, even if the
+				 * publish below is refused and leaves it empty:
+				 * else only the fallback could ever evict it. */
+				policy_event(h, EVICT_EV_FILL, s->req.ref.nblocks ? s->req.ref.nblocks : 1);
+				created = 1;
 				if (f) {
 					f->hash = h;
 					f->birth = t + 1;
@@ -553,7 +558,8 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 	if (!ok)
 		return 1;
 	pool_free(&s->old);
-	policy_event(h, EVICT_EV_FILL, s->req.ref.nblocks ? s->req.ref.nblocks : 1);
+	if (!created) /* a new value for a known entry: a use */
+		policy_event(h, EVICT_EV_FILL, s->req.ref.nblocks ? s->req.ref.nblocks : 1);
 	return 0;
 }
 

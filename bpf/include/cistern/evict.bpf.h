@@ -55,7 +55,9 @@
  *   walking off one end continues at the other. start EVICT_NIL means the
  *   end the walk starts from (tail when walking towards the head).
  *
- * WRITING A POLICY (bpf/evict/lru.bpf.c is the shortest complete one)
+ * WRITING A POLICY (bpf/evict/lru.bpf.c is the shortest complete one;
+ * bpf/examples/evictbig.bpf.c and examples/evictbig show one loaded from
+ * your own package with evict.OpenSpec)
  *   #include "vmlinux.h"
  *   #include "cistern/evict.bpf.h"
  *   static __u32 q;
@@ -67,6 +69,28 @@
  *   Policy state goes in globals or your own maps. The header defines the
  *   SYSCALL programs evict_init and evict_replay (package evict drives them).
  *
+ * SIZES
+ *   Without a budget the cache is full when its evict_capacity slots are.
+ *   With evict_byte_capacity (package evict: Config.Bytes) it also keeps the
+ *   sum of its entries' sizes (evict_req.size: bytes, pool blocks, ...) at
+ *   or below the budget, asking for one victim at a time until a new entry
+ *   fits; an entry larger than the budget is not admitted (too_big).
+ *
+ * PERIODIC WORK
+ *   A policy may define its own SEC("syscall") int evict_periodic(struct
+ *   evict_run_args *) for work that must stay off the hot path (LHD
+ *   rebuilds its density table there). Package evict runs it after every
+ *   replay batch and after every drain (Cache.Periodic).
+ *
+ * SHARING THE CACHE (evict_drain)
+ *   Programs of another object (Kerby-KV's XDP and TC programs, on every
+ *   CPU) do not call the policy: they push struct evict_event on
+ *   evict_events (a QUEUE map they share: a hit, a fill of size units, a
+ *   removal). The SYSCALL program evict_drain, run by one agent thread,
+ *   applies them in order and pushes the keys of the victims it evicts for
+ *   fills onto evict_victims, for the owner to delete. The single writer
+ *   stays single; the owner keeps a reserve so fills between drains fit.
+ *
  * MAPS (sized by package evict from Config.Capacity; defaults load as is)
  *   evict_nodes    ARRAY[capacity] struct evict_node
  *   evict_entries  ARRAY[capacity] struct evict_entry  the registry
@@ -75,13 +99,15 @@
  *   evict_ctxs     PERCPU_ARRAY[1] struct evict_ctx
  *   evict_batches  ARRAY[1] struct evict_batch         replay input/output
  *   evict_stats    PERCPU_ARRAY[EVICT_STAT_MAX] __u64
- *   .rodata evict_capacity (frozen: a constant to the verifier)
+ *   evict_events, evict_victims  QUEUE[EVICT_QUEUE_LEN] struct evict_event
+ *   .rodata evict_capacity, evict_byte_capacity (frozen: constants to the verifier)
  *
  * SAFETY AND CONCURRENCY
  *   Every slot is checked against evict_capacity before a lookup, list ids
  *   against EVICT_MAX_LISTS, candidate and batch indices are masked, and
  *   every walk is a bpf_loop with a bound. The cache is single-writer: run
- *   its programs from one thread at a time (replay does).
+ *   its programs from one thread at a time (replay does; others share it
+ *   through evict_events and evict_drain).
  */
 #ifndef CISTERN_EVICT_BPF_H
 #define CISTERN_EVICT_BPF_H
