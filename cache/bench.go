@@ -150,7 +150,7 @@ func Bench(opt BenchOptions) (*benchkit.Report, []Curve, error) {
 			curves = append(curves, c)
 		}
 	}
-	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects); lfu samples 8 candidates and is not libCacheSim's exact LFU")
+	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects); lfu samples 8 candidates and is not libCacheSim's exact LFU; lhd rebuilds its table every 65,536 accesses, libCacheSim's every 2^20 (docs/eviction.md)")
 	return rep, curves, nil
 }
 
