@@ -1363,8 +1363,6 @@ int kv_ingress(struct __sk_buff *skb)
 	return kv_serve_get_skb(skb, s, kv_take_key(s, ks, ke - ks), bpf_ktime_get_ns());
 }
 
-/* For the client side of a veth pair: native XDP_TX frames are only received
- * by a peer that runs an XDP program itself. */
 struct kv_reap_loop {
 	struct kv_scratch *s;
 	__u32 n;
@@ -1398,6 +1396,8 @@ int kv_reap(void *ctx)
 	return lp.n;
 }
 
+/* For the client side of a veth pair: native XDP_TX frames are only received
+ * by a peer that runs an XDP program itself. */
 SEC("xdp")
 int kv_xdp_pass(struct xdp_md *ctx)
 {

@@ -101,7 +101,8 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			if metricsAt != "" {
 				addr, err := metrics.Serve(ctx, metricsAt,
 					metrics.NewCounterSet("cistern", "kv", srv.Counters),
-					metrics.NewCounterSet("cistern", "kv_pool", srv.PoolCounters))
+					metrics.NewCounterSet("cistern", "kv_pool", srv.PoolCounters),
+					metrics.NewCounterSet("cistern", "kv_policy", srv.PolicyCounters))
 				if err != nil {
 					return err
 				}
