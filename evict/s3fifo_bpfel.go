@@ -70,6 +70,8 @@ type s3fifoS3Gnode struct {
 	Key  uint64
 	Prev uint32
 	Next uint32
+	Size uint32
+	Pad  uint32
 }
 
 // Names of all BPF objects in the ELF.

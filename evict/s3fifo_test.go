@@ -3,6 +3,8 @@ package evict
 import (
 	"container/list"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // TestS3FIFOByHand replays a trace through S3-FIFO with 10 objects: small
@@ -153,5 +155,43 @@ func TestS3FIFOMatchesReference(t *testing.T) {
 			t.Errorf("capacity %d: %d hits of %d", capacity, hits, len(reqs))
 		}
 		c.Close()
+	}
+}
+
+// TestS3FIFOBytesScale: with every size 7 and a budget of 7 x capacity
+// bytes, S3-FIFO's queues, counted in bytes, must behave exactly as with
+// capacity objects (the reference above): the byte accounting of small,
+// main and ghost is consistent.
+func TestS3FIFOBytesScale(t *testing.T) {
+	testenv.RequireRoot(t)
+	const capacity = 60 // a multiple of 10: the 10% and 90% splits scale exactly
+	// More slots than fit: only the byte budget may limit the cache.
+	c, err := Open(Config{Policy: "s3fifo", Capacity: 4 * capacity, Bytes: 7 * capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reqs := make([]Request, BatchSize+321)
+	x := uint64(88172645463325252)
+	for i := range reqs {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		k := x % 1000
+		if x&3 != 0 {
+			k %= 100
+		}
+		reqs[i] = Request{Key: k, Size: 7}
+	}
+	out := make([]Outcome, len(reqs))
+	if _, err := c.Replay(reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	ref := newRefS3FIFO(capacity)
+	for i, r := range reqs {
+		hit, victim, evicted := ref.access(r.Key)
+		if out[i].Hit != hit || (out[i].Evicted > 0) != evicted || (evicted && out[i].Victim != victim) {
+			t.Fatalf("request %d key %d: kernel %+v, reference hit %v victim %d (evicted %v)", i, r.Key, out[i], hit, victim, evicted)
+		}
 	}
 }

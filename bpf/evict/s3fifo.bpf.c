@@ -22,6 +22,9 @@
  * added() runs after the eviction, so a victim enters the ghost untrimmed
  * and added() removes the key (a ghost hit), then trims the ghost to its
  * size: the same ghost contents and order as libCacheSim's.
+ * With a byte budget (evict_byte_capacity) the queue sizes and occupancy are
+ * in bytes, ghost entries keep their sizes: libCacheSim's S3FIFO with object
+ * sizes (equal to it on the Twitter trace at 0.25, 1, 4 and 16 MB).
  * Deviation: libCacheSim admits no new key (only ghost hits) when the small
  * FIFO has at most 1 entry (capacity < 20); here such a key goes to small. */
 #include "vmlinux.h"
@@ -31,6 +34,8 @@ struct s3_gnode {
 	__u64 key;
 	__u32 prev; /* towards the head (newer) */
 	__u32 next; /* towards the tail (older); the free stack's link */
+	__u32 size; /* in units (see usz) */
+	__u32 pad;
 };
 
 struct {
@@ -60,9 +65,39 @@ static __always_inline __u32 qid(__u32 q)
 }
 #define SMALL qid(small_q)
 #define MAIN qid(main_q)
-static __u32 small_size, main_size, ghost_size;
+/* Sizes and occupancy in units: entries, or the entries' sizes when the
+ * cache has a byte budget (libCacheSim's occupied_byte either way). */
+static __u64 small_size, main_size, ghost_size;
+static __u64 small_used, main_used, g_used;
 static __u32 has_evicted;
 static __u32 g_head = EVICT_NIL, g_tail = EVICT_NIL, g_len, g_unused, g_free = EVICT_NIL;
+
+static __always_inline __u64 usz(__u32 slot)
+{
+	struct evict_entry *e;
+
+	if (!evict_byte_capacity)
+		return 1;
+	e = evict_entry(slot);
+	return e ? e->size : 0;
+}
+
+/* Accounts for slot leaving list q (SMALL or MAIN), before it moves. */
+static __always_inline void leave(__u32 q, __u32 slot)
+{
+	__u64 u = usz(slot);
+	__u64 *used = q == SMALL ? &small_used : &main_used;
+
+	*used -= *used >= u ? u : *used;
+}
+
+static __always_inline void enter(__u32 q, __u32 slot)
+{
+	if (q == SMALL)
+		small_used += usz(slot);
+	else
+		main_used += usz(slot);
+}
 
 static __always_inline struct s3_gnode *gnode(__u32 g)
 {
@@ -71,7 +106,7 @@ static __always_inline struct s3_gnode *gnode(__u32 g)
 	return bpf_map_lookup_elem(&evict_pslot_ghost, &g);
 }
 
-static __always_inline void ghost_insert(__u64 key)
+static __always_inline void ghost_insert(__u64 key, __u32 size)
 {
 	struct s3_gnode *n, *h;
 	__u32 g;
@@ -98,6 +133,8 @@ static __always_inline void ghost_insert(__u64 key)
 		return;
 	}
 	n->key = key;
+	n->size = size;
+	g_used += size;
 	n->prev = EVICT_NIL;
 	n->next = g_head;
 	h = g_head != EVICT_NIL ? gnode(g_head) : NULL;
@@ -130,6 +167,7 @@ static __always_inline void ghost_remove(__u32 g)
 		g_tail = n->prev;
 	}
 	bpf_map_delete_elem(&evict_pslot_gindex, &n->key);
+	g_used -= g_used >= n->size ? n->size : g_used;
 	n->prev = EVICT_NIL;
 	n->next = g_free;
 	g_free = g;
@@ -147,14 +185,27 @@ static int evict_policy_init(void)
 		return m;
 	small_q = s;
 	main_q = m;
-	small_size = evict_capacity / 10;
-	if (!small_size)
-		small_size = 1;
-	main_size = evict_capacity > small_size ? evict_capacity - small_size : 0;
-	ghost_size = (__u32)((__u64)evict_capacity * 9 / 10);
+	{
+		__u64 cap = evict_byte_capacity ? evict_byte_capacity : evict_capacity;
+
+		small_size = cap / 10;
+		if (!small_size)
+			small_size = 1;
+		main_size = cap > small_size ? cap - small_size : 0;
+		ghost_size = cap * 9 / 10;
+	}
+	small_used = main_used = g_used = 0;
 	has_evicted = 0;
 	g_head = g_tail = g_free = EVICT_NIL;
 	g_len = g_unused = 0;
+	return 0;
+}
+
+static long ghost_trim_cb(__u64 i, void *arg)
+{
+	if (g_used <= ghost_size || g_tail == EVICT_NIL)
+		return 1;
+	ghost_remove(g_tail);
 	return 0;
 }
 
@@ -171,13 +222,15 @@ static void evict_policy_added(__u32 slot)
 		ghost_remove(*g);
 		ghost_hit = 1;
 	}
-	/* An eviction may have left the ghost one over its size. */
-	if (g_len > ghost_size && g_tail != EVICT_NIL)
-		ghost_remove(g_tail);
-	if (ghost_hit || (!has_evicted && evict_list_len(SMALL) >= small_size))
+	/* Evictions may have left the ghost over its size. */
+	bpf_loop(g_len + 1, ghost_trim_cb, NULL, 0);
+	if (ghost_hit || (!has_evicted && small_used >= small_size)) {
 		evict_list_add_head(MAIN, slot);
-	else
+		enter(MAIN, slot);
+	} else {
 		evict_list_add_head(SMALL, slot);
+		enter(SMALL, slot);
+	}
 }
 
 static void evict_policy_accessed(__u32 slot)
@@ -188,7 +241,16 @@ static void evict_policy_accessed(__u32 slot)
 		n->pdata++;
 }
 
-static void evict_policy_removed(__u32 slot) { }
+/* The owner removed slot (a victim has left its list already). */
+static void evict_policy_removed(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	if (n && n->list == small_q)
+		leave(SMALL, slot);
+	else if (n && n->list == main_q)
+		leave(MAIN, slot);
+}
 
 struct s3_walk {
 	struct evict_ctx *ctx;
@@ -198,7 +260,7 @@ struct s3_walk {
 
 static __always_inline void s3_decide(struct s3_walk *w)
 {
-	w->from_small = !(evict_list_len(MAIN) > main_size || evict_list_len(SMALL) == 0);
+	w->from_small = !(main_used > main_size || evict_list_len(SMALL) == 0);
 	w->decided = 1;
 }
 
@@ -222,12 +284,15 @@ static long s3_step(__u64 i, void *arg)
 			return 1;
 		if (n->pdata >= 2) {
 			n->pdata = 0;
+			leave(SMALL, t);
 			evict_list_move_head(MAIN, t);
+			enter(MAIN, t);
 			return 0;
 		}
 		e = evict_entry(t);
 		if (e)
-			ghost_insert(e->key);
+			ghost_insert(e->key, (__u32)usz(t));
+		leave(SMALL, t);
 	} else {
 		t = evict_list_tail(MAIN);
 		if (t == EVICT_NIL)
@@ -240,6 +305,7 @@ static long s3_step(__u64 i, void *arg)
 			evict_list_move_head(MAIN, t);
 			return 0;
 		}
+		leave(MAIN, t);
 	}
 	/* The victim leaves its list now, so the lengths stay right for the
 	 * next proposal; the cache's unlink of it later is a no-op. */
