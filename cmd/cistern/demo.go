@@ -145,7 +145,7 @@ func demoEvict(cmd *cobra.Command) error {
 		return err
 	}
 	fmt.Fprintf(out, "trace %s: %d requests; cache of 10000 objects\n", filepath.Base(path), len(reqs))
-	for _, p := range []string{"fifo", "lru", "clock", "sieve"} {
+	for _, p := range []string{"fifo", "lru", "clock", "sieve", "s3fifo", "lhd"} {
 		r, err := cache.Replay(reqs, cache.Options{Policy: p, Size: 10000, Trace: filepath.Base(path)})
 		if err != nil {
 			return err
