@@ -105,9 +105,9 @@ type attach struct {
 }
 
 type object struct {
-	load    func() (*ebpf.CollectionSpec, error)
-	attach  []attach
-	joined  bool
+	load   func() (*ebpf.CollectionSpec, error)
+	attach []attach
+	joined bool
 }
 
 // Objects are the templates by table.

@@ -200,14 +200,26 @@ func resolveBinary(name string) (string, error) {
 		return p, nil
 	}
 	for _, d := range libDirs {
-		for _, pat := range []string{name, name + ".so", name + ".so.*"} {
-			if m, _ := filepath.Glob(filepath.Join(d, pat)); len(m) > 0 {
-				sort.Strings(m)
-				return m[0], nil
+		for _, pat := range []string{name + ".so.*", name, name + ".so"} {
+			m, _ := filepath.Glob(filepath.Join(d, pat))
+			sort.Strings(m)
+			for _, f := range m {
+				if isELF(f) { // libc.so is a linker script
+					return f, nil
+				}
 			}
 		}
 	}
 	return "", fmt.Errorf("no binary or library %q on $PATH or in %s", name, strings.Join(libDirs[:2], ", "))
+}
+
+func isELF(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 func hasSymbol(bin, sym string) error {
