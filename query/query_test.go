@@ -70,7 +70,7 @@ func dd(t *testing.T, n int) {
 	}
 }
 
-func itoa(n int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + jsonNum(n)) }
+func itoa(n int) string    { return strings.TrimSpace(strings.Repeat(" ", 0) + jsonNum(n)) }
 func jsonNum(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // TestCountsAgreeAcrossPlans: dd makes exactly count reads of one byte;
