@@ -53,6 +53,7 @@ const volatile __u32 q_self = 0;      /* our own tgid: never observed */
 const volatile __u32 q_need_comm = 1;
 const volatile __u32 q_need_cgroup = 1;
 const volatile __u32 q_wake_mask = 0; /* wake the reader every (mask+1) records */
+const volatile __u32 q_nfull = Q_NSLOT; /* slots a whole record carries */
 const volatile __u32 q_ncl = 0;
 const volatile __u32 q_cl_slot[Q_MAXCL] = {};
 const volatile __u32 q_cl_op[Q_MAXCL] = {};
@@ -217,13 +218,19 @@ static __always_inline __u64 q_flags(void)
 
 static __always_inline void q_emit_full(__u64 *r, __u32 kind)
 {
-	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * (Q_NSLOT + 1), 0);
+	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * (q_nfull + 1), 0);
 	if (!o) {
 		q_count(Q_ST_LOST_RB);
 		return;
 	}
 	o[0] = kind;
-	__builtin_memcpy(&o[1], r, 8 * Q_NSLOT);
+	/* a half of an entry/exit table carries its join key in slot 16 */
+	if (kind != Q_KIND_FULL)
+		r[Q_NSAVED] = r[Q_JKEY];
+#pragma unroll
+	for (int i = 0; i < Q_NSLOT; i++)
+		if (i < q_nfull)
+			o[i + 1] = r[i];
 	bpf_ringbuf_submit(o, q_flags());
 }
 

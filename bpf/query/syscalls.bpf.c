@@ -43,6 +43,7 @@ int q_sys_exit(struct trace_event_raw_sys_exit *ctx)
 	if (!e)
 		return 0;
 	r[0] = e->s[0];
+	r[6] = e->s[6]; /* the number at entry: exit reports -1 for some calls */
 #pragma unroll
 	for (int i = 0; i < 6; i++)
 		r[7 + i] = e->s[7 + i];

@@ -3,7 +3,6 @@ package exec
 import (
 	"io"
 	"sort"
-	"strings"
 
 	"github.com/cistern-ebpf/cistern/query/kern"
 	"github.com/cistern-ebpf/cistern/query/parse"
@@ -35,7 +34,8 @@ type Engine struct {
 	gorder   []string
 	rows     []outRow // ORDER BY without grouping: kept until the end
 	emitted  int64
-	pending  map[uint64]Rec
+	pending  map[uint64]*[kern.NSaved]uint64
+	kbuf     []byte
 	matched  uint64
 	rnd      uint64
 	done     bool
@@ -51,7 +51,7 @@ func New(q *sema.Query, where parse.Expr, out io.Writer, format string) *Engine 
 		names = append(names, it.Name)
 	}
 	return &Engine{q: q, en: env{q}, where: where, w: newWriter(out, format, names), windowed: q.Window > 0,
-		groups: map[string]*group{}, pending: map[uint64]Rec{}, rnd: 1}
+		groups: map[string]*group{}, pending: map[uint64]*[kern.NSaved]uint64{}, rnd: 1}
 }
 
 // Matched counts rows that passed the user-side WHERE.
@@ -79,19 +79,23 @@ func (e *Engine) Record(kind uint64, slots []uint64, proj []int) {
 		if len(e.pending) >= maxPending {
 			clear(e.pending)
 		}
-		e.pending[r[kern.JKey]] = r
+		var saved [kern.NSaved]uint64
+		copy(saved[:], r[:kern.NSaved])
+		e.pending[r[kern.HalfKey]] = &saved
 		return
 	case kern.KindExit:
-		ent, ok := e.pending[r[kern.JKey]]
+		ent, ok := e.pending[r[kern.HalfKey]]
 		if !ok {
 			return
 		}
-		delete(e.pending, r[kern.JKey])
+		delete(e.pending, r[kern.HalfKey])
+		var full Rec
+		copy(full[:], ent[:])
 		for _, s := range e.q.Table.Exit {
-			ent[s] = r[s]
+			full[s] = r[s]
 		}
-		ent[15] = ent[14] - ent[0]
-		r = ent
+		full[15] = full[14] - full[0]
+		r = full
 	}
 	e.Row(&r)
 }
@@ -141,14 +145,14 @@ func (e *Engine) Row(r *Rec) {
 }
 
 func (e *Engine) group(r *Rec) *group {
-	var kb strings.Builder
+	kb := e.kbuf[:0]
 	for _, gexpr := range e.q.GroupBy {
-		kb.WriteString(e.en.eval(gexpr, r, nil).text())
-		kb.WriteByte(0)
+		kb = e.en.eval(gexpr, r, nil).appendKey(kb)
 	}
-	k := kb.String()
-	g := e.groups[k]
+	e.kbuf = kb
+	g := e.groups[string(kb)] // no allocation for the lookup
 	if g == nil {
+		k := string(kb)
 		g = &group{rep: *r, accs: make([]acc, len(e.q.Aggs))}
 		e.groups[k] = g
 		e.gorder = append(e.gorder, k)

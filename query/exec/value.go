@@ -244,6 +244,23 @@ func cmp(a, b Value) int {
 	return 0
 }
 
+// appendKey appends an unambiguous encoding of v (for group keys).
+func (v Value) appendKey(b []byte) []byte {
+	b = append(b, byte(v.k))
+	switch v.k {
+	case kInt, kBool:
+		u := uint64(v.i)
+		return append(b, byte(u), byte(u>>8), byte(u>>16), byte(u>>24), byte(u>>32), byte(u>>40), byte(u>>48), byte(u>>56))
+	case kFloat:
+		return strconv.AppendFloat(b, v.f, 'g', -1, 64)
+	case kStr:
+		b = strconv.AppendInt(b, int64(len(v.s)), 10)
+		b = append(b, ':')
+		return append(b, v.s...)
+	}
+	return b
+}
+
 // text renders v for table and CSV output.
 func (v Value) text() string {
 	switch v.k {

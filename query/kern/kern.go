@@ -19,6 +19,7 @@ const (
 	NSlot   = 32
 	NSaved  = 16
 	JKey    = 31
+	HalfKey = 16 // where an entry or exit half carries its join key
 	MaxCl   = 6
 	MaxV    = 4
 	MaxProj = 16
@@ -92,6 +93,7 @@ type Config struct {
 	Hist       bool
 	NeedComm   bool
 	NeedCgroup bool
+	FullSlots  int    // slots a whole record carries (EmitFull); 0: all
 	WakeMask   uint32 // wake the reader every WakeMask+1 records
 	RingBytes  uint32 // power of two, >= 4096
 	Binary     string // uprobe only
@@ -169,8 +171,12 @@ func (c *Config) vars() (map[string]any, error) {
 	for i, s := range c.Keys {
 		keys[i] = uint32(s)
 	}
+	full := uint32(c.FullSlots)
+	if full == 0 || full > NSlot {
+		full = NSlot
+	}
 	return map[string]any{
-		"q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
+		"q_nfull": full, "q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
 		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_wake_mask": c.WakeMask,
 		"q_ncl": uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
 		"q_cl_nv": nv, "q_cl_mask": mask, "q_cl_val": vals,

@@ -39,6 +39,7 @@ const (
 	tcpStateVarQ_ncl        = "q_ncl"
 	tcpStateVarQ_needCgroup = "q_need_cgroup"
 	tcpStateVarQ_needComm   = "q_need_comm"
+	tcpStateVarQ_nfull      = "q_nfull"
 	tcpStateVarQ_nkey       = "q_nkey"
 	tcpStateVarQ_nproj      = "q_nproj"
 	tcpStateVarQ_proj       = "q_proj"
@@ -123,6 +124,7 @@ type tcpStateVariableSpecs struct {
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
+	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
@@ -190,6 +192,7 @@ type tcpStateVariables struct {
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
+	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`

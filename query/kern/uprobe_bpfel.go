@@ -40,6 +40,7 @@ const (
 	uprobeVarQ_ncl          = "q_ncl"
 	uprobeVarQ_needCgroup   = "q_need_cgroup"
 	uprobeVarQ_needComm     = "q_need_comm"
+	uprobeVarQ_nfull        = "q_nfull"
 	uprobeVarQ_nkey         = "q_nkey"
 	uprobeVarQ_nproj        = "q_nproj"
 	uprobeVarQ_proj         = "q_proj"
@@ -125,6 +126,7 @@ type uprobeVariableSpecs struct {
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
+	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
@@ -192,6 +194,7 @@ type uprobeVariables struct {
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
+	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`

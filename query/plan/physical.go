@@ -53,6 +53,7 @@ func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 	mvsf := &Physical{Name: "mvsf", Kernel: base, Residual: q.Where}
 	mvsf.Kernel.Emit, mvsf.Kernel.NeedComm, mvsf.Kernel.NeedCgroup = kern.EmitFull, true, true
 	mvsf.Kernel.RingBytes = 1 << 24 // every event crosses: give it room
+	mvsf.Kernel.FullSlots = q.Table.Width()
 	mvsf.KernOps = []string{"read every field", "emit to ring buffer"}
 	if joined {
 		mvsf.KernOps = []string{"read every field at entry and exit", "emit both halves"}
@@ -140,7 +141,7 @@ func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 			k.Emit, k.Proj = kern.EmitProj, slots
 			p.KernOps = append(p.KernOps, fmt.Sprintf("project %d of %d slots, emit", len(slots), kern.NSlot))
 		default:
-			k.Emit = kern.EmitFull
+			k.Emit, k.FullSlots = kern.EmitFull, q.Table.Width()
 			slots = allSlots()
 			p.KernOps = append(p.KernOps, "emit whole record")
 		}
@@ -242,7 +243,7 @@ func Estimate(q *sema.Query, p *Physical, rate float64) {
 	}
 	switch k.Emit {
 	case kern.EmitFull:
-		b := 8.0 * (kern.NSlot + 1)
+		b := 8.0 * float64(k.FullSlots+1)
 		per += emits * (costRing + b*costRingByte + costUser + b*costUserByte)
 	case kern.EmitProj:
 		b := 8.0 * float64(len(k.Proj)+1)

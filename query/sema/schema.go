@@ -62,6 +62,28 @@ type Table struct {
 	byName map[string]*Column
 }
 
+// Width is how many slots a whole record of t carries: its columns, and
+// for entry/exit tables the join key in slot 16.
+func (t *Table) Width() int {
+	w := 17
+	if !t.Joined {
+		w = 0
+		for _, c := range t.Cols {
+			end := c.Slot + 1
+			if c.Width > 1 {
+				end = c.Slot + c.Width
+			}
+			if c.R == RAddr && c.Slot2+2 > end {
+				end = c.Slot2 + 2
+			}
+			if end > w {
+				w = end
+			}
+		}
+	}
+	return w
+}
+
 // Col looks a column up by name.
 func (t *Table) Col(name string) *Column { return t.byName[name] }
 
