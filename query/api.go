@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/query/exec"
 	"github.com/cistern-ebpf/cistern/query/kern"
 	"github.com/cistern-ebpf/cistern/query/parse"
@@ -39,6 +40,15 @@ type Options struct {
 	Out      io.Writer     // rows; nil: discarded
 	Format   string        // table (default), json, csv
 	Explain  io.Writer     // nil: no plan printed
+
+	// Plot, when set, draws the first numeric aggregate per group to this
+	// PNG (lines over windows, or bars).
+	Plot string
+
+	// Metrics, when set, serves the kernel counters at HOST:PORT/metrics
+	// (Prometheus) while the query runs; OnMetrics learns the address.
+	Metrics   string
+	OnMetrics func(addr string)
 
 	// SampleRate is how long the optimizer samples event rates (default 100ms).
 	SampleRate time.Duration
@@ -123,6 +133,9 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Plot != "" && !q.Grouped {
+		return nil, cli.Usagef("--plot needs an aggregate query (GROUP BY or an aggregate)")
+	}
 	if err := cli.RequireRoot("cistern query"); err != nil {
 		return nil, err
 	}
@@ -140,8 +153,27 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 		ctx, cancel = context.WithTimeout(ctx, opt.Duration)
 		defer cancel()
 	}
+	if opt.Metrics != "" {
+		addr, err := metrics.Serve(ctx, opt.Metrics, metrics.NewCounterSet("cistern", "query", func() (map[string]uint64, error) {
+			st := prog.Stats()
+			return map[string]uint64{"hook_events_total": st[kern.StEvents], "matched_in_kernel_total": st[kern.StMatched],
+				"emitted_total": st[kern.StEmitted], "lost_ring_total": st[kern.StLostRB],
+				"lost_aggregation_total": st[kern.StLostAgg], "lost_join_total": st[kern.StLostJoin]}, nil
+		}))
+		if err != nil {
+			return nil, err
+		}
+		if opt.OnMetrics != nil {
+			opt.OnMetrics(addr)
+		}
+	}
 	cw := &countingWriter{w: opt.Out}
 	eng := exec.New(q, p.Residual, cw, opt.Format)
+	if opt.Plot != "" {
+		if err := eng.EnablePlot(); err != nil {
+			return nil, cli.UsageError{Err: err}
+		}
+	}
 	res := &Result{Plan: p.Name}
 	err = loop(ctx, q, p, prog, eng)
 	st := prog.Stats()
@@ -150,6 +182,9 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	res.Rows = cw.lines
 	if opt.Format != "json" && res.Rows > 0 {
 		res.Rows-- // the header
+	}
+	if err == nil && opt.Plot != "" {
+		err = eng.WritePlot(opt.Plot)
 	}
 	return res, err
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -152,9 +154,13 @@ func TestExecFilenames(t *testing.T) {
 func TestWindowedJSON(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out bytes.Buffer
-	res, err := Run(context.Background(), "SELECT COUNT(*) AS n FROM sched_switch WINDOW 100ms", Options{Duration: 450 * time.Millisecond, Out: &out, Format: "json"})
+	png := filepath.Join(t.TempDir(), "n.png")
+	res, err := Run(context.Background(), "SELECT COUNT(*) AS n FROM sched_switch WINDOW 100ms", Options{Duration: 450 * time.Millisecond, Out: &out, Format: "json", Plot: png})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Errorf("--plot wrote no chart: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) < 4 || res.Rows != len(lines) {

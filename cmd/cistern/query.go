@@ -22,9 +22,11 @@ func newQueryRunCmd() *cobra.Command {
 		explain  bool
 		schema   bool
 		mode     string
+		maddr    string
+		plotPath string
 	)
 	c := &cobra.Command{
-		Use:   "query 'SQL' [--duration D] [--format table|json|csv] [--out FILE] [--explain] | --schema",
+		Use:   "query 'SQL' [--duration D] [--format table|json|csv] [--out FILE] [--explain] [--plot F.png] [--metrics ADDR] | --schema",
 		Short: "SQL over kernel events, compiled to eBPF",
 		Long: `query runs one SELECT over kernel events. The kernel part is built only
 from operator templates verified ahead of time, so every query that passes
@@ -65,7 +67,8 @@ lists the tables and columns; docs/query.md has the details.`,
 				defer f.Close()
 				out = f
 			}
-			opt := query.Options{Duration: duration, Mode: mode, Out: out, Format: format}
+			opt := query.Options{Duration: duration, Mode: mode, Out: out, Format: format, Metrics: maddr, Plot: plotPath,
+				OnMetrics: func(a string) { fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", a) }}
 			if explain {
 				opt.Explain = cmd.ErrOrStderr()
 			}
@@ -87,6 +90,8 @@ lists the tables and columns; docs/query.md has the details.`,
 	c.Flags().StringVar(&outPath, "out", "", "write rows to this file instead of stdout")
 	c.Flags().BoolVar(&explain, "explain", false, "print the chosen plan, the alternatives, their costs and verifier outcomes (stderr)")
 	c.Flags().BoolVar(&schema, "schema", false, "print the tables and columns")
+	c.Flags().StringVar(&plotPath, "plot", "", "draw the first numeric aggregate per group to this PNG")
+	c.Flags().StringVar(&maddr, "metrics", "", "serve the kernel counters for Prometheus at HOST:PORT")
 	c.Flags().StringVar(&mode, "mode", "optimizer", "optimizer, or mvsf_only (everything after the read in user space)")
 	return c
 }

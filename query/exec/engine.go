@@ -36,6 +36,7 @@ type Engine struct {
 	emitted  int64
 	pending  map[uint64]*[kern.NSaved]uint64
 	kbuf     []byte
+	plot     *plotter
 	matched  uint64
 	rnd      uint64
 	done     bool
@@ -251,6 +252,13 @@ func (e *Engine) Window(endNs int64) error {
 		}
 		if err := e.w.row(r.vals); err != nil {
 			return err
+		}
+		if e.plot != nil {
+			vals := r.vals
+			if e.windowed {
+				vals = vals[1:]
+			}
+			e.plot.add(endNs, vals)
 		}
 	}
 	e.rows = e.rows[:0]
