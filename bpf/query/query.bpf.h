@@ -107,6 +107,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU); /* per-CPU LRU lists: no shared lock */
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct q_saved);

@@ -32,23 +32,33 @@ SEC("tracepoint/raw_syscalls/sys_exit")
 int q_sys_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	__u64 *r = q_record();
-	if (!r || !q_begin(r))
+	if (!r)
 		return 0;
-	__u64 now = r[0];
+	if (q_join) {
+		/* kernel join: everything but ret and the exit time comes from
+		 * the entry half, so no helper runs unless the entry matched */
+		__u64 pt = bpf_get_current_pid_tgid();
+		__u64 key = (__u32)pt;
+		struct q_saved *e = bpf_map_lookup_elem(&q_inflight, &key);
+		if (!e)
+			return 0;
+		__u64 now = bpf_ktime_get_ns();
+#pragma unroll
+		for (int i = 0; i < 13; i++)
+			r[i] = e->s[i];
+		bpf_map_delete_elem(&q_inflight, &key);
+		r[13] = ctx->ret;
+		r[14] = now;
+		r[15] = now - r[0];
+		q_event(r);
+		return 0;
+	}
+	if (!q_begin(r))
+		return 0;
 	r[6] = ctx->id;
 	r[13] = ctx->ret;
-	r[14] = now;
+	r[14] = r[0];
 	r[Q_JKEY] = r[2];
-	struct q_saved *e = q_exit_lookup(r);
-	if (!e)
-		return 0;
-	r[0] = e->s[0];
-	r[6] = e->s[6]; /* the number at entry: exit reports -1 for some calls */
-#pragma unroll
-	for (int i = 0; i < 6; i++)
-		r[7 + i] = e->s[7 + i];
-	bpf_map_delete_elem(&q_inflight, &r[Q_JKEY]);
-	r[15] = now - r[0];
-	q_event(r);
+	q_exit_lookup(r);
 	return 0;
 }

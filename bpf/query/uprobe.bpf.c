@@ -31,22 +31,30 @@ SEC("uretprobe")
 int q_uprobe_exit(struct pt_regs *ctx)
 {
 	__u64 *r = q_record();
-	if (!r || !q_begin(r))
+	if (!r)
 		return 0;
-	__u64 now = r[0];
+	if (q_join) {
+		__u64 key = (__u32)bpf_get_current_pid_tgid();
+		struct q_saved *e = bpf_map_lookup_elem(&q_inflight, &key);
+		if (!e)
+			return 0;
+		__u64 now = bpf_ktime_get_ns();
+#pragma unroll
+		for (int i = 0; i < 13; i++)
+			r[i] = e->s[i];
+		bpf_map_delete_elem(&q_inflight, &key);
+		r[13] = ctx->ax;
+		r[14] = now;
+		r[15] = now - r[0];
+		q_event(r);
+		return 0;
+	}
+	if (!q_begin(r))
+		return 0;
 	r[6] = 0;
 	r[13] = ctx->ax;
-	r[14] = now;
+	r[14] = r[0];
 	r[Q_JKEY] = r[2];
-	struct q_saved *e = q_exit_lookup(r);
-	if (!e)
-		return 0;
-	r[0] = e->s[0];
-#pragma unroll
-	for (int i = 0; i < 6; i++)
-		r[7 + i] = e->s[7 + i];
-	bpf_map_delete_elem(&q_inflight, &r[Q_JKEY]);
-	r[15] = now - r[0];
-	q_event(r);
+	q_exit_lookup(r);
 	return 0;
 }

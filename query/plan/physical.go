@@ -52,7 +52,8 @@ func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 	base := kern.Config{Object: q.Table.Object, Binary: q.Binary, Symbol: q.Symbol, RingBytes: 1 << 22, WakeMask: 63}
 	mvsf := &Physical{Name: "mvsf", Kernel: base, Residual: q.Where}
 	mvsf.Kernel.Emit, mvsf.Kernel.NeedComm, mvsf.Kernel.NeedCgroup = kern.EmitFull, true, true
-	mvsf.Kernel.RingBytes = 1 << 24 // every event crosses: give it room
+	// every event crosses: room for bursts while user space is descheduled
+	mvsf.Kernel.RingBytes = 1 << 26
 	mvsf.Kernel.FullSlots = q.Table.Width()
 	mvsf.KernOps = []string{"read every field", "emit to ring buffer"}
 	if joined {
@@ -137,11 +138,12 @@ func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 			if len(slots) > kern.MaxProj || len(slots) == 0 {
 				continue
 			}
+			k.RingBytes = 1 << 25 // streams: absorb bursts (about 800k records)
 			name = append(name, "project")
 			k.Emit, k.Proj = kern.EmitProj, slots
 			p.KernOps = append(p.KernOps, fmt.Sprintf("project %d of %d slots, emit", len(slots), kern.NSlot))
 		default:
-			k.Emit, k.FullSlots = kern.EmitFull, q.Table.Width()
+			k.Emit, k.FullSlots, k.RingBytes = kern.EmitFull, q.Table.Width(), 1<<25
 			slots = allSlots()
 			p.KernOps = append(p.KernOps, "emit whole record")
 		}
