@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -139,6 +140,12 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	if err := cli.RequireRoot("cistern query"); err != nil {
 		return nil, err
 	}
+	if opt.Explain != nil {
+		// --explain also reports what the chosen plan costs in the kernel
+		if c, err := kern.EnableRunStats(); err == nil {
+			defer c.Close()
+		}
+	}
 	ch, err := plan.Choose(q, opt.Mode == ModeMVSFOnly, opt.SampleRate, opt.Refuse)
 	if opt.Explain != nil && ch != nil {
 		ch.Explain(opt.Explain, q)
@@ -182,6 +189,11 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	res.Rows = cw.lines
 	if opt.Format != "json" && res.Rows > 0 {
 		res.Rows-- // the header
+	}
+	if opt.Explain != nil {
+		for _, rs := range prog.RunStats() {
+			fmt.Fprintf(opt.Explain, "measured: %s ran %d times, %.0f ns per run (BPF run-time statistics)\n", rs.Prog, rs.Runs, rs.NsPerRun)
+		}
 	}
 	if err == nil && opt.Plot != "" {
 		err = eng.WritePlot(opt.Plot)

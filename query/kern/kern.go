@@ -7,11 +7,13 @@ package kern
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 // Slot layout shared with bpf/query/query.bpf.h.
@@ -354,4 +356,32 @@ func (p *Prog) Detach() {
 		l.Close()
 	}
 	p.links = nil
+}
+
+// RunStat is one program's measured cost (BPF run-time statistics).
+type RunStat struct {
+	Prog     string
+	Runs     uint64
+	NsPerRun float64
+}
+
+// RunStats reads the run-time statistics of the attached programs; they
+// are non-zero only while statistics are enabled (EnableRunStats).
+func (p *Prog) RunStats() []RunStat {
+	var out []RunStat
+	for _, a := range objects[p.Cfg.Object].attach {
+		prog := p.coll.Programs[a.prog]
+		st, err := prog.Stats()
+		if err != nil || st.RunCount == 0 {
+			continue
+		}
+		out = append(out, RunStat{a.prog, st.RunCount, float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)})
+	}
+	return out
+}
+
+// EnableRunStats turns the kernel's BPF run-time statistics on until the
+// returned closer is closed (they cost two clock reads per program run).
+func EnableRunStats() (io.Closer, error) {
+	return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 }
