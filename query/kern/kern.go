@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -311,6 +312,8 @@ func (p *Prog) SwapEpoch() ([]Partial, error) {
 	if err := p.coll.Maps["q_ctl"].Put(uint32(0), p.epoch); err != nil {
 		return nil, err
 	}
+	// programs that read the old epoch finish within microseconds
+	time.Sleep(time.Millisecond)
 	return p.drain(old)
 }
 
