@@ -13,7 +13,7 @@ SEC("tracepoint/block/block_rq_issue")
 int q_block_issue(struct trace_event_raw_block_rq *ctx)
 {
 	__u64 *r = q_record();
-	if (!r || !q_begin(r))
+	if (!r || !q_begin_at(r))
 		return 0;
 	r[6] = ctx->dev;
 	r[7] = ctx->sector;

@@ -148,13 +148,14 @@ static __always_inline __u64 *q_record(void)
 	return bpf_map_lookup_elem(&q_scratch, &z);
 }
 
-/* q_begin fills the common slots; it returns 0 for our own process. */
-static __always_inline int q_begin(__u64 *r)
+/* q_begin_at fills the common slots but the time; it returns 0 for our
+ * own process. */
+static __always_inline int q_begin_at(__u64 *r)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
 	if (q_self && (pt >> 32) == q_self)
 		return 0;
-	r[0] = bpf_ktime_get_ns();
+	r[0] = 0;
 	r[1] = pt >> 32;
 	r[2] = (__u32)pt;
 	r[3] = q_need_cgroup ? bpf_get_current_cgroup_id() : 0;
@@ -162,6 +163,14 @@ static __always_inline int q_begin(__u64 *r)
 	r[5] = 0;
 	if (q_need_comm)
 		bpf_get_current_comm(&r[4], 16);
+	return 1;
+}
+
+static __always_inline int q_begin(__u64 *r)
+{
+	if (!q_begin_at(r))
+		return 0;
+	r[0] = bpf_ktime_get_ns();
 	return 1;
 }
 
@@ -319,16 +328,20 @@ static __always_inline void q_event(__u64 *r)
 	}
 }
 
-/* q_enter handles the entry half of an entry/exit table. */
+/* q_enter handles the entry half of an entry/exit table (filled by
+ * q_begin_at): the clock is read only for entries that pass the filter. */
 static __always_inline void q_enter(__u64 *r)
 {
 	if (!q_join) {
-		if (q_emit != Q_EMIT_NONE)
+		if (q_emit != Q_EMIT_NONE) {
+			r[0] = bpf_ktime_get_ns();
 			q_emit_full(r, Q_KIND_ENTER);
+		}
 		return;
 	}
 	if (!q_filter(r, 1))
 		return;
+	r[0] = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&q_inflight, &r[Q_JKEY], r, BPF_ANY))
 		q_count(Q_ST_LOST_JOIN);
 }

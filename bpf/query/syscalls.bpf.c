@@ -12,7 +12,7 @@ SEC("tracepoint/raw_syscalls/sys_enter")
 int q_sys_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u64 *r = q_record();
-	if (!r || !q_begin(r))
+	if (!r || !q_begin_at(r))
 		return 0;
 	r[6] = ctx->id;
 	/* one load each: a computed ctx pointer is refused */

@@ -12,7 +12,7 @@ SEC("uprobe")
 int q_uprobe_enter(struct pt_regs *ctx)
 {
 	__u64 *r = q_record();
-	if (!r || !q_begin(r))
+	if (!r || !q_begin_at(r))
 		return 0;
 	r[6] = 0;
 	r[7] = ctx->di;

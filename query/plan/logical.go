@@ -113,7 +113,8 @@ func value(col *sema.Column, e parse.Expr) (uint64, bool) {
 }
 
 func (a *analysis) clause(col *sema.Column, op kern.Op, vals ...uint64) kern.Clause {
-	return kern.Clause{Slot: col.Slot, Op: op, Mask: ^uint64(0), Vals: vals, Enter: a.q.Table.Joined && col.Enter}
+	// slot 0 (the entry time) is read only after the entry filter passed
+	return kern.Clause{Slot: col.Slot, Op: op, Mask: ^uint64(0), Vals: vals, Enter: a.q.Table.Joined && col.Enter && col.Slot != 0}
 }
 
 // pushable turns one conjunct into kernel clauses. Comparisons are signed,

@@ -90,3 +90,11 @@ func TestCostsOrderPushdownFirst(t *testing.T) {
 		t.Fatalf("aggregation in the kernel should be far cheaper than MVSF: %v vs %v", agg, mvsf)
 	}
 }
+
+func TestEntryTimeIsNotFilteredAtEntry(t *testing.T) {
+	q := compile(t, "SELECT pid FROM syscalls WHERE enter_ns > 5 AND pid = 3")
+	a := analyse(q)
+	if len(a.push) != 2 || a.push[0].clauses[0].Enter || !a.push[1].clauses[0].Enter {
+		t.Fatalf("enter_ns must be checked after the clock is read: %+v", a.push)
+	}
+}
