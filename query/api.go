@@ -225,7 +225,11 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 	slots := make([]uint64, kern.NSlot+1)
 	read := func(deadline time.Time) (bool, error) {
 		rb.SetDeadline(deadline)
-		for {
+		for n := 1; ; n++ {
+			// a ring that never runs dry must not starve windows and the end
+			if n%1024 == 0 && time.Now().After(deadline) {
+				return false, nil
+			}
 			if err := rb.ReadInto(&rec); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					return false, nil
