@@ -223,11 +223,13 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 	}
 	var rec ringbuf.Record
 	slots := make([]uint64, kern.NSlot+1)
-	read := func(deadline time.Time) (bool, error) {
+	// read processes records until the ring is empty at deadline; unless
+	// draining (hooks detached), it also returns once deadline has passed.
+	read := func(deadline time.Time, drain bool) (bool, error) {
 		rb.SetDeadline(deadline)
 		for n := 1; ; n++ {
 			// a ring that never runs dry must not starve windows and the end
-			if n%1024 == 0 && time.Now().After(deadline) {
+			if !drain && n%1024 == 0 && time.Now().After(deadline) {
 				return false, nil
 			}
 			if err := rb.ReadInto(&rec); err != nil {
@@ -270,7 +272,7 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 			}
 			continue
 		}
-		done, err := read(time.Now().Add(50 * time.Millisecond))
+		done, err := read(time.Now().Add(50*time.Millisecond), false)
 		if err != nil {
 			return err
 		}
@@ -286,10 +288,10 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 // finish detaches the hooks (no new events), drains what the kernel still
 // holds and writes the last window or the ordered rows.
 func finish(q *sema.Query, p *plan.Physical, prog *kern.Prog, eng *exec.Engine, rb *ringbuf.Reader,
-	read func(time.Time) (bool, error), closeWindow func() error) error {
+	read func(time.Time, bool) (bool, error), closeWindow func() error) error {
 	prog.Detach()
 	if rb != nil {
-		if _, err := read(time.Now()); err != nil {
+		if _, err := read(time.Now(), true); err != nil {
 			return err
 		}
 	}
