@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,8 +74,7 @@ func dd(t *testing.T, n int) {
 	}
 }
 
-func itoa(n int) string    { return strings.TrimSpace(strings.Repeat(" ", 0) + jsonNum(n)) }
-func jsonNum(n int) string { b, _ := json.Marshal(n); return string(b) }
+func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestCountsAgreeAcrossPlans: dd makes exactly count reads of one byte;
 // the kernel-aggregated plan and the MVSF plan count the same calls.
@@ -191,5 +192,37 @@ func TestLimitStopsStreaming(t *testing.T) {
 	}
 	if res.Rows != 3 || time.Since(start) > 10*time.Second {
 		t.Fatalf("rows %d after %v:\n%s", res.Rows, time.Since(start), out.String())
+	}
+}
+
+// TestTCPStates: a bash client connecting to a listener on loopback shows
+// up with its addresses, ports and state names.
+func TestTCPStates(t *testing.T) {
+	testenv.RequireRoot(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sql := "SELECT comm, saddr, daddr, dport, old_state, new_state FROM tcp_state WHERE dport = " + itoa(port)
+	_, out, _ := during(t, sql, Options{Format: "csv"}, func() {
+		script := "exec 3<>/dev/tcp/127.0.0.1/" + itoa(port) + "; cat <&3 >/dev/null"
+		if err := exec.Command("bash", "-c", script).Run(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.Contains(out, "bash,127.0.0.1,127.0.0.1,"+itoa(port)+",CLOSE,SYN_SENT") ||
+		!strings.Contains(out, "SYN_SENT,ESTABLISHED") {
+		t.Fatalf("no connection states for port %d:\n%s", port, out)
 	}
 }
