@@ -246,6 +246,7 @@ func (e *Engine) Window(endNs int64) error {
 		e.rows = append(e.rows, outRow{vals, keys})
 	}
 	e.sortRows()
+	e.fitRows()
 	for i, r := range e.rows {
 		if e.q.Limit > 0 && int64(i) >= e.q.Limit {
 			break
@@ -267,6 +268,18 @@ func (e *Engine) Window(endNs int64) error {
 	return e.w.flush()
 }
 
+func (e *Engine) fitRows() {
+	n := len(e.rows)
+	if e.q.Limit > 0 && int64(n) > e.q.Limit {
+		n = int(e.q.Limit)
+	}
+	vals := make([][]Value, n)
+	for i := range vals {
+		vals[i] = e.rows[i].vals
+	}
+	e.w.fit(vals)
+}
+
 // Finish writes what is left: the last window or the ordered rows.
 func (e *Engine) Finish(endNs int64) error {
 	if e.q.Grouped {
@@ -274,6 +287,7 @@ func (e *Engine) Finish(endNs int64) error {
 	}
 	if len(e.q.Order) > 0 {
 		e.sortRows()
+		e.fitRows()
 		for i, r := range e.rows {
 			if e.q.Limit > 0 && int64(i) >= e.q.Limit {
 				break

@@ -80,6 +80,21 @@ func (wr *writer) row(vals []Value) error {
 	return nil
 }
 
+// fit widens table columns to the values of a batch (before the header
+// is printed: a stream keeps the widths it started with).
+func (wr *writer) fit(rows [][]Value) {
+	if wr.format != "table" || wr.started {
+		return
+	}
+	for _, r := range rows {
+		for i, v := range r {
+			if n := len(v.text()); i < len(wr.widths) && n > wr.widths[i] && n <= 48 {
+				wr.widths[i] = n
+			}
+		}
+	}
+}
+
 func (wr *writer) line(cells []string) {
 	for i, c := range cells {
 		if i == len(cells)-1 {
