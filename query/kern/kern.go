@@ -217,7 +217,8 @@ func Load(cfg Config) (*Prog, error) {
 		cfg.RingBytes = 1 << 22
 	}
 	spec.Maps["q_rb"].MaxEntries = cfg.RingBytes
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogDisabled: true}})
+	// the verifier log is fetched only when a load fails: --explain quotes its reason
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
