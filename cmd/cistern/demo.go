@@ -31,7 +31,7 @@ func demoSegments() []demoSegment {
 		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", demoEvict},
 		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", nil},
 		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", nil},
-		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", nil},
+		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", demoQuery},
 	}
 }
 

@@ -71,5 +71,5 @@ func newCBufCmd() *cobra.Command {
 }
 
 func newQueryCmd() *cobra.Command {
-	return planned("query", "SQL over kernel events, compiled to eBPF", "#8")
+	return newQueryRunCmd()
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/query/qgen"
+)
+
+// TestQueryInvalidExit2: a sample of generated invalid queries through the
+// real binary: exit 2, a line:col reason and a caret, no verifier output.
+func TestQueryInvalidExit2(t *testing.T) {
+	bin := buildCLI(t)
+	r := rand.New(rand.NewSource(8))
+	for i := 0; i < 25; i++ {
+		q, why := qgen.Invalid(r)
+		_, stderr, code := run(bin, "query", q, "--duration", "1s")
+		if code != 2 {
+			t.Fatalf("%s: %q: exit %d, want 2\n%s", why, q, code, stderr)
+		}
+		if !strings.Contains(stderr, "^") || !strings.HasPrefix(stderr, "cistern: 1:") || strings.Contains(stderr, "verifier") {
+			t.Fatalf("%s: %q: stderr lacks a positioned error:\n%s", why, q, stderr)
+		}
+	}
+	if _, stderr, code := run(bin, "query", "SELECT pid FROM syscalls", "--format", "xml"); code != 2 {
+		t.Fatalf("--format xml: exit %d\n%s", code, stderr)
+	}
+}
+
+func TestQuerySchema(t *testing.T) {
+	bin := buildCLI(t)
+	out, stderr, code := run(bin, "query", "--schema")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"syscalls", "latency_ns", "sched_switch", "process_exec", "process_exit", "page_cache", "block_io", "tcp_state", "uprobe('<binary>', '<symbol>')"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("schema lacks %s", want)
+		}
+	}
+}
+
+func TestQueryCSVRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	out, stderr, code := run(bin, "query", "SELECT COUNT(*) AS n, MAX(prev_prio) FROM sched_switch", "--duration", "300ms", "--format", "csv", "--explain")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != "n,MAX(prev_prio)" || lines[1] == "0,NULL" {
+		t.Fatalf("csv %q", out)
+	}
+	if !strings.Contains(stderr, "chosen plan: agg") {
+		t.Fatalf("explain:\n%s", stderr)
+	}
+}
+
+func TestDemoQuery(t *testing.T) {
+	testenv.RequireRoot(t)
+	var out bytes.Buffer
+	c := &cobra.Command{}
+	c.SetOut(&out)
+	c.SetContext(context.Background())
+	if err := demoQuery(c); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"chosen plan: join+agg", "read", "result: plan mvsf"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+}

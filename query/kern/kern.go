@@ -1,0 +1,391 @@
+// Package kern loads the precompiled, ahead-of-time verified operator
+// templates of `cistern query` (bpf/query/*.bpf.c) specialised by a Config,
+// attaches them and exposes their ring buffer, counters and partial
+// aggregates. It knows nothing about SQL: the planner decides the Config.
+package kern
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// Slot layout shared with bpf/query/query.bpf.h.
+const (
+	NSlot   = 32
+	NSaved  = 16
+	JKey    = 31
+	HalfKey = 16 // where an entry or exit half carries its join key
+	MaxCl   = 6
+	MaxV    = 4
+	MaxProj = 16
+	MaxKey  = 4
+	NHist   = 64
+)
+
+// Emit modes (q_emit).
+const (
+	EmitNone = 0 // count only: event-rate sampling
+	EmitFull = 1 // MVSF: the whole record
+	EmitProj = 2
+	EmitAgg  = 3
+)
+
+// Record kinds in the ring buffer.
+const (
+	KindFull  = 0
+	KindEnter = 1
+	KindExit  = 2
+	KindProj  = 3
+)
+
+// Op is a filter comparison (q_cl_op).
+type Op uint32
+
+const (
+	OpEQ Op = iota
+	OpNE
+	OpLT
+	OpLE
+	OpGT
+	OpGE
+	OpULT
+	OpULE
+	OpUGT
+	OpUGE
+)
+
+// Stat indexes of q_stats.
+const (
+	StEvents = iota
+	StMatched
+	StLostRB
+	StLostAgg
+	StLostJoin
+	StEmitted
+	stN
+)
+
+// Clause is one pushed-down comparison: (slot & Mask) Op Vals (IN: any of
+// Vals for OpEQ, none of them for OpNE).
+type Clause struct {
+	Slot  int
+	Op    Op
+	Mask  uint64
+	Vals  []uint64
+	Enter bool // the entry half holds the slot: check it before the join
+}
+
+// Config specialises one table's template.
+type Config struct {
+	Object     string // see Objects
+	Emit       int
+	Join       bool
+	Clauses    []Clause
+	Proj       []int
+	Keys       []int
+	AggSlot    int
+	AggSigned  bool
+	Hist       bool
+	NeedComm   bool
+	NeedCgroup bool
+	FullSlots  int    // slots a whole record carries (EmitFull); 0: all
+	WakeMask   uint32 // wake the reader every WakeMask+1 records
+	RingBytes  uint32 // power of two, >= 4096
+	Binary     string // uprobe only
+	Symbol     string
+}
+
+type attach struct {
+	prog  string
+	group string // tracepoint group, or "uprobe"/"uretprobe"
+	name  string
+}
+
+type object struct {
+	load   func() (*ebpf.CollectionSpec, error)
+	attach []attach
+	joined bool
+}
+
+// Objects are the templates by table.
+var objects = map[string]object{
+	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_syscalls", "sys_enter"}, {"q_sys_exit", "raw_syscalls", "sys_exit"}}, true},
+	"uprobe":       {loadUprobe, []attach{{"q_uprobe_enter", "uprobe", ""}, {"q_uprobe_exit", "uretprobe", ""}}, true},
+	"sched_switch": {loadSchedSwitch, []attach{{"q_sched_switch", "sched", "sched_switch"}}, false},
+	"process_exec": {loadProcessExec, []attach{{"q_process_exec", "sched", "sched_process_exec"}}, false},
+	"process_exit": {loadProcessExit, []attach{{"q_process_exit", "sched", "sched_process_exit"}}, false},
+	"page_cache":   {loadPageCache, []attach{{"q_page_add", "filemap", "mm_filemap_add_to_page_cache"}, {"q_page_delete", "filemap", "mm_filemap_delete_from_page_cache"}}, false},
+	"block_io":     {loadBlockIo, []attach{{"q_block_issue", "block", "block_rq_issue"}, {"q_block_complete", "block", "block_rq_complete"}}, true},
+	"tcp_state":    {loadTcpState, []attach{{"q_tcp_state", "sock", "inet_sock_set_state"}}, false},
+}
+
+// Joined reports whether obj has entry and exit halves.
+func Joined(obj string) bool { return objects[obj].joined }
+
+// Prog is a loaded, attached specialisation.
+type Prog struct {
+	Cfg   Config
+	coll  *ebpf.Collection
+	links []link.Link
+	rb    *ringbuf.Reader
+	epoch uint64
+}
+
+// VerifierError says the kernel refused the specialisation.
+type VerifierError struct{ Err error }
+
+func (e *VerifierError) Error() string { return "verifier: " + e.Err.Error() }
+func (e *VerifierError) Unwrap() error { return e.Err }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *Config) vars() (map[string]any, error) {
+	if len(c.Clauses) > MaxCl || len(c.Proj) > MaxProj || len(c.Keys) > MaxKey {
+		return nil, fmt.Errorf("kern: config exceeds template bounds")
+	}
+	var slot, op, enter, nv [MaxCl]uint32
+	var mask [MaxCl]uint64
+	var vals [MaxCl * MaxV]uint64
+	for i, cl := range c.Clauses {
+		if len(cl.Vals) == 0 || len(cl.Vals) > MaxV {
+			return nil, fmt.Errorf("kern: clause %d has %d values", i, len(cl.Vals))
+		}
+		slot[i], op[i], enter[i], nv[i], mask[i] = uint32(cl.Slot), uint32(cl.Op), b2u(cl.Enter), uint32(len(cl.Vals)), cl.Mask
+		copy(vals[i*MaxV:], cl.Vals)
+	}
+	var proj [MaxProj]uint32
+	for i, s := range c.Proj {
+		proj[i] = uint32(s)
+	}
+	var keys [MaxKey]uint32
+	for i, s := range c.Keys {
+		keys[i] = uint32(s)
+	}
+	full := uint32(c.FullSlots)
+	if full == 0 || full > NSlot {
+		full = NSlot
+	}
+	return map[string]any{
+		"q_nfull": full, "q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
+		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_wake_mask": c.WakeMask,
+		"q_ncl": uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
+		"q_cl_nv": nv, "q_cl_mask": mask, "q_cl_val": vals,
+		"q_nproj": uint32(len(c.Proj)), "q_proj": proj,
+		"q_nkey": uint32(len(c.Keys)), "q_key": keys,
+		"q_aggslot": uint32(c.AggSlot), "q_agg_signed": b2u(c.AggSigned), "q_hist": b2u(c.Hist),
+	}, nil
+}
+
+// Load specialises, verifies and attaches cfg. A *VerifierError means the
+// kernel refused this specialisation (the planner then tries the next plan).
+func Load(cfg Config) (*Prog, error) {
+	obj, ok := objects[cfg.Object]
+	if !ok {
+		return nil, fmt.Errorf("kern: no template for %q", cfg.Object)
+	}
+	spec, err := obj.load()
+	if err != nil {
+		return nil, err
+	}
+	vars, err := cfg.vars()
+	if err != nil {
+		return nil, err
+	}
+	for name, v := range vars {
+		sv, ok := spec.Variables[name]
+		if !ok {
+			return nil, fmt.Errorf("kern: template %s lacks %s", cfg.Object, name)
+		}
+		if err := sv.Set(v); err != nil {
+			return nil, fmt.Errorf("kern: set %s: %w", name, err)
+		}
+	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = 1 << 22
+	}
+	spec.Maps["q_rb"].MaxEntries = cfg.RingBytes
+	// the verifier log is fetched only when a load fails: --explain quotes its reason
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, &VerifierError{err}
+		}
+		return nil, err
+	}
+	p := &Prog{Cfg: cfg, coll: coll}
+	if err := p.attach(obj); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if cfg.Emit != EmitNone && cfg.Emit != EmitAgg || (obj.joined && !cfg.Join && cfg.Emit != EmitNone) {
+		if p.rb, err = ringbuf.NewReader(coll.Maps["q_rb"]); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *Prog) attach(obj object) error {
+	var ex *link.Executable
+	for _, a := range obj.attach {
+		prog := p.coll.Programs[a.prog]
+		var l link.Link
+		var err error
+		switch a.group {
+		case "uprobe", "uretprobe":
+			if ex == nil {
+				if ex, err = link.OpenExecutable(p.Cfg.Binary); err != nil {
+					return fmt.Errorf("uprobe %s: %w", p.Cfg.Binary, err)
+				}
+			}
+			if a.group == "uprobe" {
+				l, err = ex.Uprobe(p.Cfg.Symbol, prog, nil)
+			} else {
+				l, err = ex.Uretprobe(p.Cfg.Symbol, prog, nil)
+			}
+		default:
+			l, err = link.Tracepoint(a.group, a.name, prog, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", a.prog, err)
+		}
+		p.links = append(p.links, l)
+	}
+	return nil
+}
+
+// Reader is the ring buffer reader, nil when the plan emits nothing.
+func (p *Prog) Reader() *ringbuf.Reader { return p.rb }
+
+// Stats sums q_stats over CPUs.
+func (p *Prog) Stats() [stN]uint64 {
+	var out [stN]uint64
+	m := p.coll.Maps["q_stats"]
+	for i := uint32(0); i < stN; i++ {
+		var per []uint64
+		if err := m.Lookup(i, &per); err == nil {
+			for _, v := range per {
+				out[i] += v
+			}
+		}
+	}
+	return out
+}
+
+// AggKey and AggVal mirror struct q_aggkey / q_aggval.
+type AggKey struct {
+	Epoch uint64
+	K     [MaxKey]uint64
+}
+
+type AggVal struct {
+	Count, Sum, Min, Max uint64
+	Hist                 [NHist]uint64
+}
+
+// Partial is one key's per-CPU partial aggregates.
+type Partial struct {
+	K   [MaxKey]uint64
+	Per []AggVal
+}
+
+// SwapEpoch starts a new aggregation epoch and returns the partials of the
+// previous one, deleting them. Updates racing with the swap land in the
+// new epoch or, rarely, in an entry read just before they commit.
+func (p *Prog) SwapEpoch() ([]Partial, error) {
+	old := p.epoch
+	p.epoch++
+	if err := p.coll.Maps["q_ctl"].Put(uint32(0), p.epoch); err != nil {
+		return nil, err
+	}
+	// programs that read the old epoch finish within microseconds
+	time.Sleep(time.Millisecond)
+	return p.drain(old)
+}
+
+func (p *Prog) drain(epoch uint64) ([]Partial, error) {
+	m := p.coll.Maps["q_agg"]
+	var out []Partial
+	var k AggKey
+	var per []AggVal
+	it := m.Iterate()
+	var keys []AggKey
+	for it.Next(&k, &per) {
+		if k.Epoch != epoch {
+			continue
+		}
+		out = append(out, Partial{K: k.K, Per: append([]AggVal(nil), per...)})
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		_ = m.Delete(k)
+	}
+	return out, nil
+}
+
+// Close detaches and frees everything.
+func (p *Prog) Close() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	if p.rb != nil {
+		p.rb.Close()
+	}
+	if p.coll != nil {
+		p.coll.Close()
+	}
+}
+
+// Detach removes the hooks so no new events arrive; maps stay readable.
+func (p *Prog) Detach() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	p.links = nil
+}
+
+// RunStat is one program's measured cost (BPF run-time statistics).
+type RunStat struct {
+	Prog     string
+	Runs     uint64
+	NsPerRun float64
+}
+
+// RunStats reads the run-time statistics of the attached programs; they
+// are non-zero only while statistics are enabled (EnableRunStats).
+func (p *Prog) RunStats() []RunStat {
+	var out []RunStat
+	for _, a := range objects[p.Cfg.Object].attach {
+		prog := p.coll.Programs[a.prog]
+		st, err := prog.Stats()
+		if err != nil || st.RunCount == 0 {
+			continue
+		}
+		out = append(out, RunStat{a.prog, st.RunCount, float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)})
+	}
+	return out
+}
+
+// EnableRunStats turns the kernel's BPF run-time statistics on until the
+// returned closer is closed (they cost two clock reads per program run).
+func EnableRunStats() (io.Closer, error) {
+	return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+}
