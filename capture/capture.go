@@ -55,7 +55,8 @@ type Capture struct {
 	stats     *ebpf.Map
 	links     []link.Link
 	conns     map[uint64]*pgConn
-	clock     int64 // wall minus monotonic, ns
+	out       []Query // Next's result, reused
+	clock     int64   // wall minus monotonic, ns
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -176,8 +177,7 @@ func (c *Capture) openPlain() (err error) {
 		}
 		c.links = append(c.links, l)
 	}
-	c.Reader, err = accum.NewReader(objs.AccumRing)
-	return err
+	return c.newReader(objs.AccumRing)
 }
 
 func (c *Capture) openTLS() (err error) {
@@ -246,8 +246,17 @@ func (c *Capture) openTLS() (err error) {
 		}
 		c.links = append(c.links, l)
 	}
-	c.Reader, err = accum.NewReader(objs.AccumRing)
-	return err
+	return c.newReader(objs.AccumRing)
+}
+
+// newReader reads the channel: the parser consumes each record's segments
+// itself, so the Reassembler keeps only sequence numbers, not the bytes.
+func (c *Capture) newReader(ring *ebpf.Map) (err error) {
+	if c.Reader, err = accum.NewReader(ring); err != nil {
+		return err
+	}
+	c.Reader.Streams.SeqOnly = true
+	return nil
 }
 
 func clockOffset() int64 {
@@ -257,7 +266,8 @@ func clockOffset() int64 {
 }
 
 // Next waits up to timeout for channel records and returns the queries they
-// completed (possibly none). os.ErrDeadlineExceeded: nothing arrived.
+// completed (possibly none), in a slice the next call reuses.
+// os.ErrDeadlineExceeded: nothing arrived.
 func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	gaps := len(c.Reader.Streams.Gaps)
 	rec, err := c.Reader.Read(timeout)
@@ -265,12 +275,6 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		return nil, err
 	}
 	gap := len(c.Reader.Streams.Gaps) > gaps
-	// The parser consumes the segments itself: keep only the sequence
-	// bookkeeping in the Reassembler, not an ever-growing copy of the stream.
-	s := c.Reader.Streams.Streams[rec.ConnID]
-	if s != nil {
-		s.Data[0], s.Data[1] = nil, nil
-	}
 	pc := c.conns[rec.ConnID]
 	if pc == nil {
 		pc = newPGConn(rec.ConnID)
@@ -279,11 +283,12 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	if gap {
 		pc.lost()
 	}
-	var out []Query
+	out := c.out[:0]
 	for i, seg := range rec.Segments {
 		ft := fragTimes{first: rec.FirstNS, last: rec.LastNS, opens: i == 0, closes: i == len(rec.Segments)-1}
-		out = append(out, pc.feed(seg.Dir, seg.Data, ft, rec.PID)...)
+		out = pc.feed(out, seg.Dir, seg.Data, ft, rec.PID)
 	}
+	c.out = out
 	if rec.Flags&accum.FlagClose != 0 {
 		out = append(out, pc.close()...)
 		delete(c.conns, rec.ConnID)
