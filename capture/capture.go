@@ -39,7 +39,13 @@ const (
 
 // Options of Open.
 type Options struct {
-	PID       int          // process whose traffic is captured
+	// What is captured: exactly one of PID (with Children: and every
+	// process it has forked or forks), Cgroup (a cgroup-v2 directory and
+	// its descendants) or All.
+	PID       int
+	Children  bool
+	Cgroup    string
+	All       bool
 	Protocol  string       // "postgres" (default)
 	Transport string       // TransportAuto (default), TransportTLS or TransportPlain
 	Accum     accum.Config // channel sizes (zero: defaults)
@@ -55,6 +61,7 @@ type Capture struct {
 	stats     *ebpf.Map
 	links     []link.Link
 	conns     map[uint64]*pgConn
+	cgroup    Cgroup
 	out       []Query // Next's result, reused
 	clock     int64   // wall minus monotonic, ns
 }
@@ -95,17 +102,22 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Protocol != "postgres" {
 		return nil, fmt.Errorf("protocol %q: only postgres is supported", opt.Protocol)
 	}
-	if opt.PID <= 0 {
-		return nil, fmt.Errorf("pid %d: want a process id", opt.PID)
+	if err := opt.validate(); err != nil {
+		return nil, err
 	}
 	if opt.Transport == "" {
 		opt.Transport = TransportAuto
 	}
 	c := &Capture{Opt: opt, conns: map[uint64]*pgConn{}, clock: clockOffset()}
 	var err error
+	if opt.Cgroup != "" {
+		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
+			return nil, err
+		}
+	}
 	switch opt.Transport {
 	case TransportAuto:
-		if _, e := FindLibSSL(opt.PID); e == nil {
+		if libs, _ := c.libSSLs(); len(libs) > 0 {
 			err = c.openTLS()
 		} else {
 			err = c.openPlain()
@@ -135,7 +147,7 @@ func (c *Capture) openPlain() (err error) {
 	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_tgid"].Set(uint32(c.Opt.PID)); err != nil {
+	if err := c.setSelection(spec); err != nil {
 		return err
 	}
 	var objs plainObjects
@@ -149,6 +161,9 @@ func (c *Capture) openPlain() (err error) {
 		}
 	}()
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
+		return err
+	}
+	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
 		return err
 	}
 	// Exits first: an entry recorded before its exit program is attached
@@ -183,11 +198,18 @@ func (c *Capture) openPlain() (err error) {
 func (c *Capture) openTLS() (err error) {
 	c.Transport = TransportTLS
 	opt := c.Opt
-	lib, err := FindLibSSL(opt.PID)
+	libs, err := c.libSSLs()
 	if err != nil {
 		return err
 	}
-	c.LibSSL = lib
+	if len(libs) == 0 {
+		if opt.PID != 0 {
+			_, err := FindLibSSL(opt.PID)
+			return err
+		}
+		return fmt.Errorf("%s: no process maps libssl.so.3 (use the plain transport for unencrypted traffic)", opt.selectionString())
+	}
+	c.LibSSL = strings.Join(libs, ", ")
 	spec, err := loadTls()
 	if err != nil {
 		return err
@@ -196,6 +218,9 @@ func (c *Capture) openTLS() (err error) {
 		return err
 	}
 	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+		return err
+	}
+	if err := c.setSelection(spec); err != nil {
 		return err
 	}
 	var objs tlsObjects
@@ -211,11 +236,29 @@ func (c *Capture) openTLS() (err error) {
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
 		return err
 	}
+	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
+		return err
+	}
+	// One process: the uprobes' own pid filter keeps every other process
+	// from trapping. Otherwise every user of the library traps and
+	// cap_selected decides.
+	uo := &link.UprobeOptions{}
+	if opt.perPID() {
+		uo.PID = opt.PID
+	}
+	for _, lib := range libs {
+		if err := c.attachTLS(lib, &objs, uo); err != nil {
+			return err
+		}
+	}
+	return c.newReader(objs.AccumRing)
+}
+
+func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions) error {
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		return err
 	}
-	uo := &link.UprobeOptions{PID: opt.PID}
 	for _, a := range []struct {
 		sym      string
 		prog     *ebpf.Program
@@ -246,7 +289,7 @@ func (c *Capture) openTLS() (err error) {
 		}
 		c.links = append(c.links, l)
 	}
-	return c.newReader(objs.AccumRing)
+	return nil
 }
 
 // newReader reads the channel: the parser consumes each record's segments

@@ -20,11 +20,23 @@ type PsqlRun struct {
 	Output  string // psql's own output
 }
 
-// CapturePsql starts psql (path) on conninfo, attaches a capture to it once
-// it has mapped libssl (at once with TransportPlain), sends the statements one per line, and collects the
-// captured queries until psql has exited and the channel is idle. Tests,
-// the demo and benchmarks share it.
+// CapturePsql starts psql (path) on conninfo, sends the statements one per
+// line, and collects the captured queries until psql has exited and the
+// channel is idle. With no selection in opt it captures psql itself,
+// attaching once psql has mapped libssl (at once with TransportPlain);
+// otherwise what opt selects (a server's postmaster and children, a
+// cgroup), attached before psql starts. Tests, the demo and benchmarks
+// share it.
 func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*PsqlRun, error) {
+	self := opt.PID == 0 && opt.Cgroup == "" && !opt.All
+	var c *Capture
+	if !self {
+		var err error
+		if c, err = Open(opt); err != nil {
+			return nil, err
+		}
+		defer c.Close()
+	}
 	psql := exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo)
 	stdin, err := psql.StdinPipe()
 	if err != nil {
@@ -39,7 +51,7 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 
 	// psql links libpq, which links libssl: wait for the loader to map it.
 	// The plain transport filters by pid in the kernel and needs no library.
-	for deadline := time.Now().Add(10 * time.Second); opt.Transport != TransportPlain; {
+	for deadline := time.Now().Add(10 * time.Second); self && opt.Transport != TransportPlain; {
 		if _, err = FindLibSSL(psql.Process.Pid); err == nil {
 			break
 		}
@@ -48,12 +60,13 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	opt.PID = psql.Process.Pid
-	c, err := Open(opt)
-	if err != nil {
-		return nil, err
+	if self {
+		opt.PID = psql.Process.Pid
+		if c, err = Open(opt); err != nil {
+			return nil, err
+		}
+		defer c.Close()
 	}
-	defer c.Close()
 
 	go func() {
 		for _, s := range statements {

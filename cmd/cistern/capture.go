@@ -22,6 +22,9 @@ import (
 func newCaptureRunCmd() *cobra.Command {
 	var (
 		pid       int
+		children  bool
+		cgroup    string
+		all       bool
 		protocol  string
 		transport string
 		format    string
@@ -30,7 +33,7 @@ func newCaptureRunCmd() *cobra.Command {
 		latency   time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "capture --pid P [--transport auto|tls|plain] [--protocol postgres] [--format table|json] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres] [--format table|json] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
 (SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
@@ -43,11 +46,27 @@ PostgreSQL query: time, pid, query text, latency, rows, error. Latency is
 measured at batch granularity: latency_exact says whether the query opened
 its batch and its answer closed one; otherwise it is an upper bound.
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.
-Only the process P itself is captured (not its children).`,
+
+Selection: --pid P captures P and every process it has forked or forks
+(a PostgreSQL postmaster's backends; --children=false: P alone, with the
+uprobes' own per-process filter); --cgroup PATH the tasks of a cgroup-v2
+directory and its descendants; --all every process. Except for
+--children=false, the uprobes trap in every process using the library and a
+check in BPF decides; the libraries are those the selected processes map
+when the capture starts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pid <= 0 {
-				return cli.Usagef("--pid is required")
+			n := 0
+			for _, set := range []bool{pid != 0, cgroup != "", all} {
+				if set {
+					n++
+				}
+			}
+			if n != 1 {
+				return cli.Usagef("want exactly one of --pid, --cgroup or --all")
+			}
+			if pid < 0 {
+				return cli.Usagef("--pid %d: want a process id", pid)
 			}
 			if protocol != "postgres" {
 				return cli.Usagef("--protocol %q: only postgres is supported", protocol)
@@ -67,10 +86,19 @@ Only the process P itself is captured (not its children).`,
 			if err := cli.RequireRoot("cistern capture"); err != nil {
 				return err
 			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-				return cli.Usagef("--pid %d: no such process", pid)
+			if pid != 0 {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+					return cli.Usagef("--pid %d: no such process", pid)
+				}
 			}
-			cp, err := capture.Open(capture.Options{PID: pid, Protocol: protocol, Transport: transport, Accum: cfg})
+			opt := capture.Options{PID: pid, Children: pid != 0 && children, Cgroup: cgroup, All: all,
+				Protocol: protocol, Transport: transport, Accum: cfg}
+			if cgroup != "" {
+				if _, err := capture.ResolveCgroup(cgroup); err != nil {
+					return cli.Usagef("--cgroup: %v", err)
+				}
+			}
+			cp, err := capture.Open(opt)
 			if err != nil {
 				return err
 			}
@@ -79,12 +107,15 @@ Only the process P itself is captured (not its children).`,
 			if cp.Transport == capture.TransportPlain {
 				via = "socket syscalls (plaintext)"
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of pid %d through %s\n", protocol, pid, via)
+			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), via)
 			return runCapture(cmd.OutOrStdout(), cmd.ErrOrStderr(), cp, format, duration)
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&pid, "pid", 0, "process to capture")
+	f.IntVar(&pid, "pid", 0, "process to capture (and, with --children, the processes it forks)")
+	f.BoolVar(&children, "children", true, "with --pid: also capture the processes it has forked or forks")
+	f.StringVar(&cgroup, "cgroup", "", "cgroup-v2 directory whose tasks (and descendants') are captured")
+	f.BoolVar(&all, "all", false, "capture every process")
 	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
 	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse (postgres)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
@@ -124,6 +155,9 @@ loop:
 		}
 		qs, err := cp.Next(200 * time.Millisecond)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if cp.Opt.PID == 0 {
+				continue
+			}
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cp.Opt.PID)); err != nil {
 				if gone { // one more idle round after the exit: drained
 					break loop

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -96,6 +97,17 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 		return fail(fmt.Errorf("%w\n%s", err, out))
 	}
 	return pg, nil
+}
+
+// PID is the postmaster's process id (from postmaster.pid): the parent of
+// every backend, which runuser, the process started, is not.
+func (pg *Postgres) PID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(pg.Dir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
 }
 
 // Psql runs one SQL statement through psql over TCP and returns its output.
