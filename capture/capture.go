@@ -3,9 +3,8 @@
 // plaintext to the accumulating channel (package accum), or syscall
 // tracepoints on write/read/sendto/recvfrom/sendmsg/recvmsg of its TCP/UDP
 // sockets (bpf/capture/plain.bpf.c) feed its unencrypted traffic, and a
-// protocol parser turns the reassembled streams into query records.
-//
-// Only PostgreSQL is parsed so far.
+// protocol parser (PostgreSQL, or MySQL/MariaDB) turns the reassembled
+// streams into query records.
 package capture
 
 import (
@@ -28,6 +27,7 @@ import (
 // Protocol tags (the record's proto byte).
 const (
 	ProtoPostgres uint8 = 1
+	ProtoMySQL    uint8 = 2
 )
 
 // Transports of Options.Transport.
@@ -46,7 +46,7 @@ type Options struct {
 	Children  bool
 	Cgroup    string
 	All       bool
-	Protocol  string       // "postgres" (default)
+	Protocol  string       // "postgres" (default) or "mysql" (MySQL and MariaDB)
 	Transport string       // TransportAuto (default), TransportTLS or TransportPlain
 	Accum     accum.Config // channel sizes (zero: defaults)
 }
@@ -60,7 +60,8 @@ type Capture struct {
 	objs      io.Closer
 	stats     *ebpf.Map
 	links     []link.Link
-	conns     map[uint64]*pgConn
+	conns     map[uint64]connParser
+	closedBad uint64 // bad bytes of connections already closed
 	cgroup    Cgroup
 	out       []Query // Next's result, reused
 	clock     int64   // wall minus monotonic, ns
@@ -99,8 +100,8 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Protocol == "" {
 		opt.Protocol = "postgres"
 	}
-	if opt.Protocol != "postgres" {
-		return nil, fmt.Errorf("protocol %q: only postgres is supported", opt.Protocol)
+	if opt.Protocol != "postgres" && opt.Protocol != "mysql" {
+		return nil, fmt.Errorf("protocol %q: want postgres or mysql", opt.Protocol)
 	}
 	if err := opt.validate(); err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Transport == "" {
 		opt.Transport = TransportAuto
 	}
-	c := &Capture{Opt: opt, conns: map[uint64]*pgConn{}, clock: clockOffset()}
+	c := &Capture{Opt: opt, conns: map[uint64]connParser{}, clock: clockOffset()}
 	var err error
 	if opt.Cgroup != "" {
 		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
@@ -144,7 +145,7 @@ func (c *Capture) openPlain() (err error) {
 	if err := c.Opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
 		return err
 	}
 	if err := c.setSelection(spec); err != nil {
@@ -217,7 +218,7 @@ func (c *Capture) openTLS() (err error) {
 	if err := opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
 		return err
 	}
 	if err := c.setSelection(spec); err != nil {
@@ -292,6 +293,13 @@ func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions
 	return nil
 }
 
+func (c *Capture) protoTag() uint8 {
+	if c.Opt.Protocol == "mysql" {
+		return ProtoMySQL
+	}
+	return ProtoPostgres
+}
+
 // newReader reads the channel: the parser consumes each record's segments
 // itself, so the Reassembler keeps only sequence numbers, not the bytes.
 func (c *Capture) newReader(ring *ebpf.Map) (err error) {
@@ -320,7 +328,7 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	gap := len(c.Reader.Streams.Gaps) > gaps
 	pc := c.conns[rec.ConnID]
 	if pc == nil {
-		pc = newPGConn(rec.ConnID)
+		pc = newParser(c.Opt.Protocol, rec.ConnID)
 		c.conns[rec.ConnID] = pc
 	}
 	if gap {
@@ -333,7 +341,8 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	}
 	c.out = out
 	if rec.Flags&accum.FlagClose != 0 {
-		out = append(out, pc.close()...)
+		out = pc.close(out)
+		c.closedBad += pc.bad()
 		delete(c.conns, rec.ConnID)
 		c.Reader.Streams.Take(rec.ConnID)
 	}
@@ -345,6 +354,16 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 
 // Stats reads the channel's counters.
 func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
+
+// BadBytes counts protocol bytes the parsers could not make sense of and
+// skipped.
+func (c *Capture) BadBytes() uint64 {
+	n := c.closedBad
+	for _, p := range c.conns {
+		n += p.bad()
+	}
+	return n
+}
 
 // Gaps are the losses the reader saw (sequence gaps).
 func (c *Capture) Gaps() []accum.Gap { return c.Reader.Streams.Gaps }

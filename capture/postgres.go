@@ -24,6 +24,8 @@ type Query struct {
 	LatencyExact bool   `json:"latency_exact"`
 	Rows         int64  `json:"rows"`
 	Error        string `json:"error,omitempty"`
+	User         string `json:"user,omitempty"`     // when the connection's start was seen
+	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
 
 	startNS  uint64
 	startOK  bool
@@ -62,6 +64,28 @@ type pgConn struct {
 	extOpen  bool   // an extended-protocol exchange is open (until Sync)
 	extNS    uint64 // when its first message was sent: its Executes started there
 	extOK    bool
+	user, db string
+	badBytes uint64 // skipped as unparseable
+}
+
+// connParser parses one connection's protocol into queries.
+type connParser interface {
+	// feed parses bytes of one direction that arrived in a batch with
+	// times ft and appends the queries they completed to out.
+	feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query
+	lost()                     // a sequence gap: drop what cannot be parsed any more
+	close(out []Query) []Query // the connection ended
+	bad() uint64               // bytes skipped as unparseable
+}
+
+func (p *pgConn) bad() uint64 { return p.badBytes }
+
+// newParser makes the parser of protocol for connection id.
+func newParser(protocol string, id uint64) connParser {
+	if protocol == "mysql" {
+		return newMyConn(id)
+	}
+	return newPGConn(id)
 }
 
 func newPGConn(id uint64) *pgConn {
@@ -95,6 +119,7 @@ func (p *pgConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, 
 	if p.skipping[d] {
 		// Resynchronise at a fragment that starts like a message.
 		if len(b) < 5 || !(isFrontendType(b[0]) || isBackendType(b[0])) {
+			p.badBytes += uint64(len(b))
 			return out
 		}
 		p.skipping[d] = false
@@ -124,10 +149,14 @@ func (p *pgConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, 
 					}
 					if n < 8 || n > len(m) {
 						if n < 8 || n > pgMaxMessage {
+							p.badBytes += uint64(len(m))
 							p.lost()
 							return out
 						}
 						return p.keep(d, m, out)
+					}
+					if code == pgProtocol3 {
+						p.startup(m[8:n])
 					}
 					m = m[n:]
 					p.headOK[d] = false
@@ -141,6 +170,7 @@ func (p *pgConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, 
 		}
 		n := int(binary.BigEndian.Uint32(m[1:]))
 		if n < 4 || n > pgMaxMessage {
+			p.badBytes += uint64(len(m))
 			p.lost()
 			return out
 		}
@@ -170,6 +200,24 @@ func (p *pgConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, 
 func (p *pgConn) keep(d accum.Direction, m []byte, out []Query) []Query {
 	p.buf[d] = append(p.buf[d][:0], m...) // m may alias p.buf[d]: append moves safely
 	return out
+}
+
+// startup takes user and database from a StartupMessage's parameters.
+func (p *pgConn) startup(b []byte) {
+	for len(b) > 0 && b[0] != 0 {
+		var k, v string
+		k, b = cstring(b)
+		v, b = cstring(b)
+		switch k {
+		case "user":
+			p.user = v
+		case "database":
+			p.db = v
+		}
+	}
+	if p.db == "" {
+		p.db = p.user // PostgreSQL's default
+	}
 }
 
 func cstring(b []byte) (string, []byte) {
@@ -228,7 +276,7 @@ func (p *pgConn) newQuery(v Query) *Query {
 func (p *pgConn) finish(q *Query, ts uint64, exact bool) Query {
 	r := *q
 	r.LatencyExact = r.startOK && exact
-	r.PID, r.ConnID, r.Protocol = p.pid, p.id, "postgres"
+	r.PID, r.ConnID, r.Protocol, r.User, r.Database = p.pid, p.id, "postgres", p.user, p.db
 	if ts > r.startNS {
 		r.LatencyUS = float64(ts-r.startNS) / 1e3
 	}
@@ -336,8 +384,7 @@ func pgError(b []byte) string {
 }
 
 // close ends the connection: queries still waiting never got an answer.
-func (p *pgConn) close() []Query {
-	var out []Query
+func (p *pgConn) close(out []Query) []Query {
 	for _, q := range p.pending {
 		if q.Error == "" {
 			q.Error = "connection closed before the answer"

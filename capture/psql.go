@@ -12,12 +12,13 @@ import (
 	"github.com/cistern-ebpf/cistern/accum"
 )
 
-// PsqlRun is what CapturePsql saw.
+// PsqlRun is what CapturePsql or CaptureClient saw.
 type PsqlRun struct {
-	Queries []Query
-	Stats   accum.Stats
-	Gaps    []accum.Gap
-	Output  string // psql's own output
+	Queries  []Query
+	Stats    accum.Stats
+	Gaps     []accum.Gap
+	Output   string // the client's own output
+	BadBytes uint64 // protocol bytes the parser skipped
 }
 
 // CapturePsql starts psql (path) on conninfo, sends the statements one per
@@ -28,6 +29,12 @@ type PsqlRun struct {
 // cgroup), attached before psql starts. Tests, the demo and benchmarks
 // share it.
 func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*PsqlRun, error) {
+	return CaptureClient(exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo), statements, opt)
+}
+
+// CaptureClient is CapturePsql for any client (cmd, not started yet) that
+// reads statements one per line on its standard input (psql, mariadb).
+func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, error) {
 	self := opt.PID == 0 && opt.Cgroup == "" && !opt.All
 	var c *Capture
 	if !self {
@@ -37,31 +44,30 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 		}
 		defer c.Close()
 	}
-	psql := exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo)
-	stdin, err := psql.StdinPipe()
+	stdin, err := cl.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
 	var out strings.Builder
-	psql.Stdout, psql.Stderr = &out, &out
-	if err := psql.Start(); err != nil {
+	cl.Stdout, cl.Stderr = &out, &out
+	if err := cl.Start(); err != nil {
 		return nil, err
 	}
-	defer func() { psql.Process.Kill(); psql.Wait() }()
+	defer func() { cl.Process.Kill(); cl.Wait() }()
 
-	// psql links libpq, which links libssl: wait for the loader to map it.
+	// The client links libssl (psql through libpq): wait for the loader to map it.
 	// The plain transport filters by pid in the kernel and needs no library.
 	for deadline := time.Now().Add(10 * time.Second); self && opt.Transport != TransportPlain; {
-		if _, err = FindLibSSL(psql.Process.Pid); err == nil {
+		if _, err = FindLibSSL(cl.Process.Pid); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("psql never mapped libssl: %v (output %q)", err, out.String())
+			return nil, fmt.Errorf("%s never mapped libssl: %v (output %q)", cl.Path, err, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if self {
-		opt.PID = psql.Process.Pid
+		opt.PID = cl.Process.Pid
 		if c, err = Open(opt); err != nil {
 			return nil, err
 		}
@@ -79,7 +85,7 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 
 	run := &PsqlRun{}
 	done := make(chan error, 1)
-	go func() { done <- psql.Wait() }()
+	go func() { done <- cl.Wait() }()
 	exited := false
 	for idle := time.Now(); time.Since(idle) < 2*time.Second; {
 		qs, err := c.Next(100 * time.Millisecond)
@@ -108,5 +114,6 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 	}
 	run.Gaps = c.Gaps()
 	run.Output = out.String()
+	run.BadBytes = c.BadBytes()
 	return run, nil
 }

@@ -33,7 +33,7 @@ func newCaptureRunCmd() *cobra.Command {
 		latency   time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres] [--format table|json] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql] [--format table|json] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
 (SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
@@ -42,7 +42,9 @@ on TCP/UDP sockets (and close) with --transport plain; auto (the default)
 picks tls when P maps libssl.so.3, else plain, so a libssl-linked client
 talking plaintext (psql sslmode=disable) needs --transport plain. It batches
 the bytes per connection in the kernel (the accumulating channel), and prints one record per
-PostgreSQL query: time, pid, query text, latency, rows, error. Latency is
+query (PostgreSQL: simple and extended protocol; MySQL/MariaDB: COM_QUERY,
+COM_STMT_PREPARE/EXECUTE): time, pid, query text, latency, rows, error, and
+user and database when the connection's start was seen. Latency is
 measured at batch granularity: latency_exact says whether the query opened
 its batch and its answer closed one; otherwise it is an upper bound.
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.
@@ -68,8 +70,8 @@ when the capture starts.`,
 			if pid < 0 {
 				return cli.Usagef("--pid %d: want a process id", pid)
 			}
-			if protocol != "postgres" {
-				return cli.Usagef("--protocol %q: only postgres is supported", protocol)
+			if protocol != "postgres" && protocol != "mysql" {
+				return cli.Usagef("--protocol %q: want postgres or mysql (MySQL and MariaDB)", protocol)
 			}
 			switch transport {
 			case capture.TransportAuto, capture.TransportTLS, capture.TransportPlain:
@@ -117,7 +119,7 @@ when the capture starts.`,
 	f.StringVar(&cgroup, "cgroup", "", "cgroup-v2 directory whose tasks (and descendants') are captured")
 	f.BoolVar(&all, "all", false, "capture every process")
 	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
-	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse (postgres)")
+	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, or mysql (MySQL and MariaDB)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
@@ -191,9 +193,9 @@ loop:
 		return err
 	}
 	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
-		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps\n",
+		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped\n",
 		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()))
+		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes())
 	return nil
 }
 
