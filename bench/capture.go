@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,7 +106,11 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	for _, mode := range opt.Modes {
 		if strings.HasPrefix(mode, "sysbench") && mb == nil {
 			opt.Progress("MariaDB and sysbench prepare")
-			if mb, err = startMariaDBBench(ctx, cert, opt.Port+1); err != nil {
+			if mb, err = startMariaDBBench(ctx, cert, opt.Port+1); servers.IsNotInstalled(err) {
+				rep.Note(fmt.Sprintf("sysbench modes skipped: %v", err))
+				opt.Modes = slices.DeleteFunc(slices.Clone(opt.Modes), func(m string) bool { return strings.HasPrefix(m, "sysbench") })
+				break
+			} else if err != nil {
 				return nil, fmt.Errorf("mode %s: %w", mode, err)
 			}
 			defer mb.stop()
