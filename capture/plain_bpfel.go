@@ -76,6 +76,7 @@ const (
 	plainVarCapCglevel        = "cap_cglevel"
 	plainVarCapMode           = "cap_mode"
 	plainVarCapProto          = "cap_proto"
+	plainVarCapSelf           = "cap_self"
 )
 
 // loadPlain returns the embedded CollectionSpec for plain.
@@ -161,6 +162,7 @@ type plainVariableSpecs struct {
 	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
 	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
 	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
+	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
 }
 
 // plainObjects contains all objects after they have been loaded into the kernel.
@@ -223,6 +225,7 @@ type plainVariables struct {
 	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
 	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
 	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
+	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
 }
 
 // plainPrograms contains all programs after they have been loaded into the kernel.

@@ -19,6 +19,7 @@ type PsqlRun struct {
 	Gaps     []accum.Gap
 	Output   string // the client's own output
 	BadBytes uint64 // protocol bytes the parser skipped
+	Open     int    // connections whose end the capture has not seen
 }
 
 // CapturePsql starts psql (path) on conninfo, sends the statements one per
@@ -98,7 +99,7 @@ func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, er
 				default:
 				}
 			}
-			if exited && len(run.Queries) >= len(statements) {
+			if exited && len(run.Queries) >= len(statements) && len(c.conns) == 0 {
 				break
 			}
 			continue
@@ -115,5 +116,6 @@ func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, er
 	run.Gaps = c.Gaps()
 	run.Output = out.String()
 	run.BadBytes = c.BadBytes()
+	run.Open = len(c.conns)
 	return run, nil
 }

@@ -210,7 +210,8 @@ func (c *Capture) setSelection(spec *ebpf.CollectionSpec) error {
 	case c.Opt.Cgroup != "":
 		mode, cgid, level = selCgroup, c.cgroup.ID, uint32(c.cgroup.Level)
 	}
-	for name, v := range map[string]any{"cap_mode": mode, "cap_cgid": cgid, "cap_cglevel": level} {
+	self := uint32(os.Getpid())
+	for name, v := range map[string]any{"cap_mode": mode, "cap_cgid": cgid, "cap_cglevel": level, "cap_self": self} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
@@ -222,17 +223,19 @@ func (c *Capture) setSelection(spec *ebpf.CollectionSpec) error {
 // the scan and the attachment is missed) and fills cap_pids with the
 // processes selected now.
 func (c *Capture) startSelection(pids *ebpf.Map, fork, exit *ebpf.Program) error {
+	progs := []*ebpf.Program{exit} // every mode: an exiting process's connections end
+	if c.Opt.Children {
+		progs = append(progs, fork)
+	}
+	for _, p := range progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach process fork/exit tracking: %w", err)
+		}
+		c.links = append(c.links, l)
+	}
 	if c.Opt.PID == 0 {
 		return nil
-	}
-	if c.Opt.Children {
-		for _, p := range []*ebpf.Program{fork, exit} {
-			l, err := link.AttachTracing(link.TracingOptions{Program: p})
-			if err != nil {
-				return fmt.Errorf("attach fork/exit tracking: %w", err)
-			}
-			c.links = append(c.links, l)
-		}
 	}
 	targets, err := c.targets()
 	if err != nil {

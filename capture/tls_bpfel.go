@@ -67,6 +67,7 @@ const (
 	tlsVarCapCglevel       = "cap_cglevel"
 	tlsVarCapMode          = "cap_mode"
 	tlsVarCapProto         = "cap_proto"
+	tlsVarCapSelf          = "cap_self"
 )
 
 // loadTls returns the embedded CollectionSpec for tls.
@@ -151,6 +152,7 @@ type tlsVariableSpecs struct {
 	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
 	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
 	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
+	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
 }
 
 // tlsObjects contains all objects after they have been loaded into the kernel.
@@ -213,6 +215,7 @@ type tlsVariables struct {
 	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
 	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
 	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
+	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
 }
 
 // tlsPrograms contains all programs after they have been loaded into the kernel.

@@ -86,6 +86,20 @@ struct {
 	__type(value, __u64);
 } cap_next_id SEC(".maps");
 
+static long cap_gone_cb(void *map, struct cap_key *k, struct cap_val *v, __u32 *tgid)
+{
+	if (k->pid == *tgid) {
+		accum_close(v->id);
+		bpf_map_delete_elem(map, k);
+	}
+	return 0;
+}
+
+static void cap_proc_gone(__u32 tgid)
+{
+	bpf_for_each_map_elem(&cap_fds, cap_gone_cb, &tgid, 0);
+}
+
 /* The struct file of fd if it is an internet TCP/UDP socket, else 0. */
 static __always_inline __u64 cap_inet_file(__u32 fd)
 {

@@ -6,7 +6,7 @@
  *   CAP_SEL_PIDS    the tgids in cap_pids: the loader puts the target and
  *                   its descendants there, and cap_fork adds every process
  *                   they fork from then on (a PostgreSQL postmaster's
- *                   backends), cap_exit removes a process that exits;
+ *                   backends), cap_exit_proc removes a process that exits;
  *   CAP_SEL_CGROUP  tasks in the cgroup-v2 subtree cap_cgid at depth
  *                   cap_cglevel: the ancestor of the current cgroup at that
  *                   depth is the cgroup itself for every task inside it and
@@ -23,6 +23,7 @@
 #define CAP_SEL_ALL 2
 
 const volatile __u8 cap_mode = CAP_SEL_PIDS;
+const volatile __u32 cap_self = 0; /* the agent itself: never captured */
 const volatile __u64 cap_cgid = 0;
 const volatile __u32 cap_cglevel = 0;
 
@@ -42,8 +43,13 @@ struct {
 	__type(value, __u64);
 } cap_sel_full SEC(".maps");
 
+/* Defined by each program: close and forget every connection of tgid. */
+static void cap_proc_gone(__u32 tgid);
+
 static __always_inline int cap_selected(__u32 tgid)
 {
+	if (tgid == cap_self)
+		return 0;
 	if (cap_mode == CAP_SEL_ALL)
 		return 1;
 	if (cap_mode == CAP_SEL_CGROUP)
@@ -70,15 +76,20 @@ int BPF_PROG(cap_fork, struct task_struct *parent, struct task_struct *child)
 }
 
 /* A captured process whose last thread exits leaves the set (its tgid may
- * be reused by an unrelated process). */
+ * be reused by an unrelated process), and its connections end: a process
+ * that exits without close() (a PostgreSQL backend leaves its socket to the
+ * kernel) would otherwise keep them open for ever. Runs in the exiting
+ * task, so cap_selected's cgroup check applies to it. */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(cap_exit_proc, struct task_struct *p, bool group_dead)
 {
 	__u32 tgid = p->tgid;
 
-	if (cap_mode != CAP_SEL_PIDS || !group_dead)
+	if (!group_dead || !cap_selected(tgid))
 		return 0;
-	bpf_map_delete_elem(&cap_pids, &tgid);
+	if (cap_mode == CAP_SEL_PIDS)
+		bpf_map_delete_elem(&cap_pids, &tgid);
+	cap_proc_gone(tgid);
 	return 0;
 }
 

@@ -83,6 +83,20 @@ static __always_inline __u64 cap_conn_id(__u32 pid, __u64 ssl)
 	return id ? *id : 0;
 }
 
+static long cap_gone_cb(void *map, struct cap_key *k, __u64 *id, __u32 *tgid)
+{
+	if (k->pid == *tgid) {
+		accum_close(*id);
+		bpf_map_delete_elem(map, k);
+	}
+	return 0;
+}
+
+static void cap_proc_gone(__u32 tgid)
+{
+	bpf_for_each_map_elem(&cap_conns, cap_gone_cb, &tgid, 0);
+}
+
 /* The key of the in-flight map: tid, with the direction in the top bit. */
 static __always_inline __u64 cap_tkey(__u32 dir)
 {
