@@ -23,7 +23,7 @@ type Query struct {
 	// Otherwise LatencyUS is an upper bound (batch granularity).
 	LatencyExact bool   `json:"latency_exact"`
 	Rows         int64  `json:"rows"`
-	Error        string `json:"error"` // empty: none (always present, as the JSON format promises)
+	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
 	User         string `json:"user,omitempty"`     // when the connection's start was seen
 	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
 
