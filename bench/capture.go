@@ -71,7 +71,8 @@ type captureResult struct {
 	lostEvents, lostByte float64
 	ringPer, eventsPS    float64
 	cpuPct               float64
-	ok                   bool // the tracer ran (bpftrace may be missing)
+	badBytes             float64 // protocol bytes the parser skipped
+	ok                   bool    // the tracer ran (bpftrace may be missing)
 }
 
 // Capture runs the capture benchmark and returns its report.
@@ -147,6 +148,9 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			rep.Set(mode, "ring_bytes_per_payload_byte", r.ringPer)
 			rep.Set(mode, "events_per_sec", r.eventsPS)
 			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+			if mode != "naive" && mode != "naive_4m" {
+				rep.Set(mode, "protocol_bytes_skipped", r.badBytes)
+			}
 		}
 		if mode == "bpftrace" {
 			rep.Set(mode, "events_per_sec", r.eventsPS)
@@ -239,50 +243,72 @@ type pgbenchRun struct {
 func startPgbench(ctx context.Context, pg *servers.Postgres, opt CaptureOptions, stop bool) (*pgbenchRun, error) {
 	c := strconv.Itoa(opt.Clients)
 	secs := strconv.Itoa(max(1, int(opt.Duration.Seconds())))
-	r := &pgbenchRun{done: make(chan error, 1)}
-	r.cmd = exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-n", "-S", "-T", secs, "-c", c, "-j", c)...)
-	r.cmd.Env = append(os.Environ(), "PGSSLMODE=require")
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-	if err := startStopped(r, stop); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return startStopped(func() *exec.Cmd {
+		cmd := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-n", "-S", "-T", secs, "-c", c, "-j", c)...)
+		cmd.Env = append(os.Environ(), "PGSSLMODE=require")
+		return cmd
+	}, stop)
 }
 
-// startStopped starts r.cmd and, with stop, stops it (SIGSTOP) as soon as
-// it has mapped libssl: before it connects, so a tracer sees every query.
-func startStopped(r *pgbenchRun, stop bool) error {
-	name := filepath.Base(r.cmd.Path)
-	if err := r.cmd.Start(); err != nil {
-		return err
-	}
-	go func() { r.done <- r.cmd.Wait() }()
-	if !stop {
-		return nil
-	}
-	pid := r.cmd.Process.Pid
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := capture.FindLibSSL(pid); err == nil {
-			break
+// startStopped starts the command mk makes and, with stop, stops it
+// (SIGSTOP) as soon as it has mapped libssl: before it connects, so a tracer
+// sees every query. If this process was too slow to see that moment (the
+// workload already has a socket when it stops, which a loaded machine
+// causes), it starts a new one.
+func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
+	for try := 0; ; try++ {
+		r := &pgbenchRun{cmd: mk(), done: make(chan error, 1)}
+		r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+		name := filepath.Base(r.cmd.Path)
+		if err := r.cmd.Start(); err != nil {
+			return nil, err
 		}
-		if time.Now().After(deadline) {
+		go func() { r.done <- r.cmd.Wait() }()
+		if !stop {
+			return r, nil
+		}
+		pid := r.cmd.Process.Pid
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if _, err := capture.FindLibSSL(pid); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.kill()
+				return nil, fmt.Errorf("%s never mapped libssl: %s", name, r.out.String())
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
 			r.kill()
-			return fmt.Errorf("%s never mapped libssl: %s", name, r.out.String())
+			return nil, err
 		}
-		time.Sleep(50 * time.Microsecond)
-	}
-	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
+			if time.Now().After(deadline) {
+				r.kill()
+				return nil, fmt.Errorf("%s did not stop", name)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if !hasSocket(pid) {
+			return r, nil
+		}
 		r.kill()
-		return err
-	}
-	for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
-		if time.Now().After(deadline) {
-			r.kill()
-			return fmt.Errorf("%s did not stop", name)
+		if try == 4 {
+			return nil, fmt.Errorf("%s connected before it could be stopped, 5 times", name)
 		}
-		time.Sleep(100 * time.Microsecond)
 	}
-	return nil
+}
+
+// hasSocket tells whether pid has a socket open.
+func hasSocket(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *pgbenchRun) resume() error { return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT) }
@@ -434,6 +460,7 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 	}
 	r.lostEvents = float64(st.LostRecords + st.BusyDrops + st.NoConn + st.Faults)
 	r.lostByte = float64(st.LostBytes)
+	r.badBytes = float64(c.BadBytes())
 	r.ringPer = st.RingPerPayload()
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100

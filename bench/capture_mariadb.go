@@ -90,10 +90,10 @@ func (b *mariadbBench) sysbench(ctx context.Context, verb string, secs, threads 
 // runSysbench runs sysbench untraced, or traced by the accumulated channel
 // (attached while sysbench is stopped, before it connects).
 func runSysbench(ctx context.Context, b *mariadbBench, traced bool, ring uint32, opt CaptureOptions) (captureResult, error) {
-	pb := &pgbenchRun{done: make(chan error, 1)}
-	pb.cmd = b.sysbench(ctx, "run", max(1, int(opt.Duration.Seconds())), opt.Clients)
-	pb.cmd.Stdout, pb.cmd.Stderr = &pb.out, &pb.out
-	if err := startStopped(pb, traced); err != nil {
+	pb, err := startStopped(func() *exec.Cmd {
+		return b.sysbench(ctx, "run", max(1, int(opt.Duration.Seconds())), opt.Clients)
+	}, traced)
+	if err != nil {
 		return captureResult{}, err
 	}
 	result := func(err error) (sent, qps float64, e error) {
@@ -147,6 +147,7 @@ func runSysbench(ctx context.Context, b *mariadbBench, traced bool, ring uint32,
 	}
 	r.lostEvents = float64(st.LostRecords + st.BusyDrops + st.NoConn + st.Faults)
 	r.lostByte = float64(st.LostBytes)
+	r.badBytes = float64(c.BadBytes())
 	r.ringPer = st.RingPerPayload()
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100

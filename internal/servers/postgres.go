@@ -96,6 +96,18 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 		out, _ := os.ReadFile(pg.logPath)
 		return fail(fmt.Errorf("%w\n%s", err, out))
 	}
+	// Listening is not accepting: "the database system is starting up".
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if exec.Command(pg.Bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(opt.Port)).Run() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			pg.p.stop()
+			out, _ := os.ReadFile(pg.logPath)
+			return fail(fmt.Errorf("postgres listens but does not accept connections\n%s", out))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return pg, nil
 }
 
