@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -61,10 +62,11 @@ type Capture struct {
 	stats     *ebpf.Map
 	links     []link.Link
 	conns     map[uint64]connParser
-	closedBad uint64 // bad bytes of connections already closed
-	cgroup    Cgroup
-	out       []Query // Next's result, reused
-	clock     int64   // wall minus monotonic, ns
+	// Agent counters, atomic: Counters reads them from another goroutine.
+	nQueries, nGaps, nBad atomic.Uint64
+	cgroup                Cgroup
+	out                   []Query // Next's result, reused
+	clock                 int64   // wall minus monotonic, ns
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -333,7 +335,9 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	}
 	if gap {
 		pc.lost()
+		c.nGaps.Add(1)
 	}
+	bad0 := pc.bad()
 	out := c.out[:0]
 	for i, seg := range rec.Segments {
 		ft := fragTimes{first: rec.FirstNS, last: rec.LastNS, opens: i == 0, closes: i == len(rec.Segments)-1}
@@ -342,10 +346,11 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	c.out = out
 	if rec.Flags&accum.FlagClose != 0 {
 		out = pc.close(out)
-		c.closedBad += pc.bad()
 		delete(c.conns, rec.ConnID)
 		c.Reader.Streams.Take(rec.ConnID)
 	}
+	c.nBad.Add(pc.bad() - bad0)
+	c.nQueries.Add(uint64(len(out)))
 	for i := range out {
 		out[i].Time = time.Unix(0, int64(out[i].startNS)+c.clock)
 	}
@@ -357,12 +362,23 @@ func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats)
 
 // BadBytes counts protocol bytes the parsers could not make sense of and
 // skipped.
-func (c *Capture) BadBytes() uint64 {
-	n := c.closedBad
-	for _, p := range c.conns {
-		n += p.bad()
+func (c *Capture) BadBytes() uint64 { return c.nBad.Load() }
+
+// Counters are the channel's kernel counters and the agent's own (queries,
+// sequence gaps, protocol bytes skipped), for
+// internal/metrics. Safe to call while another goroutine runs Next.
+func (c *Capture) Counters() (map[string]uint64, error) {
+	st, err := c.Stats()
+	if err != nil {
+		return nil, err
 	}
-	return n
+	return map[string]uint64{
+		"queries": c.nQueries.Load(), "sequence_gaps": c.nGaps.Load(),
+		"protocol_bytes_skipped": c.nBad.Load(),
+		"records":                st.Records, "ring_bytes": st.RingBytes, "payload_bytes": st.PayloadBytes,
+		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
+		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
+	}, nil
 }
 
 // Gaps are the losses the reader saw (sequence gaps).

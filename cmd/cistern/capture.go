@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/metrics"
 )
 
 func newCaptureRunCmd() *cobra.Command {
@@ -31,9 +33,11 @@ func newCaptureRunCmd() *cobra.Command {
 		duration  time.Duration
 		flush     uint32
 		latency   time.Duration
+		outPath   string
+		metricsAt string
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql] [--format table|json] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
 (SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
@@ -100,17 +104,35 @@ when the capture starts.`,
 					return cli.Usagef("--cgroup: %v", err)
 				}
 			}
+			out := cmd.OutOrStdout()
+			if outPath != "" {
+				f, err := os.Create(outPath)
+				if err != nil {
+					return cli.Usagef("--out: %v", err)
+				}
+				defer f.Close()
+				out = f
+			}
 			cp, err := capture.Open(opt)
 			if err != nil {
 				return err
 			}
 			defer cp.Close()
+			if metricsAt != "" {
+				ctx, stop := context.WithCancel(cmd.Context())
+				defer stop()
+				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", cp.Counters))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
+			}
 			via := cp.LibSSL
 			if cp.Transport == capture.TransportPlain {
 				via = "socket syscalls (plaintext)"
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), via)
-			return runCapture(cmd.OutOrStdout(), cmd.ErrOrStderr(), cp, format, duration)
+			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration)
 		},
 	}
 	f := c.Flags()
@@ -121,6 +143,8 @@ when the capture starts.`,
 	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
 	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, or mysql (MySQL and MariaDB)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
+	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
+	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")

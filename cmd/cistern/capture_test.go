@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,21 +54,41 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildCLI(t)
-	c := exec.Command(bin, "capture", "--pid", strconv.Itoa(pid), "--format", "json", "--duration", "5s")
-	var out bytes.Buffer
-	c.Stdout = &out
+	outPath := filepath.Join(t.TempDir(), "queries.json")
+	c := exec.Command(bin, "capture", "--pid", strconv.Itoa(pid), "--format", "json", "--duration", "5s",
+		"--out", outPath, "--metrics", "127.0.0.1:0")
 	errPipe, _ := c.StderrPipe()
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer c.Process.Kill()
 	sc := bufio.NewScanner(errPipe)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
-		t.Fatalf("capture did not start: %q", sc.Text())
+	var metricsURL string
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
+		metricsURL, _ = strings.CutPrefix(sc.Text(), "metrics at ")
+	}
+	if metricsURL == "" {
+		t.Fatalf("capture did not start with metrics: %q", sc.Text())
 	}
 	const q = "SELECT 40 + 2 AS answer"
 	if _, err := pg.Psql(q); err != nil { // sslmode prefer: TLS
 		t.Fatal(err)
+	}
+	// The agent's counters, live.
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "\ncistern_capture_queries_total 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never counted the query:\n%s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	var summary string
 	for sc.Scan() {
@@ -81,8 +104,12 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("capture did not stop after --duration")
 	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	found := false
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("not JSON: %q: %v", line, err)
@@ -97,7 +124,7 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("%q not captured from a backend with user postgres; output %q", q, out.String())
+		t.Errorf("%q not captured from a backend with user postgres; output %q", q, out)
 	}
 	if !strings.Contains(summary, "1 queries") || !strings.Contains(summary, "lost: 0 records") {
 		t.Errorf("summary %q", summary)
