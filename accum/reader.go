@@ -37,6 +37,9 @@ type Stream struct {
 type Reassembler struct {
 	Streams map[uint64]*Stream
 	Gaps    []Gap // every gap seen, in order
+	// SeqOnly: track sequence numbers and gaps but keep no bytes (Stream.Data
+	// stays empty), for a consumer that parses each record's segments itself.
+	SeqOnly bool
 }
 
 // NewReassembler returns an empty Reassembler.
@@ -66,8 +69,10 @@ func (a *Reassembler) Add(r Record) *Gap {
 	}
 	s.NextSeq = r.Seq + 1
 	s.Records++
-	for _, seg := range r.Segments {
-		s.Data[seg.Dir&1] = append(s.Data[seg.Dir&1], seg.Data...)
+	if !a.SeqOnly {
+		for _, seg := range r.Segments {
+			s.Data[seg.Dir&1] = append(s.Data[seg.Dir&1], seg.Data...)
+		}
 	}
 	if r.Flags&FlagClose != 0 {
 		s.Closed = true
@@ -85,6 +90,8 @@ func (a *Reassembler) Take(id uint64) *Stream {
 // Reader drains the channel's ring buffer into a Reassembler.
 type Reader struct {
 	rb      *ringbuf.Reader
+	raw     ringbuf.Record // reused: reading allocates nothing per record
+	rec     Record
 	Streams *Reassembler
 	Bytes   uint64 // ring record bytes read (record headers included)
 }
@@ -100,20 +107,19 @@ func NewReader(ring *ebpf.Map) (*Reader, error) {
 
 // Read waits up to timeout for the next record, adds it to r.Streams and
 // returns it. os.ErrDeadlineExceeded: nothing arrived. Records written
-// without a wakeup are found too, when the deadline passes.
+// without a wakeup are found too, when the deadline passes. The record's
+// segments alias a buffer the next Read overwrites: copy what you keep.
 func (r *Reader) Read(timeout time.Duration) (Record, error) {
 	r.rb.SetDeadline(time.Now().Add(timeout))
-	raw, err := r.rb.Read()
-	if err != nil {
+	if err := r.rb.ReadInto(&r.raw); err != nil {
 		return Record{}, err
 	}
-	rec, err := ParseRecord(raw.RawSample)
-	if err != nil {
+	if err := ParseRecordInto(r.raw.RawSample, &r.rec); err != nil {
 		return Record{}, err
 	}
-	r.Bytes += uint64(len(raw.RawSample))
-	r.Streams.Add(rec)
-	return rec, nil
+	r.Bytes += uint64(len(r.raw.RawSample))
+	r.Streams.Add(r.rec)
+	return r.rec, nil
 }
 
 // Drain reads records until none arrives for idle, and returns how many.

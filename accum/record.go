@@ -50,33 +50,42 @@ type Record struct {
 
 // ParseRecord decodes a ring record.
 func ParseRecord(b []byte) (Record, error) {
+	var r Record
+	err := ParseRecordInto(b, &r)
+	return r, err
+}
+
+// ParseRecordInto decodes a ring record into r, reusing r.Segments' array:
+// a reader that handles one record at a time allocates nothing per record.
+func ParseRecordInto(b []byte, r *Record) error {
 	if len(b) < RecordHeader {
-		return Record{}, fmt.Errorf("accum record of %d bytes: shorter than its %d-byte header", len(b), RecordHeader)
+		return fmt.Errorf("accum record of %d bytes: shorter than its %d-byte header", len(b), RecordHeader)
 	}
 	le := binary.LittleEndian
-	r := Record{
+	*r = Record{
 		ConnID: le.Uint64(b[0:]), Seq: le.Uint64(b[8:]), FirstNS: le.Uint64(b[16:]), LastNS: le.Uint64(b[24:]),
 		PID: le.Uint32(b[32:]), TID: le.Uint32(b[36:]),
 		Proto: b[44], Flags: b[45], Dir: Direction(b[46] & 1),
+		Segments: r.Segments[:0],
 	}
 	n := le.Uint32(b[40:])
 	if int(n) > len(b)-RecordHeader {
-		return Record{}, fmt.Errorf("accum record says %d bytes of segments, has %d", n, len(b)-RecordHeader)
+		return fmt.Errorf("accum record says %d bytes of segments, has %d", n, len(b)-RecordHeader)
 	}
 	p := b[RecordHeader : RecordHeader+int(n)]
 	for len(p) > 0 {
 		if len(p) < 2 {
-			return Record{}, fmt.Errorf("accum record %d of connection %d: truncated segment header", r.Seq, r.ConnID)
+			return fmt.Errorf("accum record %d of connection %d: truncated segment header", r.Seq, r.ConnID)
 		}
 		h := le.Uint16(p)
 		l := int(h & 0x7fff)
 		if l > len(p)-2 {
-			return Record{}, fmt.Errorf("accum record %d of connection %d: segment of %d bytes, %d left", r.Seq, r.ConnID, l, len(p)-2)
+			return fmt.Errorf("accum record %d of connection %d: segment of %d bytes, %d left", r.Seq, r.ConnID, l, len(p)-2)
 		}
 		r.Segments = append(r.Segments, Segment{Dir: Direction(h >> 15), Data: p[2 : 2+l]})
 		p = p[2+l:]
 	}
-	return r, nil
+	return nil
 }
 
 // PayloadLen is the number of fragment bytes in r.

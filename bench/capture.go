@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,14 +29,17 @@ type CaptureOptions struct {
 	Quick    bool
 	Duration time.Duration // pgbench -T per mode (default 15s; quick 5s)
 	Clients  int           // pgbench -c (default 2; -j the same)
-	Modes    []string      // subset of untraced, naive, accumulated, naive_4m, accumulated_4m, bpftrace
-	Port     int           // PostgreSQL port (default 54339)
+	Modes    []string      // subset of CaptureModes
+	Port     int           // PostgreSQL port (default 54339); MariaDB's is Port+1
 	PlotPath string
 	Progress func(step string)
 }
 
 // CaptureModes are the modes, in order. The plain names use a 256 KiB ring.
-var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace"}
+// sysbench*: MariaDB with sysbench oltp_point_select over TLS (prepared
+// statements), untraced and accumulated.
+var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m"}
 
 func (o *CaptureOptions) defaults() {
 	if o.Duration == 0 {
@@ -66,7 +71,8 @@ type captureResult struct {
 	lostEvents, lostByte float64
 	ringPer, eventsPS    float64
 	cpuPct               float64
-	ok                   bool // the tracer ran (bpftrace may be missing)
+	badBytes             float64 // protocol bytes the parser skipped
+	ok                   bool    // the tracer ran (bpftrace may be missing)
 }
 
 // Capture runs the capture benchmark and returns its report.
@@ -97,33 +103,54 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
 	}
 
+	var mb *mariadbBench
+	for _, mode := range opt.Modes {
+		if strings.HasPrefix(mode, "sysbench") && mb == nil {
+			opt.Progress("MariaDB and sysbench prepare")
+			if mb, err = startMariaDBBench(ctx, cert, opt.Port+1); servers.IsNotInstalled(err) {
+				rep.Note(fmt.Sprintf("sysbench modes skipped: %v", err))
+				opt.Modes = slices.DeleteFunc(slices.Clone(opt.Modes), func(m string) bool { return strings.HasPrefix(m, "sysbench") })
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("mode %s: %w", mode, err)
+			}
+			defer mb.stop()
+			rep.SetConfig("sysbench_workload", "sysbench oltp_point_select, 1 table of 10000 rows, MariaDB with TLS on loopback")
+		}
+	}
 	res := map[string]captureResult{}
 	for _, mode := range opt.Modes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		opt.Progress("mode " + mode)
-		r, err := runCaptureMode(ctx, pg, mode, opt)
+		r, err := runCaptureMode(ctx, pg, mb, mode, opt)
 		if err != nil {
 			return nil, fmt.Errorf("mode %s: %w", mode, err)
 		}
 		res[mode] = r
 	}
-	base := res["untraced"].tps
 	for _, mode := range opt.Modes {
 		r := res[mode]
 		if !r.ok {
 			continue
 		}
+		base := res["untraced"].tps
+		if strings.HasPrefix(mode, "sysbench") {
+			base = res["sysbench"].tps // queries per second, sysbench's own count
+		}
 		rep.Set(mode, "tps", r.tps)
 		rep.Set(mode, "queries_sent", r.sent)
-		if mode != "untraced" && mode != "bpftrace" {
+		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" {
 			rep.Set(mode, "queries_captured", r.captured)
 			rep.Set(mode, "lost_events", r.lostEvents)
 			rep.Set(mode, "lost_bytes", r.lostByte)
 			rep.Set(mode, "ring_bytes_per_payload_byte", r.ringPer)
 			rep.Set(mode, "events_per_sec", r.eventsPS)
 			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+			if mode != "naive" && mode != "naive_4m" {
+				rep.Set(mode, "protocol_bytes_skipped", r.badBytes)
+			}
 		}
 		if mode == "bpftrace" {
 			rep.Set(mode, "events_per_sec", r.eventsPS)
@@ -161,6 +188,15 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			rep.Target("accumulated probe_effect_pct <= bpftrace + 5", ap, "<=", bp+5)
 		}
 	}
+	if a, ok := res["sysbench_accumulated_4m"]; ok && a.ok {
+		rep.Target("sysbench_accumulated_4m queries_captured == queries_sent", a.captured, "==", a.sent)
+		rep.Target("sysbench_accumulated_4m lost_events", a.lostEvents, "==", 0)
+	}
+	if _, ok := res["sysbench"]; ok {
+		rep.Note("sysbench modes: MariaDB over TLS, sysbench oltp_point_select (one prepared statement per " +
+			"connection, COM_STMT_EXECUTE per query); tps is sysbench's queries per second, queries_captured counts " +
+			"captured executions of `SELECT c FROM sbtest1 WHERE id=?` (the text from its COM_STMT_PREPARE)")
+	}
 	if b, ok := res["bpftrace"]; ok && !b.ok {
 		rep.Note("bpftrace not installed: the bpftrace reference was skipped")
 	}
@@ -172,6 +208,9 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	if opt.PlotPath != "" {
 		var s []benchkit.BarSeries
 		for _, m := range opt.Modes {
+			if strings.HasPrefix(m, "sysbench") {
+				continue // another workload: its rate is in the table, not on this axis
+			}
 			if v, ok := get(m, "tps"); ok {
 				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}})
 			}
@@ -204,40 +243,72 @@ type pgbenchRun struct {
 func startPgbench(ctx context.Context, pg *servers.Postgres, opt CaptureOptions, stop bool) (*pgbenchRun, error) {
 	c := strconv.Itoa(opt.Clients)
 	secs := strconv.Itoa(max(1, int(opt.Duration.Seconds())))
-	r := &pgbenchRun{done: make(chan error, 1)}
-	r.cmd = exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-n", "-S", "-T", secs, "-c", c, "-j", c)...)
-	r.cmd.Env = append(os.Environ(), "PGSSLMODE=require")
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-	if err := r.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { r.done <- r.cmd.Wait() }()
-	if !stop {
-		return r, nil
-	}
-	pid := r.cmd.Process.Pid
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := capture.FindLibSSL(pid); err == nil {
-			break
+	return startStopped(func() *exec.Cmd {
+		cmd := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-n", "-S", "-T", secs, "-c", c, "-j", c)...)
+		cmd.Env = append(os.Environ(), "PGSSLMODE=require")
+		return cmd
+	}, stop)
+}
+
+// startStopped starts the command mk makes and, with stop, stops it
+// (SIGSTOP) as soon as it has mapped libssl: before it connects, so a tracer
+// sees every query. If this process was too slow to see that moment (the
+// workload already has a socket when it stops, which a loaded machine
+// causes), it starts a new one.
+func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
+	for try := 0; ; try++ {
+		r := &pgbenchRun{cmd: mk(), done: make(chan error, 1)}
+		r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+		name := filepath.Base(r.cmd.Path)
+		if err := r.cmd.Start(); err != nil {
+			return nil, err
 		}
-		if time.Now().After(deadline) {
+		go func() { r.done <- r.cmd.Wait() }()
+		if !stop {
+			return r, nil
+		}
+		pid := r.cmd.Process.Pid
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if _, err := capture.FindLibSSL(pid); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.kill()
+				return nil, fmt.Errorf("%s never mapped libssl: %s", name, r.out.String())
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
 			r.kill()
-			return nil, fmt.Errorf("pgbench never mapped libssl: %s", r.out.String())
+			return nil, err
 		}
-		time.Sleep(50 * time.Microsecond)
-	}
-	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
+			if time.Now().After(deadline) {
+				r.kill()
+				return nil, fmt.Errorf("%s did not stop", name)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if !hasSocket(pid) {
+			return r, nil
+		}
 		r.kill()
-		return nil, err
-	}
-	for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
-		if time.Now().After(deadline) {
-			r.kill()
-			return nil, fmt.Errorf("pgbench did not stop")
+		if try == 4 {
+			return nil, fmt.Errorf("%s connected before it could be stopped, 5 times", name)
 		}
-		time.Sleep(100 * time.Microsecond)
 	}
-	return r, nil
+}
+
+// hasSocket tells whether pid has a socket open.
+func hasSocket(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *pgbenchRun) resume() error { return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT) }
@@ -295,7 +366,7 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func runCaptureMode(ctx context.Context, pg *servers.Postgres, mode string, opt CaptureOptions) (captureResult, error) {
+func runCaptureMode(ctx context.Context, pg *servers.Postgres, mb *mariadbBench, mode string, opt CaptureOptions) (captureResult, error) {
 	ring := uint32(256 << 10)
 	if strings.HasSuffix(mode, "_4m") {
 		ring = 4 << 20
@@ -314,6 +385,10 @@ func runCaptureMode(ctx context.Context, pg *servers.Postgres, mode string, opt 
 		return runNaive(ctx, pg, ring, opt)
 	case "bpftrace":
 		return runBpftrace(ctx, pg, opt)
+	case "sysbench":
+		return runSysbench(ctx, mb, false, ring, opt)
+	case "sysbench_accumulated":
+		return runSysbench(ctx, mb, true, ring, opt)
 	}
 	return captureResult{}, fmt.Errorf("unknown mode (want %s)", strings.Join(CaptureModes, ", "))
 }
@@ -385,6 +460,7 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 	}
 	r.lostEvents = float64(st.LostRecords + st.BusyDrops + st.NoConn + st.Faults)
 	r.lostByte = float64(st.LostBytes)
+	r.badBytes = float64(c.BadBytes())
 	r.ringPer = st.RingPerPayload()
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100

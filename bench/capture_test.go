@@ -56,3 +56,36 @@ func TestCaptureBenchRuns(t *testing.T) {
 		t.Errorf("naive ring bytes per payload byte %v: a 1 KiB record per small fragment should be >= 10", r)
 	}
 }
+
+// TestCaptureBenchSysbench runs the MariaDB variant briefly: sysbench's
+// prepared statements (COM_STMT_PREPARE once, COM_STMT_EXECUTE per query)
+// over TLS must all be captured with their text, or the loss be counted.
+func TestCaptureBenchSysbench(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep, err := Capture(context.Background(), CaptureOptions{
+		Duration: 2 * time.Second, Modes: []string{"sysbench_accumulated_4m"}, Port: 54343,
+	})
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]float64 `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	a, ok := doc.Modes["sysbench_accumulated_4m"]
+	if !ok {
+		t.Skipf("skipped: sysbench or MariaDB missing (%s)", data)
+	}
+	if a["queries_sent"] <= 0 || (a["lost_events"] == 0 && a["queries_captured"] != a["queries_sent"]) {
+		t.Errorf("captured %v of %v executions, %v events lost: %v", a["queries_captured"], a["queries_sent"], a["lost_events"], a)
+	}
+}

@@ -3,9 +3,8 @@
 // plaintext to the accumulating channel (package accum), or syscall
 // tracepoints on write/read/sendto/recvfrom/sendmsg/recvmsg of its TCP/UDP
 // sockets (bpf/capture/plain.bpf.c) feed its unencrypted traffic, and a
-// protocol parser turns the reassembled streams into query records.
-//
-// Only PostgreSQL is parsed so far.
+// protocol parser (PostgreSQL, or MySQL/MariaDB) turns the reassembled
+// streams into query records.
 package capture
 
 import (
@@ -16,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -28,6 +28,7 @@ import (
 // Protocol tags (the record's proto byte).
 const (
 	ProtoPostgres uint8 = 1
+	ProtoMySQL    uint8 = 2
 )
 
 // Transports of Options.Transport.
@@ -39,8 +40,14 @@ const (
 
 // Options of Open.
 type Options struct {
-	PID       int          // process whose traffic is captured
-	Protocol  string       // "postgres" (default)
+	// What is captured: exactly one of PID (with Children: and every
+	// process it has forked or forks), Cgroup (a cgroup-v2 directory and
+	// its descendants) or All.
+	PID       int
+	Children  bool
+	Cgroup    string
+	All       bool
+	Protocol  string       // "postgres" (default) or "mysql" (MySQL and MariaDB)
 	Transport string       // TransportAuto (default), TransportTLS or TransportPlain
 	Accum     accum.Config // channel sizes (zero: defaults)
 }
@@ -54,8 +61,12 @@ type Capture struct {
 	objs      io.Closer
 	stats     *ebpf.Map
 	links     []link.Link
-	conns     map[uint64]*pgConn
-	clock     int64 // wall minus monotonic, ns
+	conns     map[uint64]connParser
+	// Agent counters, atomic: Counters reads them from another goroutine.
+	nQueries, nGaps, nBad atomic.Uint64
+	cgroup                Cgroup
+	out                   []Query // Next's result, reused
+	clock                 int64   // wall minus monotonic, ns
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -91,20 +102,25 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Protocol == "" {
 		opt.Protocol = "postgres"
 	}
-	if opt.Protocol != "postgres" {
-		return nil, fmt.Errorf("protocol %q: only postgres is supported", opt.Protocol)
+	if opt.Protocol != "postgres" && opt.Protocol != "mysql" {
+		return nil, fmt.Errorf("protocol %q: want postgres or mysql", opt.Protocol)
 	}
-	if opt.PID <= 0 {
-		return nil, fmt.Errorf("pid %d: want a process id", opt.PID)
+	if err := opt.validate(); err != nil {
+		return nil, err
 	}
 	if opt.Transport == "" {
 		opt.Transport = TransportAuto
 	}
-	c := &Capture{Opt: opt, conns: map[uint64]*pgConn{}, clock: clockOffset()}
+	c := &Capture{Opt: opt, conns: map[uint64]connParser{}, clock: clockOffset()}
 	var err error
+	if opt.Cgroup != "" {
+		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
+			return nil, err
+		}
+	}
 	switch opt.Transport {
 	case TransportAuto:
-		if _, e := FindLibSSL(opt.PID); e == nil {
+		if libs, _ := c.libSSLs(); len(libs) > 0 {
 			err = c.openTLS()
 		} else {
 			err = c.openPlain()
@@ -131,10 +147,10 @@ func (c *Capture) openPlain() (err error) {
 	if err := c.Opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_tgid"].Set(uint32(c.Opt.PID)); err != nil {
+	if err := c.setSelection(spec); err != nil {
 		return err
 	}
 	var objs plainObjects
@@ -148,6 +164,9 @@ func (c *Capture) openPlain() (err error) {
 		}
 	}()
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
+		return err
+	}
+	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
 		return err
 	}
 	// Exits first: an entry recorded before its exit program is attached
@@ -176,18 +195,24 @@ func (c *Capture) openPlain() (err error) {
 		}
 		c.links = append(c.links, l)
 	}
-	c.Reader, err = accum.NewReader(objs.AccumRing)
-	return err
+	return c.newReader(objs.AccumRing)
 }
 
 func (c *Capture) openTLS() (err error) {
 	c.Transport = TransportTLS
 	opt := c.Opt
-	lib, err := FindLibSSL(opt.PID)
+	libs, err := c.libSSLs()
 	if err != nil {
 		return err
 	}
-	c.LibSSL = lib
+	if len(libs) == 0 {
+		if opt.PID != 0 {
+			_, err := FindLibSSL(opt.PID)
+			return err
+		}
+		return fmt.Errorf("%s: no process maps libssl.so.3 (use the plain transport for unencrypted traffic)", opt.selectionString())
+	}
+	c.LibSSL = strings.Join(libs, ", ")
 	spec, err := loadTls()
 	if err != nil {
 		return err
@@ -195,7 +220,10 @@ func (c *Capture) openTLS() (err error) {
 	if err := opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	if err := spec.Variables["cap_proto"].Set(ProtoPostgres); err != nil {
+	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
+		return err
+	}
+	if err := c.setSelection(spec); err != nil {
 		return err
 	}
 	var objs tlsObjects
@@ -211,11 +239,29 @@ func (c *Capture) openTLS() (err error) {
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
 		return err
 	}
+	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
+		return err
+	}
+	// One process: the uprobes' own pid filter keeps every other process
+	// from trapping. Otherwise every user of the library traps and
+	// cap_selected decides.
+	uo := &link.UprobeOptions{}
+	if opt.perPID() {
+		uo.PID = opt.PID
+	}
+	for _, lib := range libs {
+		if err := c.attachTLS(lib, &objs, uo); err != nil {
+			return err
+		}
+	}
+	return c.newReader(objs.AccumRing)
+}
+
+func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions) error {
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		return err
 	}
-	uo := &link.UprobeOptions{PID: opt.PID}
 	for _, a := range []struct {
 		sym      string
 		prog     *ebpf.Program
@@ -246,8 +292,24 @@ func (c *Capture) openTLS() (err error) {
 		}
 		c.links = append(c.links, l)
 	}
-	c.Reader, err = accum.NewReader(objs.AccumRing)
-	return err
+	return nil
+}
+
+func (c *Capture) protoTag() uint8 {
+	if c.Opt.Protocol == "mysql" {
+		return ProtoMySQL
+	}
+	return ProtoPostgres
+}
+
+// newReader reads the channel: the parser consumes each record's segments
+// itself, so the Reassembler keeps only sequence numbers, not the bytes.
+func (c *Capture) newReader(ring *ebpf.Map) (err error) {
+	if c.Reader, err = accum.NewReader(ring); err != nil {
+		return err
+	}
+	c.Reader.Streams.SeqOnly = true
+	return nil
 }
 
 func clockOffset() int64 {
@@ -257,7 +319,8 @@ func clockOffset() int64 {
 }
 
 // Next waits up to timeout for channel records and returns the queries they
-// completed (possibly none). os.ErrDeadlineExceeded: nothing arrived.
+// completed (possibly none), in a slice the next call reuses.
+// os.ErrDeadlineExceeded: nothing arrived.
 func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	gaps := len(c.Reader.Streams.Gaps)
 	rec, err := c.Reader.Read(timeout)
@@ -265,30 +328,29 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		return nil, err
 	}
 	gap := len(c.Reader.Streams.Gaps) > gaps
-	// The parser consumes the segments itself: keep only the sequence
-	// bookkeeping in the Reassembler, not an ever-growing copy of the stream.
-	s := c.Reader.Streams.Streams[rec.ConnID]
-	if s != nil {
-		s.Data[0], s.Data[1] = nil, nil
-	}
 	pc := c.conns[rec.ConnID]
 	if pc == nil {
-		pc = newPGConn(rec.ConnID)
+		pc = newParser(c.Opt.Protocol, rec.ConnID)
 		c.conns[rec.ConnID] = pc
 	}
 	if gap {
 		pc.lost()
+		c.nGaps.Add(1)
 	}
-	var out []Query
+	bad0 := pc.bad()
+	out := c.out[:0]
 	for i, seg := range rec.Segments {
 		ft := fragTimes{first: rec.FirstNS, last: rec.LastNS, opens: i == 0, closes: i == len(rec.Segments)-1}
-		out = append(out, pc.feed(seg.Dir, seg.Data, ft, rec.PID)...)
+		out = pc.feed(out, seg.Dir, seg.Data, ft, rec.PID)
 	}
+	c.out = out
 	if rec.Flags&accum.FlagClose != 0 {
-		out = append(out, pc.close()...)
+		out = pc.close(out)
 		delete(c.conns, rec.ConnID)
 		c.Reader.Streams.Take(rec.ConnID)
 	}
+	c.nBad.Add(pc.bad() - bad0)
+	c.nQueries.Add(uint64(len(out)))
 	for i := range out {
 		out[i].Time = time.Unix(0, int64(out[i].startNS)+c.clock)
 	}
@@ -297,6 +359,27 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 
 // Stats reads the channel's counters.
 func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
+
+// BadBytes counts protocol bytes the parsers could not make sense of and
+// skipped.
+func (c *Capture) BadBytes() uint64 { return c.nBad.Load() }
+
+// Counters are the channel's kernel counters and the agent's own (queries,
+// sequence gaps, protocol bytes skipped), for
+// internal/metrics. Safe to call while another goroutine runs Next.
+func (c *Capture) Counters() (map[string]uint64, error) {
+	st, err := c.Stats()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]uint64{
+		"queries": c.nQueries.Load(), "sequence_gaps": c.nGaps.Load(),
+		"protocol_bytes_skipped": c.nBad.Load(),
+		"records":                st.Records, "ring_bytes": st.RingBytes, "payload_bytes": st.PayloadBytes,
+		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
+		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
+	}, nil
+}
 
 // Gaps are the losses the reader saw (sequence gaps).
 func (c *Capture) Gaps() []accum.Gap { return c.Reader.Streams.Gaps }

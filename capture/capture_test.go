@@ -32,7 +32,7 @@ func TestCapturePsqlPlain(t *testing.T) {
 	checkCapturePsql(t, pg, "sslmode=disable", Options{Transport: TransportPlain})
 }
 
-func checkCapturePsql(t *testing.T, pg *servers.Postgres, sslmode string, opt Options) {
+func checkCapturePsql(t *testing.T, pg *servers.Postgres, sslmode string, opt Options) []Query {
 	t.Helper()
 	issued := []string{
 		"SELECT 1 AS one;",
@@ -78,4 +78,9 @@ func checkCapturePsql(t *testing.T, pg *servers.Postgres, sslmode string, opt Op
 	if st.LostRecords != 0 || st.LostBytes != 0 || len(run.Gaps) != 0 {
 		t.Errorf("loss: %+v gaps %v", st, run.Gaps)
 	}
+	// The client closed its connection, or the server's backend exited.
+	if run.Open != 0 {
+		t.Errorf("%d connections never ended", run.Open)
+	}
+	return got
 }

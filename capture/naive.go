@@ -41,19 +41,24 @@ type NaiveRecord struct {
 
 // PGParser parses naive fragments with the same PostgreSQL parser the
 // accumulated capture uses, so both agents do the same work per query.
-type PGParser struct{ conns map[uint64]*pgConn }
+type PGParser struct {
+	conns map[uint64]*pgConn
+	out   []Query
+}
 
 // NewPGParser makes one.
 func NewPGParser() *PGParser { return &PGParser{conns: map[uint64]*pgConn{}} }
 
-// Feed parses one fragment and returns the queries it completed.
+// Feed parses one fragment and returns the queries it completed, in a slice
+// the next call reuses.
 func (p *PGParser) Feed(r NaiveRecord) []Query {
 	c := p.conns[r.SSL]
 	if c == nil {
 		c = newPGConn(r.SSL)
 		p.conns[r.SSL] = c
 	}
-	return c.feed(accum.Direction(r.Dir), r.Data, fragTimes{first: r.TS, last: r.TS, opens: true, closes: true}, r.PID)
+	p.out = c.feed(p.out[:0], accum.Direction(r.Dir), r.Data, fragTimes{first: r.TS, last: r.TS, opens: true, closes: true}, r.PID)
+	return p.out
 }
 
 // Naive is the benchmark's "before": one fixed 1 KiB record per SSL
@@ -62,6 +67,7 @@ type Naive struct {
 	objs   naiveObjects
 	links  []link.Link
 	reader *ringbuf.Reader
+	raw    ringbuf.Record // reused, as accum.Reader does
 }
 
 // OpenNaive attaches the naive channel to pid's libssl with a ring of
@@ -127,13 +133,13 @@ func OpenNaive(pid int, ringSize uint32) (n *Naive, err error) {
 }
 
 // Next waits up to timeout for one record (os.ErrDeadlineExceeded: none).
+// Its Data aliases a buffer the next call overwrites.
 func (n *Naive) Next(timeout time.Duration) (NaiveRecord, error) {
 	n.reader.SetDeadline(time.Now().Add(timeout))
-	raw, err := n.reader.Read()
-	if err != nil {
+	if err := n.reader.ReadInto(&n.raw); err != nil {
 		return NaiveRecord{}, err
 	}
-	b := raw.RawSample
+	b := n.raw.RawSample
 	if len(b) < naiveHeader {
 		return NaiveRecord{}, fmt.Errorf("naive record of %d bytes", len(b))
 	}

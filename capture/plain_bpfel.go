@@ -56,6 +56,8 @@ const (
 	plainMapCapFds            = "cap_fds"
 	plainMapCapInflight       = "cap_inflight"
 	plainMapCapNextId         = "cap_next_id"
+	plainMapCapPids           = "cap_pids"
+	plainMapCapSelFull        = "cap_sel_full"
 	plainProgAccumStart       = "accum_start"
 	plainProgCapClose         = "cap_close"
 	plainProgCapEnterRead     = "cap_enter_read"
@@ -65,11 +67,16 @@ const (
 	plainProgCapEnterSendto   = "cap_enter_sendto"
 	plainProgCapEnterWrite    = "cap_enter_write"
 	plainProgCapExitIo        = "cap_exit_io"
+	plainProgCapExitProc      = "cap_exit_proc"
+	plainProgCapFork          = "cap_fork"
 	plainVarAccumFlushSize    = "accum_flush_size"
 	plainVarAccumLatencyNs    = "accum_latency_ns"
 	plainVarAccumWakeupBytes  = "accum_wakeup_bytes"
+	plainVarCapCgid           = "cap_cgid"
+	plainVarCapCglevel        = "cap_cglevel"
+	plainVarCapMode           = "cap_mode"
 	plainVarCapProto          = "cap_proto"
-	plainVarCapTgid           = "cap_tgid"
+	plainVarCapSelf           = "cap_self"
 )
 
 // loadPlain returns the embedded CollectionSpec for plain.
@@ -123,6 +130,8 @@ type plainProgramSpecs struct {
 	CapEnterSendto   *ebpf.ProgramSpec `ebpf:"cap_enter_sendto"`
 	CapEnterWrite    *ebpf.ProgramSpec `ebpf:"cap_enter_write"`
 	CapExitIo        *ebpf.ProgramSpec `ebpf:"cap_exit_io"`
+	CapExitProc      *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
+	CapFork          *ebpf.ProgramSpec `ebpf:"cap_fork"`
 }
 
 // plainMapSpecs contains maps before they are loaded into the kernel.
@@ -138,6 +147,8 @@ type plainMapSpecs struct {
 	CapFds       *ebpf.MapSpec `ebpf:"cap_fds"`
 	CapInflight  *ebpf.MapSpec `ebpf:"cap_inflight"`
 	CapNextId    *ebpf.MapSpec `ebpf:"cap_next_id"`
+	CapPids      *ebpf.MapSpec `ebpf:"cap_pids"`
+	CapSelFull   *ebpf.MapSpec `ebpf:"cap_sel_full"`
 }
 
 // plainVariableSpecs contains global variables before they are loaded into the kernel.
@@ -147,8 +158,11 @@ type plainVariableSpecs struct {
 	AccumFlushSize   *ebpf.VariableSpec `ebpf:"accum_flush_size"`
 	AccumLatencyNs   *ebpf.VariableSpec `ebpf:"accum_latency_ns"`
 	AccumWakeupBytes *ebpf.VariableSpec `ebpf:"accum_wakeup_bytes"`
+	CapCgid          *ebpf.VariableSpec `ebpf:"cap_cgid"`
+	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
+	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
 	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
-	CapTgid          *ebpf.VariableSpec `ebpf:"cap_tgid"`
+	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
 }
 
 // plainObjects contains all objects after they have been loaded into the kernel.
@@ -180,6 +194,8 @@ type plainMaps struct {
 	CapFds       *ebpf.Map `ebpf:"cap_fds"`
 	CapInflight  *ebpf.Map `ebpf:"cap_inflight"`
 	CapNextId    *ebpf.Map `ebpf:"cap_next_id"`
+	CapPids      *ebpf.Map `ebpf:"cap_pids"`
+	CapSelFull   *ebpf.Map `ebpf:"cap_sel_full"`
 }
 
 func (m *plainMaps) Close() error {
@@ -193,6 +209,8 @@ func (m *plainMaps) Close() error {
 		m.CapFds,
 		m.CapInflight,
 		m.CapNextId,
+		m.CapPids,
+		m.CapSelFull,
 	)
 }
 
@@ -203,8 +221,11 @@ type plainVariables struct {
 	AccumFlushSize   *ebpf.Variable `ebpf:"accum_flush_size"`
 	AccumLatencyNs   *ebpf.Variable `ebpf:"accum_latency_ns"`
 	AccumWakeupBytes *ebpf.Variable `ebpf:"accum_wakeup_bytes"`
+	CapCgid          *ebpf.Variable `ebpf:"cap_cgid"`
+	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
+	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
 	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
-	CapTgid          *ebpf.Variable `ebpf:"cap_tgid"`
+	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
 }
 
 // plainPrograms contains all programs after they have been loaded into the kernel.
@@ -220,6 +241,8 @@ type plainPrograms struct {
 	CapEnterSendto   *ebpf.Program `ebpf:"cap_enter_sendto"`
 	CapEnterWrite    *ebpf.Program `ebpf:"cap_enter_write"`
 	CapExitIo        *ebpf.Program `ebpf:"cap_exit_io"`
+	CapExitProc      *ebpf.Program `ebpf:"cap_exit_proc"`
+	CapFork          *ebpf.Program `ebpf:"cap_fork"`
 }
 
 func (p *plainPrograms) Close() error {
@@ -233,6 +256,8 @@ func (p *plainPrograms) Close() error {
 		p.CapEnterSendto,
 		p.CapEnterWrite,
 		p.CapExitIo,
+		p.CapExitProc,
+		p.CapFork,
 	)
 }
 

@@ -23,7 +23,9 @@ type Query struct {
 	// Otherwise LatencyUS is an upper bound (batch granularity).
 	LatencyExact bool   `json:"latency_exact"`
 	Rows         int64  `json:"rows"`
-	Error        string `json:"error,omitempty"`
+	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
+	User         string `json:"user,omitempty"`     // when the connection's start was seen
+	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
 
 	startNS  uint64
 	startOK  bool
@@ -56,11 +58,34 @@ type pgConn struct {
 	stmts    map[string]string // prepared statement -> text
 	portals  map[string]string // portal -> text
 	pending  []*Query
-	skipping [2]bool // after a loss: drop bytes until a plausible message
+	free     []*Query // answered queries, reused by newQuery
+	skipping [2]bool  // after a loss: drop bytes until a plausible message
 	pid      uint32
 	extOpen  bool   // an extended-protocol exchange is open (until Sync)
 	extNS    uint64 // when its first message was sent: its Executes started there
 	extOK    bool
+	user, db string
+	badBytes uint64 // skipped as unparseable
+}
+
+// connParser parses one connection's protocol into queries.
+type connParser interface {
+	// feed parses bytes of one direction that arrived in a batch with
+	// times ft and appends the queries they completed to out.
+	feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query
+	lost()                     // a sequence gap: drop what cannot be parsed any more
+	close(out []Query) []Query // the connection ended
+	bad() uint64               // bytes skipped as unparseable
+}
+
+func (p *pgConn) bad() uint64 { return p.badBytes }
+
+// newParser makes the parser of protocol for connection id.
+func newParser(protocol string, id uint64) connParser {
+	if protocol == "mysql" {
+		return newMyConn(id)
+	}
+	return newPGConn(id)
 }
 
 func newPGConn(id uint64) *pgConn {
@@ -87,28 +112,33 @@ type fragTimes struct {
 }
 
 // feed parses the bytes b of direction dir that arrived in a batch with
-// times ft and returns the queries they completed.
-func (p *pgConn) feed(dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query {
+// times ft and appends the queries they completed to out.
+func (p *pgConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query {
 	p.pid = pid
 	d := dir & 1
 	if p.skipping[d] {
 		// Resynchronise at a fragment that starts like a message.
 		if len(b) < 5 || !(isFrontendType(b[0]) || isBackendType(b[0])) {
-			return nil
+			p.badBytes += uint64(len(b))
+			return out
 		}
 		p.skipping[d] = false
 	}
+	// Parse straight from b when nothing is buffered; only an incomplete
+	// tail is copied (into a buffer reused from call to call).
+	var m []byte
 	if len(p.buf[d]) == 0 {
 		p.headOK[d] = ft.opens // the next message's first byte begins a batch
+		m = b
+	} else {
+		p.buf[d] = append(p.buf[d], b...)
+		m = p.buf[d]
 	}
-	p.buf[d] = append(p.buf[d], b...)
-	var out []Query
 	for {
-		m := p.buf[d]
 		if !p.started[d] {
 			// Startup-phase untyped messages: int32 length, int32 code.
 			if len(m) < 8 {
-				return out
+				return p.keep(d, m, out)
 			}
 			if m[0] == 0 {
 				n := int(binary.BigEndian.Uint32(m))
@@ -119,11 +149,16 @@ func (p *pgConn) feed(dir accum.Direction, b []byte, ft fragTimes, pid uint32) [
 					}
 					if n < 8 || n > len(m) {
 						if n < 8 || n > pgMaxMessage {
+							p.badBytes += uint64(len(m))
 							p.lost()
+							return out
 						}
-						return out
+						return p.keep(d, m, out)
 					}
-					p.buf[d] = m[n:]
+					if code == pgProtocol3 {
+						p.startup(m[8:n])
+					}
+					m = m[n:]
 					p.headOK[d] = false
 					continue
 				}
@@ -131,18 +166,19 @@ func (p *pgConn) feed(dir accum.Direction, b []byte, ft fragTimes, pid uint32) [
 			p.started[d] = true
 		}
 		if len(m) < 5 {
-			return out
+			return p.keep(d, m, out)
 		}
 		n := int(binary.BigEndian.Uint32(m[1:]))
 		if n < 4 || n > pgMaxMessage {
+			p.badBytes += uint64(len(m))
 			p.lost()
 			return out
 		}
 		if len(m) < 1+n {
-			return out
+			return p.keep(d, m, out)
 		}
 		typ, body := m[0], m[5:1+n]
-		p.buf[d] = m[1+n:]
+		m = m[1+n:]
 		atStart := p.headOK[d]
 		p.headOK[d] = false
 		if !p.known {
@@ -155,8 +191,32 @@ func (p *pgConn) feed(dir accum.Direction, b []byte, ft fragTimes, pid uint32) [
 		if dir == p.frontDir {
 			p.frontend(typ, body, ft.first, atStart)
 		} else {
-			out = append(out, p.backend(typ, body, ft.last, ft.closes && len(p.buf[d]) == 0)...)
+			out = p.backend(out, typ, body, ft.last, ft.closes && len(m) == 0)
 		}
+	}
+}
+
+// keep buffers the unparsed rest m of direction d and returns out.
+func (p *pgConn) keep(d accum.Direction, m []byte, out []Query) []Query {
+	p.buf[d] = append(p.buf[d][:0], m...) // m may alias p.buf[d]: append moves safely
+	return out
+}
+
+// startup takes user and database from a StartupMessage's parameters.
+func (p *pgConn) startup(b []byte) {
+	for len(b) > 0 && b[0] != 0 {
+		var k, v string
+		k, b = cstring(b)
+		v, b = cstring(b)
+		switch k {
+		case "user":
+			p.user = v
+		case "database":
+			p.db = v
+		}
+	}
+	if p.db == "" {
+		p.db = p.user // PostgreSQL's default
 	}
 }
 
@@ -177,7 +237,7 @@ func (p *pgConn) frontend(typ byte, body []byte, ts uint64, exact bool) {
 		p.extOpen = false
 	case 'Q':
 		q, _ := cstring(body)
-		p.pending = append(p.pending, &Query{Query: q, startNS: ts, startOK: exact})
+		p.pending = append(p.pending, p.newQuery(Query{Query: q, startNS: ts, startOK: exact}))
 	case 'P':
 		name, rest := cstring(body)
 		q, _ := cstring(rest)
@@ -188,7 +248,7 @@ func (p *pgConn) frontend(typ byte, body []byte, ts uint64, exact bool) {
 		p.portals[portal] = p.stmts[stmt]
 	case 'E':
 		portal, _ := cstring(body)
-		p.pending = append(p.pending, &Query{Query: p.portals[portal], startNS: p.extNS, startOK: p.extOK, extended: true})
+		p.pending = append(p.pending, p.newQuery(Query{Query: p.portals[portal], startNS: p.extNS, startOK: p.extOK, extended: true}))
 	case 'C': // Close statement or portal
 		if len(body) > 1 {
 			name, _ := cstring(body[1:])
@@ -201,10 +261,22 @@ func (p *pgConn) frontend(typ byte, body []byte, ts uint64, exact bool) {
 	}
 }
 
+// newQuery returns a pending query, reusing one already answered.
+func (p *pgConn) newQuery(v Query) *Query {
+	if n := len(p.free); n > 0 {
+		q := p.free[n-1]
+		p.free = p.free[:n-1]
+		*q = v
+		return q
+	}
+	q := v
+	return &q
+}
+
 func (p *pgConn) finish(q *Query, ts uint64, exact bool) Query {
 	r := *q
 	r.LatencyExact = r.startOK && exact
-	r.PID, r.ConnID, r.Protocol = p.pid, p.id, "postgres"
+	r.PID, r.ConnID, r.Protocol, r.User, r.Database = p.pid, p.id, "postgres", p.user, p.db
 	if ts > r.startNS {
 		r.LatencyUS = float64(ts-r.startNS) / 1e3
 	}
@@ -215,7 +287,7 @@ func (p *pgConn) finish(q *Query, ts uint64, exact bool) Query {
 	return r
 }
 
-func (p *pgConn) backend(typ byte, body []byte, ts uint64, exact bool) []Query {
+func (p *pgConn) backend(out []Query, typ byte, body []byte, ts uint64, exact bool) []Query {
 	// The query answered now: the first one not done. Extended-protocol
 	// queries are done at CommandComplete but, like simple ones, end at
 	// ReadyForQuery (the answer's last byte).
@@ -233,14 +305,11 @@ func (p *pgConn) backend(typ byte, body []byte, ts uint64, exact bool) []Query {
 		}
 	case 'C':
 		if head == nil {
-			return nil
+			return out
 		}
-		tag, _ := cstring(body)
-		if f := strings.Fields(tag); len(f) > 0 {
-			if n, err := strconv.ParseInt(f[len(f)-1], 10, 64); err == nil {
-				head.tagRows += n
-				head.hasTag = true
-			}
+		if n, ok := tagRows(body); ok {
+			head.tagRows += n
+			head.hasTag = true
 		}
 		head.done = head.extended
 	case 'I', 's':
@@ -249,7 +318,7 @@ func (p *pgConn) backend(typ byte, body []byte, ts uint64, exact bool) []Query {
 		}
 	case 'E':
 		if head == nil {
-			return nil
+			return out
 		}
 		head.Error = pgError(body)
 		if head.extended {
@@ -264,21 +333,35 @@ func (p *pgConn) backend(typ byte, body []byte, ts uint64, exact bool) []Query {
 			p.pending = kept
 		}
 	case 'Z':
-		var out []Query
 		for len(p.pending) > 0 {
 			q := p.pending[0]
 			if q.extended && !q.done {
 				break // its Sync is still to come
 			}
-			p.pending = p.pending[1:]
+			p.pending = append(p.pending[:0], p.pending[1:]...) // keeps the array: no regrowth
 			out = append(out, p.finish(q, ts, exact))
+			p.free = append(p.free, q)
 			if !q.extended {
 				break // one ReadyForQuery per simple Query
 			}
 		}
 		return out
 	}
-	return nil
+	return out
+}
+
+// tagRows is the row count ending a CommandComplete tag ("SELECT 3",
+// "INSERT 0 1"), without allocating.
+func tagRows(body []byte) (int64, bool) {
+	if i := bytes.IndexByte(body, 0); i >= 0 {
+		body = body[:i]
+	}
+	i := bytes.LastIndexByte(body, ' ')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(body[i+1:]), 10, 64) // no allocation: the conversion does not escape
+	return n, err == nil
 }
 
 // pgError renders an ErrorResponse as "SEVERITY CODE: message".
@@ -301,8 +384,7 @@ func pgError(b []byte) string {
 }
 
 // close ends the connection: queries still waiting never got an answer.
-func (p *pgConn) close() []Query {
-	var out []Query
+func (p *pgConn) close(out []Query) []Query {
 	for _, q := range p.pending {
 		if q.Error == "" {
 			q.Error = "connection closed before the answer"

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/cistern-ebpf/cistern/accum"
@@ -30,14 +31,23 @@ func startup() []byte {
 }
 
 func TestPostgresParser(t *testing.T) {
+	// Fragments of 1, 3 and 7 bytes (messages split across fragments must
+	// reassemble from the parser's buffer) and whole exchanges (parsed in
+	// place, without buffering).
+	for _, split := range []int{1, 3, 7, 1 << 20} {
+		t.Run(fmt.Sprint(split), func(t *testing.T) { testPostgresParser(t, split) })
+	}
+}
+
+func testPostgresParser(t *testing.T, split int) {
 	p := newPGConn(7)
 	var got []Query
 	feed := func(dir accum.Direction, b []byte, ts uint64) {
-		// Byte by byte: messages split across fragments must reassemble.
 		// Each call here is its own batch.
-		for i := range b {
-			ft := fragTimes{first: ts, last: ts, opens: i == 0, closes: i == len(b)-1}
-			got = append(got, p.feed(dir, b[i:i+1], ft, 42)...)
+		for i := 0; i < len(b); i += split {
+			j := min(i+split, len(b))
+			ft := fragTimes{first: ts, last: ts, opens: i == 0, closes: j == len(b)}
+			got = p.feed(got, dir, b[i:j], ft, 42)
 		}
 	}
 	feed(accum.Write, startup(), 1)

@@ -12,48 +12,68 @@ import (
 	"github.com/cistern-ebpf/cistern/accum"
 )
 
-// PsqlRun is what CapturePsql saw.
+// PsqlRun is what CapturePsql or CaptureClient saw.
 type PsqlRun struct {
-	Queries []Query
-	Stats   accum.Stats
-	Gaps    []accum.Gap
-	Output  string // psql's own output
+	Queries  []Query
+	Stats    accum.Stats
+	Gaps     []accum.Gap
+	Output   string // the client's own output
+	BadBytes uint64 // protocol bytes the parser skipped
+	Open     int    // connections whose end the capture has not seen
 }
 
-// CapturePsql starts psql (path) on conninfo, attaches a capture to it once
-// it has mapped libssl (at once with TransportPlain), sends the statements one per line, and collects the
-// captured queries until psql has exited and the channel is idle. Tests,
-// the demo and benchmarks share it.
+// CapturePsql starts psql (path) on conninfo, sends the statements one per
+// line, and collects the captured queries until psql has exited and the
+// channel is idle. With no selection in opt it captures psql itself,
+// attaching once psql has mapped libssl (at once with TransportPlain);
+// otherwise what opt selects (a server's postmaster and children, a
+// cgroup), attached before psql starts. Tests, the demo and benchmarks
+// share it.
 func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*PsqlRun, error) {
-	psql := exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo)
-	stdin, err := psql.StdinPipe()
+	return CaptureClient(exec.Command(psqlPath, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=0", conninfo), statements, opt)
+}
+
+// CaptureClient is CapturePsql for any client (cmd, not started yet) that
+// reads statements one per line on its standard input (psql, mariadb).
+func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, error) {
+	self := opt.PID == 0 && opt.Cgroup == "" && !opt.All
+	var c *Capture
+	if !self {
+		var err error
+		if c, err = Open(opt); err != nil {
+			return nil, err
+		}
+		defer c.Close()
+	}
+	stdin, err := cl.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
 	var out strings.Builder
-	psql.Stdout, psql.Stderr = &out, &out
-	if err := psql.Start(); err != nil {
+	cl.Stdout, cl.Stderr = &out, &out
+	if err := cl.Start(); err != nil {
 		return nil, err
 	}
-	defer func() { psql.Process.Kill(); psql.Wait() }()
+	defer func() { cl.Process.Kill(); cl.Wait() }()
 
-	// psql links libpq, which links libssl: wait for the loader to map it.
+	// The client links libssl (psql through libpq): wait for the loader to map it.
 	// The plain transport filters by pid in the kernel and needs no library.
-	for deadline := time.Now().Add(10 * time.Second); opt.Transport != TransportPlain; {
-		if _, err = FindLibSSL(psql.Process.Pid); err == nil {
+	for deadline := time.Now().Add(10 * time.Second); self && opt.Transport != TransportPlain; {
+		if _, err = FindLibSSL(cl.Process.Pid); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("psql never mapped libssl: %v (output %q)", err, out.String())
+			return nil, fmt.Errorf("%s never mapped libssl: %v (output %q)", cl.Path, err, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	opt.PID = psql.Process.Pid
-	c, err := Open(opt)
-	if err != nil {
-		return nil, err
+	if self {
+		opt.PID = cl.Process.Pid
+		if c, err = Open(opt); err != nil {
+			return nil, err
+		}
+		defer c.Close()
 	}
-	defer c.Close()
 
 	go func() {
 		for _, s := range statements {
@@ -66,7 +86,7 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 
 	run := &PsqlRun{}
 	done := make(chan error, 1)
-	go func() { done <- psql.Wait() }()
+	go func() { done <- cl.Wait() }()
 	exited := false
 	for idle := time.Now(); time.Since(idle) < 2*time.Second; {
 		qs, err := c.Next(100 * time.Millisecond)
@@ -79,7 +99,7 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 				default:
 				}
 			}
-			if exited && len(run.Queries) >= len(statements) {
+			if exited && len(run.Queries) >= len(statements) && len(c.conns) == 0 {
 				break
 			}
 			continue
@@ -95,5 +115,7 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 	}
 	run.Gaps = c.Gaps()
 	run.Output = out.String()
+	run.BadBytes = c.BadBytes()
+	run.Open = len(c.conns)
 	return run, nil
 }

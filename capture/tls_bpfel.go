@@ -48,7 +48,11 @@ const (
 	tlsMapCapConns         = "cap_conns"
 	tlsMapCapInflight      = "cap_inflight"
 	tlsMapCapNextId        = "cap_next_id"
+	tlsMapCapPids          = "cap_pids"
+	tlsMapCapSelFull       = "cap_sel_full"
 	tlsProgAccumStart      = "accum_start"
+	tlsProgCapExitProc     = "cap_exit_proc"
+	tlsProgCapFork         = "cap_fork"
 	tlsProgCapSslFree      = "cap_ssl_free"
 	tlsProgCapSslRead      = "cap_ssl_read"
 	tlsProgCapSslReadEx    = "cap_ssl_read_ex"
@@ -59,7 +63,11 @@ const (
 	tlsVarAccumFlushSize   = "accum_flush_size"
 	tlsVarAccumLatencyNs   = "accum_latency_ns"
 	tlsVarAccumWakeupBytes = "accum_wakeup_bytes"
+	tlsVarCapCgid          = "cap_cgid"
+	tlsVarCapCglevel       = "cap_cglevel"
+	tlsVarCapMode          = "cap_mode"
 	tlsVarCapProto         = "cap_proto"
+	tlsVarCapSelf          = "cap_self"
 )
 
 // loadTls returns the embedded CollectionSpec for tls.
@@ -105,6 +113,8 @@ type tlsSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tlsProgramSpecs struct {
 	AccumStart     *ebpf.ProgramSpec `ebpf:"accum_start"`
+	CapExitProc    *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
+	CapFork        *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapSslFree     *ebpf.ProgramSpec `ebpf:"cap_ssl_free"`
 	CapSslRead     *ebpf.ProgramSpec `ebpf:"cap_ssl_read"`
 	CapSslReadEx   *ebpf.ProgramSpec `ebpf:"cap_ssl_read_ex"`
@@ -127,6 +137,8 @@ type tlsMapSpecs struct {
 	CapConns     *ebpf.MapSpec `ebpf:"cap_conns"`
 	CapInflight  *ebpf.MapSpec `ebpf:"cap_inflight"`
 	CapNextId    *ebpf.MapSpec `ebpf:"cap_next_id"`
+	CapPids      *ebpf.MapSpec `ebpf:"cap_pids"`
+	CapSelFull   *ebpf.MapSpec `ebpf:"cap_sel_full"`
 }
 
 // tlsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,7 +148,11 @@ type tlsVariableSpecs struct {
 	AccumFlushSize   *ebpf.VariableSpec `ebpf:"accum_flush_size"`
 	AccumLatencyNs   *ebpf.VariableSpec `ebpf:"accum_latency_ns"`
 	AccumWakeupBytes *ebpf.VariableSpec `ebpf:"accum_wakeup_bytes"`
+	CapCgid          *ebpf.VariableSpec `ebpf:"cap_cgid"`
+	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
+	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
 	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
+	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
 }
 
 // tlsObjects contains all objects after they have been loaded into the kernel.
@@ -168,6 +184,8 @@ type tlsMaps struct {
 	CapConns     *ebpf.Map `ebpf:"cap_conns"`
 	CapInflight  *ebpf.Map `ebpf:"cap_inflight"`
 	CapNextId    *ebpf.Map `ebpf:"cap_next_id"`
+	CapPids      *ebpf.Map `ebpf:"cap_pids"`
+	CapSelFull   *ebpf.Map `ebpf:"cap_sel_full"`
 }
 
 func (m *tlsMaps) Close() error {
@@ -181,6 +199,8 @@ func (m *tlsMaps) Close() error {
 		m.CapConns,
 		m.CapInflight,
 		m.CapNextId,
+		m.CapPids,
+		m.CapSelFull,
 	)
 }
 
@@ -191,7 +211,11 @@ type tlsVariables struct {
 	AccumFlushSize   *ebpf.Variable `ebpf:"accum_flush_size"`
 	AccumLatencyNs   *ebpf.Variable `ebpf:"accum_latency_ns"`
 	AccumWakeupBytes *ebpf.Variable `ebpf:"accum_wakeup_bytes"`
+	CapCgid          *ebpf.Variable `ebpf:"cap_cgid"`
+	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
+	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
 	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
+	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
 }
 
 // tlsPrograms contains all programs after they have been loaded into the kernel.
@@ -199,6 +223,8 @@ type tlsVariables struct {
 // It can be passed to loadTlsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tlsPrograms struct {
 	AccumStart     *ebpf.Program `ebpf:"accum_start"`
+	CapExitProc    *ebpf.Program `ebpf:"cap_exit_proc"`
+	CapFork        *ebpf.Program `ebpf:"cap_fork"`
 	CapSslFree     *ebpf.Program `ebpf:"cap_ssl_free"`
 	CapSslRead     *ebpf.Program `ebpf:"cap_ssl_read"`
 	CapSslReadEx   *ebpf.Program `ebpf:"cap_ssl_read_ex"`
@@ -211,6 +237,8 @@ type tlsPrograms struct {
 func (p *tlsPrograms) Close() error {
 	return _TlsClose(
 		p.AccumStart,
+		p.CapExitProc,
+		p.CapFork,
 		p.CapSslFree,
 		p.CapSslRead,
 		p.CapSslReadEx,

@@ -8,6 +8,7 @@ pkgs=(
   iproute2 ethtool                      # namespaces, veth, offloads
   memcached                             # Kerby-KV source of truth
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
+  mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
 )
 

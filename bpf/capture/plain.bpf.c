@@ -3,9 +3,8 @@
  * plain.bpf.c - plaintext socket capture through the accumulating channel.
  *
  * Tracepoints on syscalls/sys_enter_* and sys_exit_* of write, read, sendto,
- * recvfrom, sendmsg and recvmsg. At entry, a call of the target process
- * (cap_tgid, frozen .rodata: the same process filter as the TLS uprobes) is
- * kept only if its fd is an AF_INET/AF_INET6 stream or datagram socket:
+ * recvfrom, sendmsg and recvmsg. At entry, a call of a captured process
+ * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its fd is an AF_INET/AF_INET6 stream or datagram socket:
  * task->files->fdt->fd[fd] -> file, whose inode is S_IFSOCK (so
  * private_data is a struct socket), -> sk family and type. The buffer (or
  * the msghdr) is remembered per thread; at exit the bytes the call returned
@@ -23,13 +22,18 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+/* bpf_tracing.h (BPF_PROG in select.bpf.h) wants the architecture. */
+#if !defined(__TARGET_ARCH_x86) && !defined(__TARGET_ARCH_arm64)
+#define __TARGET_ARCH_x86
+#endif
+#include <bpf/bpf_tracing.h>
 
 #include "cistern/accum.bpf.h"
+#include "select.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u8 cap_proto = 1; /* protocol tag of the records */
-const volatile __u32 cap_tgid = 0; /* process captured */
 
 #define CAP_AF_INET 2
 #define CAP_AF_INET6 10
@@ -81,6 +85,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } cap_next_id SEC(".maps");
+
+static long cap_gone_cb(void *map, struct cap_key *k, struct cap_val *v, __u32 *tgid)
+{
+	if (k->pid == *tgid) {
+		accum_close(v->id);
+		bpf_map_delete_elem(map, k);
+	}
+	return 0;
+}
+
+static void cap_proc_gone(__u32 tgid)
+{
+	bpf_for_each_map_elem(&cap_fds, cap_gone_cb, &tgid, 0);
+}
 
 /* The struct file of fd if it is an internet TCP/UDP socket, else 0. */
 static __always_inline __u64 cap_inet_file(__u32 fd)
@@ -145,7 +163,7 @@ static __always_inline int cap_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg)
 	__u32 tid = (__u32)pidtid;
 	struct cap_args a = { .buf = buf, .fd = (__u32)fd, .dir = dir, .msg = msg };
 
-	if ((__u32)(pidtid >> 32) != cap_tgid || fd > 0x7fffffff)
+	if (fd > 0x7fffffff || !cap_selected(pidtid >> 32))
 		return 0;
 	a.file = cap_inet_file((__u32)fd);
 	if (!a.file)
@@ -174,8 +192,6 @@ static __always_inline int cap_exit(long ret)
 	struct iovec iov;
 	__u32 meta;
 
-	if (pid != cap_tgid)
-		return 0;
 	a = bpf_map_lookup_elem(&cap_inflight, &tid);
 	if (!a)
 		return 0;
@@ -266,8 +282,6 @@ int cap_close(struct trace_event_raw_sys_enter *ctx)
 	struct cap_key k = { .pid = pidtid >> 32, .fd = (__u32)ctx->args[0] };
 	struct cap_val *v;
 
-	if (k.pid != cap_tgid)
-		return 0;
 	v = bpf_map_lookup_elem(&cap_fds, &k);
 	if (!v)
 		return 0;

@@ -8,7 +8,9 @@
  * _ex forms) are fed from user memory to accum_write. A connection is the
  * pair (pid, SSL *): the first write or read gives it a connection id from
  * a counter; SSL_free closes it (accum_close) and forgets it. The loader
- * attaches with a pid filter; cap_proto (frozen .rodata) tags the records.
+ * attaches with a pid filter (one process) or to every process using the
+ * library, and then select.bpf.h says which calls count; cap_proto (frozen
+ * .rodata) tags the records.
  * The handlers use BPF_KPROBE/BPF_KRETPROBE: a uprobe gets the same pt_regs,
  * and the libbpf headers here predate BPF_UPROBE.
  */
@@ -21,6 +23,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "cistern/accum.bpf.h"
+#include "select.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -80,6 +83,20 @@ static __always_inline __u64 cap_conn_id(__u32 pid, __u64 ssl)
 	return id ? *id : 0;
 }
 
+static long cap_gone_cb(void *map, struct cap_key *k, __u64 *id, __u32 *tgid)
+{
+	if (k->pid == *tgid) {
+		accum_close(*id);
+		bpf_map_delete_elem(map, k);
+	}
+	return 0;
+}
+
+static void cap_proc_gone(__u32 tgid)
+{
+	bpf_for_each_map_elem(&cap_conns, cap_gone_cb, &tgid, 0);
+}
+
 /* The key of the in-flight map: tid, with the direction in the top bit. */
 static __always_inline __u64 cap_tkey(__u32 dir)
 {
@@ -91,6 +108,8 @@ static __always_inline int cap_enter(__u32 dir, __u64 ssl, __u64 buf, __u64 nptr
 	struct cap_args a = { .ssl = ssl, .buf = buf, .nptr = nptr };
 	__u64 k = cap_tkey(dir);
 
+	if (!cap_selected(bpf_get_current_pid_tgid() >> 32))
+		return 0;
 	bpf_map_update_elem(&cap_inflight, &k, &a, BPF_ANY);
 	return 0;
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,9 @@ it with pgbench -i -s 1 and drives it with pgbench -S (select-only) at full
 rate. Modes, side by side in one run: untraced (baseline), naive (one fixed
 1 KiB ring record per SSL fragment), accumulated (Cistern's channel), each
 traced mode with 256 KiB and 4 MiB (_4m) rings, and bpftrace counting the
-same uprobes (skipped with a note when bpftrace is missing).`,
+same uprobes (skipped with a note when bpftrace is missing). The sysbench
+modes run MariaDB over TLS with sysbench oltp_point_select (prepared
+statements), untraced and captured with --protocol mysql.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
@@ -32,6 +35,6 @@ same uprobes (skipped with a note when bpftrace is missing).`,
 	bf.add(c)
 	c.Flags().DurationVar(&opt.Duration, "duration", 0, "pgbench run per mode (default 15s, quick 5s)")
 	c.Flags().IntVar(&opt.Clients, "clients", 0, "pgbench clients and threads (default 2)")
-	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default untraced,naive,accumulated,naive_4m,accumulated_4m,bpftrace)")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(bench.CaptureModes, ",")+")")
 	return c
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,20 +18,26 @@ import (
 	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/metrics"
 )
 
 func newCaptureRunCmd() *cobra.Command {
 	var (
 		pid       int
+		children  bool
+		cgroup    string
+		all       bool
 		protocol  string
 		transport string
 		format    string
 		duration  time.Duration
 		flush     uint32
 		latency   time.Duration
+		outPath   string
+		metricsAt string
 	)
 	c := &cobra.Command{
-		Use:   "capture --pid P [--transport auto|tls|plain] [--protocol postgres] [--format table|json] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
 (SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
@@ -39,18 +46,36 @@ on TCP/UDP sockets (and close) with --transport plain; auto (the default)
 picks tls when P maps libssl.so.3, else plain, so a libssl-linked client
 talking plaintext (psql sslmode=disable) needs --transport plain. It batches
 the bytes per connection in the kernel (the accumulating channel), and prints one record per
-PostgreSQL query: time, pid, query text, latency, rows, error. Latency is
+query (PostgreSQL: simple and extended protocol; MySQL/MariaDB: COM_QUERY,
+COM_STMT_PREPARE/EXECUTE): time, pid, query text, latency, rows, error, and
+user and database when the connection's start was seen. Latency is
 measured at batch granularity: latency_exact says whether the query opened
 its batch and its answer closed one; otherwise it is an upper bound.
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.
-Only the process P itself is captured (not its children).`,
+
+Selection: --pid P captures P and every process it has forked or forks
+(a PostgreSQL postmaster's backends; --children=false: P alone, with the
+uprobes' own per-process filter); --cgroup PATH the tasks of a cgroup-v2
+directory and its descendants; --all every process. Except for
+--children=false, the uprobes trap in every process using the library and a
+check in BPF decides; the libraries are those the selected processes map
+when the capture starts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pid <= 0 {
-				return cli.Usagef("--pid is required")
+			n := 0
+			for _, set := range []bool{pid != 0, cgroup != "", all} {
+				if set {
+					n++
+				}
 			}
-			if protocol != "postgres" {
-				return cli.Usagef("--protocol %q: only postgres is supported", protocol)
+			if n != 1 {
+				return cli.Usagef("want exactly one of --pid, --cgroup or --all")
+			}
+			if pid < 0 {
+				return cli.Usagef("--pid %d: want a process id", pid)
+			}
+			if protocol != "postgres" && protocol != "mysql" {
+				return cli.Usagef("--protocol %q: want postgres or mysql (MySQL and MariaDB)", protocol)
 			}
 			switch transport {
 			case capture.TransportAuto, capture.TransportTLS, capture.TransportPlain:
@@ -67,27 +92,59 @@ Only the process P itself is captured (not its children).`,
 			if err := cli.RequireRoot("cistern capture"); err != nil {
 				return err
 			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-				return cli.Usagef("--pid %d: no such process", pid)
+			if pid != 0 {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+					return cli.Usagef("--pid %d: no such process", pid)
+				}
 			}
-			cp, err := capture.Open(capture.Options{PID: pid, Protocol: protocol, Transport: transport, Accum: cfg})
+			opt := capture.Options{PID: pid, Children: pid != 0 && children, Cgroup: cgroup, All: all,
+				Protocol: protocol, Transport: transport, Accum: cfg}
+			if cgroup != "" {
+				if _, err := capture.ResolveCgroup(cgroup); err != nil {
+					return cli.Usagef("--cgroup: %v", err)
+				}
+			}
+			out := cmd.OutOrStdout()
+			if outPath != "" {
+				f, err := os.Create(outPath)
+				if err != nil {
+					return cli.Usagef("--out: %v", err)
+				}
+				defer f.Close()
+				out = f
+			}
+			cp, err := capture.Open(opt)
 			if err != nil {
 				return err
 			}
 			defer cp.Close()
+			if metricsAt != "" {
+				ctx, stop := context.WithCancel(cmd.Context())
+				defer stop()
+				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", cp.Counters))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
+			}
 			via := cp.LibSSL
 			if cp.Transport == capture.TransportPlain {
 				via = "socket syscalls (plaintext)"
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of pid %d through %s\n", protocol, pid, via)
-			return runCapture(cmd.OutOrStdout(), cmd.ErrOrStderr(), cp, format, duration)
+			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), via)
+			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration)
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&pid, "pid", 0, "process to capture")
+	f.IntVar(&pid, "pid", 0, "process to capture (and, with --children, the processes it forks)")
+	f.BoolVar(&children, "children", true, "with --pid: also capture the processes it has forked or forks")
+	f.StringVar(&cgroup, "cgroup", "", "cgroup-v2 directory whose tasks (and descendants') are captured")
+	f.BoolVar(&all, "all", false, "capture every process")
 	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
-	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse (postgres)")
+	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, or mysql (MySQL and MariaDB)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
+	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
+	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
@@ -124,6 +181,9 @@ loop:
 		}
 		qs, err := cp.Next(200 * time.Millisecond)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if cp.Opt.PID == 0 {
+				continue
+			}
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cp.Opt.PID)); err != nil {
 				if gone { // one more idle round after the exit: drained
 					break loop
@@ -157,9 +217,9 @@ loop:
 		return err
 	}
 	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
-		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps\n",
+		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped\n",
 		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()))
+		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes())
 	return nil
 }
 

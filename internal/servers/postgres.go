@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -95,7 +96,30 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 		out, _ := os.ReadFile(pg.logPath)
 		return fail(fmt.Errorf("%w\n%s", err, out))
 	}
+	// Listening is not accepting: "the database system is starting up".
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if exec.Command(pg.Bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(opt.Port)).Run() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			pg.p.stop()
+			out, _ := os.ReadFile(pg.logPath)
+			return fail(fmt.Errorf("postgres listens but does not accept connections\n%s", out))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return pg, nil
+}
+
+// PID is the postmaster's process id (from postmaster.pid): the parent of
+// every backend, which runuser, the process started, is not.
+func (pg *Postgres) PID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(pg.Dir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
 }
 
 // Psql runs one SQL statement through psql over TCP and returns its output.

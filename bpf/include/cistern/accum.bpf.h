@@ -67,7 +67,9 @@
  * CONCURRENCY
  *   No bpf_spin_lock (helpers are needed while holding the batch, and
  *   tracepoint programs cannot take one): a connection is owned through its
- *   busy word (compare-and-swap). A writer spins a bounded number of times;
+ *   busy word (compare-and-swap). A writer spins a bounded number of times
+ *   (ACCUM_SPIN inline, then up to ACCUM_SPIN_LONG in bpf_loop: under load
+ *   the timer's CPU can be taken away mid-flush for longer than 10 us);
  *   the timer never spins (a busy batch is being worked on, and is looked at
  *   again half a latency bound later). Ownership is checked against the
  *   connection id and a dead flag set on close, so an element that went away
@@ -95,6 +97,9 @@
 
 #ifndef ACCUM_SPIN
 #define ACCUM_SPIN 512 /* ~10 us of compare-and-swap: outlasts a timer flush (one ring output) */
+#endif
+#ifndef ACCUM_SPIN_LONG
+#define ACCUM_SPIN_LONG (1 << 17) /* then up to a few ms, in bpf_loop: an owner descheduled mid-flush */
 #endif
 
 #define ACCUM_PIDTID(pid, tid) (((__u64)(pid) << 32) | (__u32)(tid))
@@ -239,6 +244,24 @@ static __always_inline void accum_release(struct accum_conn *c)
 	*(volatile __u32 *)&c->busy = 0;
 }
 
+struct accum_spin {
+	__u64 id;
+	__u32 got;
+};
+
+static long accum_spin_cb(__u64 i, struct accum_spin *sp)
+{
+	struct accum_conn *c = bpf_map_lookup_elem(&accum_conns, &sp->id);
+
+	if (!c)
+		return 1;
+	if (__sync_val_compare_and_swap(&c->busy, 0, 1) == 0) {
+		sp->got = 1;
+		return 1;
+	}
+	return 0;
+}
+
 /* Owns connection id: finds or creates it and takes its busy word. NULL:
  * *err says why (-ENOSPC: table full, -EBUSY: held elsewhere too long,
  * -EINVAL: absent and !create). */
@@ -271,6 +294,21 @@ static __always_inline struct accum_conn *accum_own(__u64 id, int create, int *e
 				got = 1;
 				break;
 			}
+		}
+		if (!got) {
+			/* The owner is slow (its CPU was taken away mid-flush, which
+			 * a loaded machine does): keep trying, boundedly, rather than
+			 * lose the fragment. */
+			struct accum_spin sp = { .id = id };
+
+			bpf_loop(ACCUM_SPIN_LONG, accum_spin_cb, &sp, 0);
+			c = bpf_map_lookup_elem(&accum_conns, &id);
+			if (!c) {
+				if (sp.got)
+					return NULL; /* cannot happen: an owned element stays */
+				continue; /* closed and deleted meanwhile: look again */
+			}
+			got = sp.got;
 		}
 		if (!got) {
 			*err = -ACCUM_EBUSY;

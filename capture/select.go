@@ -1,0 +1,266 @@
+package capture
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
+)
+
+// Selection modes (cap_mode in bpf/capture/select.bpf.h).
+const (
+	selPIDs   uint8 = 0
+	selCgroup uint8 = 1
+	selAll    uint8 = 2
+)
+
+// validate checks that exactly one selection is given.
+func (o *Options) validate() error {
+	n := 0
+	if o.PID != 0 {
+		n++
+		if o.PID < 0 {
+			return fmt.Errorf("pid %d: want a process id", o.PID)
+		}
+	}
+	if o.Cgroup != "" {
+		n++
+	}
+	if o.All {
+		n++
+	}
+	if n != 1 {
+		return errors.New("want exactly one of a pid, a cgroup or all processes")
+	}
+	if o.Children && o.PID == 0 {
+		return errors.New("following children needs a pid")
+	}
+	return nil
+}
+
+// perPID: one process, whose uprobes can carry the kernel's own pid filter.
+func (o *Options) perPID() bool { return o.PID != 0 && !o.Children }
+
+// Cgroup is a cgroup-v2 directory as the BPF check needs it.
+type Cgroup struct {
+	Path  string // absolute, under the cgroup2 mount
+	ID    uint64 // its inode number: the kernel's cgroup id
+	Level int    // depth below the root (the root is 0)
+}
+
+// ResolveCgroup finds path in the cgroup-v2 hierarchy: an absolute path
+// under its mount, or a path relative to the mount (with or without a
+// leading /, as /proc/PID/cgroup shows it).
+func ResolveCgroup(path string) (Cgroup, error) {
+	roots := mounts.MountPoints("cgroup2")
+	if len(roots) == 0 {
+		return Cgroup{}, errors.New("no cgroup v2 hierarchy is mounted")
+	}
+	root := roots[0]
+	abs := filepath.Clean(path)
+	if rel, err := filepath.Rel(root, abs); err != nil || strings.HasPrefix(rel, "..") || !filepath.IsAbs(abs) {
+		abs = filepath.Join(root, path)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return Cgroup{}, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	if !st.IsDir() || !fileExists(filepath.Join(abs, "cgroup.procs")) {
+		return Cgroup{}, fmt.Errorf("cgroup %s: %s is not a cgroup-v2 directory", path, abs)
+	}
+	rel, _ := filepath.Rel(root, abs)
+	level := 0
+	if rel != "." {
+		level = len(strings.Split(rel, string(filepath.Separator)))
+	}
+	return Cgroup{Path: abs, ID: st.Sys().(*syscall.Stat_t).Ino, Level: level}, nil
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// CgroupPIDs lists the processes in cg and its descendants.
+func CgroupPIDs(cg string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == cg {
+				return err
+			}
+			return nil // a child cgroup removed meanwhile
+		}
+		if d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// AllPIDs lists every process.
+func AllPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// Descendants lists pid and every process below it in the process tree.
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, p := range AllPIDs() {
+		if pp := ppid(p); pp > 0 {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// targets are the processes selected now (the BPF check also sees later ones).
+func (c *Capture) targets() ([]int, error) {
+	switch {
+	case c.Opt.All:
+		return AllPIDs(), nil
+	case c.Opt.Cgroup != "":
+		return CgroupPIDs(c.cgroup.Path)
+	case c.Opt.Children:
+		return Descendants(c.Opt.PID), nil
+	}
+	return []int{c.Opt.PID}, nil
+}
+
+// libSSLs are the distinct libssl.so.3 files the selected processes map.
+func (c *Capture) libSSLs() ([]string, error) {
+	pids, err := c.targets()
+	if err != nil {
+		return nil, err
+	}
+	type fileID struct{ dev, ino uint64 }
+	seen := map[fileID]bool{}
+	var libs []string
+	for _, pid := range pids {
+		lib, err := FindLibSSL(pid)
+		if err != nil {
+			continue
+		}
+		st, err := os.Stat(lib)
+		if err != nil {
+			continue
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if id := (fileID{sys.Dev, sys.Ino}); !seen[id] {
+			seen[id] = true
+			libs = append(libs, lib)
+		}
+	}
+	return libs, nil
+}
+
+// setSelection writes the selection into the spec's frozen .rodata.
+func (c *Capture) setSelection(spec *ebpf.CollectionSpec) error {
+	mode := selPIDs
+	var cgid uint64
+	var level uint32
+	switch {
+	case c.Opt.All:
+		mode = selAll
+	case c.Opt.Cgroup != "":
+		mode, cgid, level = selCgroup, c.cgroup.ID, uint32(c.cgroup.Level)
+	}
+	self := uint32(os.Getpid())
+	for name, v := range map[string]any{"cap_mode": mode, "cap_cgid": cgid, "cap_cglevel": level, "cap_self": self} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// startSelection follows forks (attached first, so that no fork between
+// the scan and the attachment is missed) and fills cap_pids with the
+// processes selected now.
+func (c *Capture) startSelection(pids *ebpf.Map, fork, exit *ebpf.Program) error {
+	progs := []*ebpf.Program{exit} // every mode: an exiting process's connections end
+	if c.Opt.Children {
+		progs = append(progs, fork)
+	}
+	for _, p := range progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach process fork/exit tracking: %w", err)
+		}
+		c.links = append(c.links, l)
+	}
+	if c.Opt.PID == 0 {
+		return nil
+	}
+	targets, err := c.targets()
+	if err != nil {
+		return err
+	}
+	for _, p := range targets {
+		if err := pids.Put(uint32(p), uint8(1)); err != nil {
+			return fmt.Errorf("select pid %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Selection says what is captured.
+func (c *Capture) Selection() string { return c.Opt.selectionString() }
+
+// selectionString says what is captured, for messages.
+func (o *Options) selectionString() string {
+	switch {
+	case o.All:
+		return "all processes"
+	case o.Cgroup != "":
+		return "cgroup " + o.Cgroup
+	case o.Children:
+		return fmt.Sprintf("pid %d and its children", o.PID)
+	}
+	return fmt.Sprintf("pid %d", o.PID)
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// TestCaptureUsage: selection and protocol mistakes are usage errors (exit 2,
+// one line).
+func TestCaptureUsage(t *testing.T) {
+	bin := buildCLI(t)
+	for _, args := range [][]string{
+		{"capture"},
+		{"capture", "--pid", "1", "--all"},
+		{"capture", "--cgroup", "x", "--pid", "1"},
+		{"capture", "--all", "--protocol", "oracle"},
+		{"capture", "--cgroup", "no/such/cgroup/here"},
+		{"capture", "--pid", "-4"},
+	} {
+		_, stderr, code := run(bin, args...)
+		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, code, stderr)
+		}
+	}
+}
+
+// TestCaptureCLIServerJSON captures a PostgreSQL server by its postmaster's
+// pid (the backend psql gets is forked after the capture starts) and checks
+// the JSON records.
+func TestCaptureCLIServerJSON(t *testing.T) {
+	testenv.RequireRoot(t)
+	tc, err := servers.NewTLSCert()
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Remove)
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54351, Conf: tc.PostgresConf()})
+	pid, err := pg.PID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildCLI(t)
+	outPath := filepath.Join(t.TempDir(), "queries.json")
+	c := exec.Command(bin, "capture", "--pid", strconv.Itoa(pid), "--format", "json", "--duration", "5s",
+		"--out", outPath, "--metrics", "127.0.0.1:0")
+	errPipe, _ := c.StderrPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	sc := bufio.NewScanner(errPipe)
+	var metricsURL string
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
+		metricsURL, _ = strings.CutPrefix(sc.Text(), "metrics at ")
+	}
+	if metricsURL == "" {
+		t.Fatalf("capture did not start with metrics: %q", sc.Text())
+	}
+	const q = "SELECT 40 + 2 AS answer"
+	if _, err := pg.Psql(q); err != nil { // sslmode prefer: TLS
+		t.Fatal(err)
+	}
+	// The agent's counters, live.
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "\ncistern_capture_queries_total 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never counted the query:\n%s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var summary string
+	for sc.Scan() {
+		summary = sc.Text()
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("capture: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("capture did not stop after --duration")
+	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %q: %v", line, err)
+		}
+		for _, k := range []string{"ts", "pid", "protocol", "query", "latency_us", "rows", "error"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("record %q has no %q", line, k)
+			}
+		}
+		if rec["query"] == q && rec["rows"] == 1.0 && rec["pid"] != float64(pid) && rec["user"] == "postgres" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("%q not captured from a backend with user postgres; output %q", q, out)
+	}
+	if !strings.Contains(summary, "1 queries") || !strings.Contains(summary, "lost: 0 records") {
+		t.Errorf("summary %q", summary)
+	}
+}
