@@ -29,6 +29,7 @@ import (
 const (
 	ProtoPostgres uint8 = 1
 	ProtoMySQL    uint8 = 2
+	ProtoRaw      uint8 = 3
 )
 
 // Transports of Options.Transport.
@@ -102,8 +103,8 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Protocol == "" {
 		opt.Protocol = "postgres"
 	}
-	if opt.Protocol != "postgres" && opt.Protocol != "mysql" {
-		return nil, fmt.Errorf("protocol %q: want postgres or mysql", opt.Protocol)
+	if opt.Protocol != "postgres" && opt.Protocol != "mysql" && opt.Protocol != "raw" {
+		return nil, fmt.Errorf("protocol %q: want postgres, mysql or raw", opt.Protocol)
 	}
 	if err := opt.validate(); err != nil {
 		return nil, err
@@ -296,8 +297,11 @@ func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions
 }
 
 func (c *Capture) protoTag() uint8 {
-	if c.Opt.Protocol == "mysql" {
+	switch c.Opt.Protocol {
+	case "mysql":
 		return ProtoMySQL
+	case "raw":
+		return ProtoRaw
 	}
 	return ProtoPostgres
 }

@@ -82,8 +82,11 @@ func (p *pgConn) bad() uint64 { return p.badBytes }
 
 // newParser makes the parser of protocol for connection id.
 func newParser(protocol string, id uint64) connParser {
-	if protocol == "mysql" {
+	switch protocol {
+	case "mysql":
 		return newMyConn(id)
+	case "raw":
+		return newRawConn(id)
 	}
 	return newPGConn(id)
 }

@@ -37,7 +37,7 @@ func newCaptureRunCmd() *cobra.Command {
 		metricsAt string
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
 (SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
@@ -47,7 +47,9 @@ picks tls when P maps libssl.so.3, else plain, so a libssl-linked client
 talking plaintext (psql sslmode=disable) needs --transport plain. It batches
 the bytes per connection in the kernel (the accumulating channel), and prints one record per
 query (PostgreSQL: simple and extended protocol; MySQL/MariaDB: COM_QUERY,
-COM_STMT_PREPARE/EXECUTE): time, pid, query text, latency, rows, error, and
+COM_STMT_PREPARE/EXECUTE; raw: one record per request/response
+exchange, the request's first 256 bytes as the query and the answer's size
+in bytes as rows): time, pid, query text, latency, rows, error, and
 user and database when the connection's start was seen. Latency is
 measured at batch granularity: latency_exact says whether the query opened
 its batch and its answer closed one; otherwise it is an upper bound.
@@ -74,8 +76,8 @@ when the capture starts.`,
 			if pid < 0 {
 				return cli.Usagef("--pid %d: want a process id", pid)
 			}
-			if protocol != "postgres" && protocol != "mysql" {
-				return cli.Usagef("--protocol %q: want postgres or mysql (MySQL and MariaDB)", protocol)
+			if protocol != "postgres" && protocol != "mysql" && protocol != "raw" {
+				return cli.Usagef("--protocol %q: want postgres, mysql (MySQL and MariaDB) or raw", protocol)
 			}
 			switch transport {
 			case capture.TransportAuto, capture.TransportTLS, capture.TransportPlain:
@@ -141,7 +143,7 @@ when the capture starts.`,
 	f.StringVar(&cgroup, "cgroup", "", "cgroup-v2 directory whose tasks (and descendants') are captured")
 	f.BoolVar(&all, "all", false, "capture every process")
 	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
-	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, or mysql (MySQL and MariaDB)")
+	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, mysql (MySQL and MariaDB), or raw (request/response exchanges, unparsed)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
 	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
