@@ -22,7 +22,7 @@ func TestRawExchanges(t *testing.T) {
 		t.Fatalf("exchange reported before it ended: %+v", out)
 	}
 	out = r.feed(out, accum.Direction(1), []byte("GET /b"), ft, 3) // ends the first
-	out = r.close(out)                                            // ends the second (unanswered)
+	out = r.close(out)                                             // ends the second (unanswered)
 	if len(out) != 2 {
 		t.Fatalf("got %d exchanges, want 2: %+v", len(out), out)
 	}
