@@ -40,6 +40,8 @@ var tools = []tool{
 		m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
 		return strings.Join(m, ""), len(m) > 0
 	}},
+	{"mariadb", "mariadb-server", "MySQL-protocol capture tests and bench", onPath("mariadbd")},
+	{"sysbench", "sysbench", "MariaDB capture bench load", onPath("sysbench")},
 	{"fio", "fio", "page-cache and query bench load", onPath("fio")},
 	{"ripgrep", "ripgrep", "page-cache file-search bench", onPath("rg")},
 	{"bpftrace", "bpftrace", "the reference tracer benches compare with", onPath("bpftrace")},
