@@ -1,0 +1,123 @@
+/* Test peer for cbuf's Go tests: a C component driven from the command line.
+ *   peer SOCK send N SIZE     alloc N buffers, fill them, cbuf_send, print
+ *                             "id nonce" per line, free them, wait for EOF
+ *                             on stdin, exit
+ *   peer SOCK recv SIZE       read "id nonce" lines, cbuf2buf, check the
+ *                             fill, free; print "ok N bad M"
+ *   peer SOCK write ID SIZE   cbuf2buf a received id and write to it (the
+ *                             write must fault: exit by SIGSEGV)
+ *   peer SOCK big ID SIZE     cbuf2buf with SIZE; print "null" or "mapped"
+ *   peer SOCK layout          print the shared layout's offsets and sizes
+ * Fill: 64-bit word i of a buffer holds nonce ^ i. */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cbuf.h"
+#include "cbuf_layout.h"
+
+static void fill(uint64_t *p, size_t size, uint64_t nonce)
+{
+	for (size_t i = 0; i < size / 8; i++)
+		p[i] = nonce ^ i;
+}
+
+static int check(const uint64_t *p, size_t size, uint64_t nonce)
+{
+	for (size_t i = 0; i < size / 8; i++)
+		if (p[i] != (nonce ^ i))
+			return 0;
+	return 1;
+}
+
+#define OFF(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
+#define SZ(t) printf(#t " %zu\n", sizeof(struct t))
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && argc < 3) {
+		fprintf(stderr, "usage: see peer.c\n");
+		return 2;
+	}
+	if (argc >= 3 && !strcmp(argv[2], "layout")) {
+		SZ(cbuf_meta); OFF(cbuf_meta, cnt); OFF(cbuf_meta, next);
+		SZ(cbuf_dir); OFF(cbuf_dir, page_off); OFF(cbuf_dir, npages); OFF(cbuf_dir, gen);
+		SZ(cbuf_hdr); OFF(cbuf_hdr, slot); OFF(cbuf_hdr, max_bufs); OFF(cbuf_hdr, pool_bytes); OFF(cbuf_hdr, meta_off);
+		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, ring_head);
+		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring);
+		SZ(cbuf_agg); OFF(cbuf_agg, n); OFF(cbuf_agg, cap); SZ(cbuf_agg_ent); OFF(cbuf_agg_ent, off); OFF(cbuf_agg_ent, len);
+		SZ(cbuf_msg); OFF(cbuf_msg, arg2); OFF(cbuf_msg, name); SZ(cbuf_reply);
+		printf("CBUF_F_INCONSISTENT %llu\nCBUF_F_RELINQUISH %llu\nCBUF_RECV1 %llu\nCBUF_SENT1 %llu\n",
+		       (unsigned long long)CBUF_F_INCONSISTENT, (unsigned long long)CBUF_F_RELINQUISH,
+		       (unsigned long long)CBUF_RECV1, (unsigned long long)CBUF_SENT1);
+		return 0;
+	}
+	if (argc < 3)
+		return 2;
+	int err = cbuf_connect(argv[1]);
+	if (err) {
+		fprintf(stderr, "cbuf_connect: %s\n", strerror(-err));
+		return 1;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!strcmp(argv[2], "send") && argc == 5) {
+		int n = atoi(argv[3]);
+		size_t size = strtoul(argv[4], NULL, 0);
+		for (int i = 0; i < n; i++) {
+			cbuf_t id;
+			uint64_t *p = cbuf_alloc(size, &id);
+			if (!p) {
+				fprintf(stderr, "cbuf_alloc failed\n");
+				return 1;
+			}
+			uint64_t nonce = ((uint64_t)rand() << 32) ^ (uint64_t)i;
+			fill(p, size, nonce);
+			cbuf_send(id);
+			printf("%" PRIu64 " %" PRIu64 "\n", id, nonce);
+			cbuf_free(id);
+		}
+		char b[16];
+		while (fread(b, 1, sizeof(b), stdin) > 0)
+			;
+		return 0;
+	}
+	if (!strcmp(argv[2], "recv") && argc == 4) {
+		size_t size = strtoul(argv[3], NULL, 0);
+		uint64_t id, nonce;
+		int ok = 0, bad = 0;
+		while (scanf("%" SCNu64 " %" SCNu64, &id, &nonce) == 2) {
+			const uint64_t *p = cbuf2buf(id, size);
+			if (p && check(p, size, nonce))
+				ok++;
+			else
+				bad++;
+			if (p)
+				cbuf_free(id);
+		}
+		printf("ok %d bad %d\n", ok, bad);
+		return 0;
+	}
+	if (!strcmp(argv[2], "write") && argc == 5) {
+		uint64_t id = strtoull(argv[3], NULL, 0);
+		volatile char *p = cbuf2buf(id, strtoul(argv[4], NULL, 0));
+		if (!p) {
+			printf("null\n");
+			return 1;
+		}
+		printf("mapped\n");
+		fflush(stdout);
+		p[0] = 1; /* must fault */
+		printf("wrote\n");
+		return 0;
+	}
+	if (!strcmp(argv[2], "big") && argc == 5) {
+		uint64_t id = strtoull(argv[3], NULL, 0);
+		void *p = cbuf2buf(id, strtoul(argv[4], NULL, 0));
+		printf("%s\n", p ? "mapped" : "null");
+		return 0;
+	}
+	fprintf(stderr, "peer: bad arguments\n");
+	return 2;
+}
