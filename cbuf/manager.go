@@ -42,6 +42,10 @@ type buffer struct {
 
 type extent struct{ off, n uint32 }
 
+// collectBatch is how many buffers of the asked size a collection aims to
+// hand back, creating new ones within the quota when too few are dead.
+const collectBatch = 256
+
 type component struct {
 	slot     uint32
 	name     string
@@ -619,22 +623,29 @@ func (m *Manager) collect(c *component, k int) int {
 		n++
 	}
 	c.collected += uint64(n)
-	if !haveK {
-		// a batch of new buffers, so the next collections are rarer
-		want := 1 + int((c.quota-min(c.quota, c.used))/uint64(pages))/4
-		want = min(want, 64)
-		for i := 0; i < want; i++ {
-			idx, ok := m.create(c, pages)
-			if !ok {
-				break
-			}
-			if !m.pushRing(c, idx) {
-				m.destroy(c, idx, false)
-				break
-			}
-			n++
-			haveK = true
+	// Top the batch of class k up with new buffers while the quota allows,
+	// so a larger pool means rarer collections (the paper's Figure 7).
+	nk := 0
+	for _, idx := range dead {
+		if uint32(c.bufs[idx].npages) == pages {
+			nk++
 		}
+	}
+	want := min(int((c.quota-min(c.quota, c.used))/uint64(pages))/2, collectBatch-nk)
+	if !haveK {
+		want = max(want, 1)
+	}
+	for i := 0; i < want; i++ {
+		idx, ok := m.create(c, pages)
+		if !ok {
+			break
+		}
+		if !m.pushRing(c, idx) {
+			m.destroy(c, idx, false)
+			break
+		}
+		n++
+		haveK = true
 	}
 	if !haveK {
 		return -n - 1 // nothing of class k yet: the caller blocks

@@ -9,6 +9,7 @@ pkgs=(
   memcached                             # Kerby-KV source of truth
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
+  gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -35,7 +35,9 @@ static struct cbuf_client C = {.sock = -1, .slow = PTHREAD_MUTEX_INITIALIZER};
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_ACQ_REL)
 #define SUB(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_ACQ_REL)
-#define STAT(f) __atomic_fetch_add(&C.hdr->f, 1, __ATOMIC_RELAXED)
+/* Statistics are informational: a relaxed load and store (no locked
+ * instruction on the fast path; concurrent threads may lose a count). */
+#define STAT(f) __atomic_store_n(&C.hdr->f, __atomic_load_n(&C.hdr->f, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
 
 static uint64_t now_ns(void)
 {
