@@ -690,26 +690,29 @@ func (m *Manager) collectBlocking(ctx context.Context, c *component, k int) int 
 		case <-ctx.Done():
 			return -1
 		case <-m.wake:
-		case <-time.After(time.Millisecond):
+		case <-time.After(250 * time.Microsecond):
 		}
 	}
 }
 
-// askRelinquish flags c's shared buffers in every holder so the last free
-// tells the manager at once.
+// askRelinquish flags c's shared buffers in every other component (held or
+// still in flight to it) so the free that drops the last reference tells
+// the manager at once; the owner's own word only when it has sent it, since
+// a flagged private buffer would not go back to the free list.
 func (m *Manager) askRelinquish(c *component) {
 	for _, idx := range c.owned {
 		if c.bufs[idx].state != bufClient {
 			continue
 		}
 		g := m.g(c.slot, idx)
+		if cnt(atomic.LoadUint64(&c.metas[g].Cnt), sentShift) == 0 {
+			continue
+		}
 		for _, o := range m.comps {
 			if o == nil || !o.alive {
 				continue
 			}
-			if cnt(atomic.LoadUint64(&o.metas[g].Cnt), refShift) != 0 {
-				setFlag(&o.metas[g].Cnt, FlagRelinquish)
-			}
+			setFlag(&o.metas[g].Cnt, FlagRelinquish)
 		}
 	}
 }
