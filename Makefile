@@ -48,3 +48,10 @@ bench: root deps build
 
 clean:
 	rm -rf bin $(VMLINUX)
+
+# libcbuf (C client of CBUF): static + shared library and cbuf.pc.
+.PHONY: cbuf-lib cbuf-install
+cbuf-lib:
+	$(MAKE) -C lib/cbuf
+cbuf-install:
+	$(MAKE) -C lib/cbuf install

@@ -290,3 +290,30 @@ func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	}
 	return benchkit.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
 }
+
+// CBufPingPong is the demo's piece: a two-process ping-pong of pages-page
+// messages over CBUF (futex wake-up and busy polling) and over a pipe,
+// returning the round trip in microseconds per mode.
+func CBufPingPong(ctx context.Context, pages, iters int) (map[string]float64, error) {
+	peer, _, err := buildCBufPeers(cbufCacheDir())
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "cistern-cbuf-demo")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := map[string]float64{}
+	err = withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 256 << 20, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+		for _, mode := range []string{"cbuf_block", "cbuf_poll", "pipe"} {
+			kv, err := runKV(ctx, nil, peer, "rtt", sock, mode, strconv.Itoa(pages), strconv.Itoa(iters))
+			if err != nil {
+				return err
+			}
+			out[mode] = kv["rtt_ns"] / 1000
+		}
+		return nil
+	})
+	return out, err
+}
