@@ -174,6 +174,17 @@ func runPolicy(ctx context.Context, rep *benchkit.Report, tmp, peer, pol string,
 						cb = c.BlockedPct
 					}
 				}
+				if os.Getenv("CBUF_POLICY_TRACE") != "" {
+					var pq, iq uint64
+					for _, c := range st.Components {
+						if c.Name == "producer" {
+							pq = c.PoolPages
+						} else if c.Name == "interferer" {
+							iq = c.PoolPages
+						}
+					}
+					fmt.Fprintf(os.Stderr, "%s t=%.2f rate=%.0f prod_blk=%.1f pool=%d int_blk=%.1f ipool=%d demand=%d\n", pol, t, rate, pb, pq, ib, iq, ph.demand(t))
+				}
 				if t < ph.quiet {
 					if t > 0.5 {
 						quietRate = append(quietRate, rate)

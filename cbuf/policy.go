@@ -15,12 +15,14 @@ type policyState struct {
 	lastRate  float64 // allocations per second in the last period
 	prevQuota uint64
 	prevFrac  float64
-	lo, hi    uint64 // qos: pool sizes known too small / too large (0: unknown)
+	lo, hi    uint64  // qos: pool sizes known too small / too large (0: unknown)
+	ewma      float64 // qos: smoothed blocked/GC share
 }
 
 const (
 	minPoolPages = 64 // every component keeps room for one largest buffer
 	qosTolerance = 0.25
+	qosStep      = 16 // pages: a bracket narrower than this is stale
 )
 
 // A policy turns the last period's measurements into desired pool sizes.
@@ -157,28 +159,26 @@ func qos(_ *Manager, comps []*component, total uint64) map[*component]uint64 {
 		}
 		target := float64(c.qosPPM) / 1e6
 		p := &c.pol
+		// smooth the 4 Hz samples: one noisy period must not flip the search
+		p.ewma = 0.5*p.ewma + 0.5*p.lastFrac
 		q := c.quota
 		switch {
-		case p.lastFrac > target*(1+qosTolerance/2): // too little memory
+		case p.ewma > target*(1+qosTolerance/2): // too little memory
 			p.lo = q
-			if p.hi > q {
+			if p.hi > q+qosStep {
 				q = (q + p.hi) / 2
-			} else {
-				q = q + max(q/2, minPoolPages)
+			} else { // no bracket above (or it went stale): grow
+				p.hi = 0
+				q = q + max(q/4, qosStep)
 			}
-		case p.lastFrac < target*(1-qosTolerance/2): // more than it needs
+		case p.ewma < target*(1-qosTolerance/2): // more than it needs
 			p.hi = q
-			if p.lo > 0 && p.lo < q {
+			if p.lo > 0 && p.lo+qosStep < q {
 				q = (q + p.lo) / 2
 			} else {
-				q = q - q/4
+				p.lo = 0
+				q = q - q/8
 			}
-		default:
-			// on target: widen the bracket slowly so a change in load is seen
-			if p.lo > 0 {
-				p.lo = p.lo - p.lo/8
-			}
-			p.hi = p.hi + p.hi/8
 		}
 		q = max(q, minPoolPages)
 		want[c] = q
