@@ -254,7 +254,7 @@ func cbufGC(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, pee
 	for _, pool := range pools {
 		opt.Progress(fmt.Sprintf("allocation cost with collection, pool of %d pages", pool))
 		err := withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 64 << 20, Pool: uint64(pool) * 4096, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
-			kv, err := runKV(ctx, nil, peer, "gc", sock, strconv.Itoa(iters))
+			kv, err := runKV(ctx, nil, peer, "gc", sock, strconv.Itoa(iters), strconv.Itoa(pool))
 			if err != nil {
 				return err
 			}

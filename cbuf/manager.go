@@ -83,6 +83,7 @@ type Manager struct {
 	maxBufs uint32
 	mu      sync.Mutex
 	comps   [MaxComponents]*component
+	alive   []*component // connected components, for the liveness scans
 	dirFd   int
 	dirMem  []byte
 	dir     []Dir
@@ -322,9 +323,11 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 	*c.hdr = Hdr{Magic: Magic, Version: Version, Slot: c.slot, MaxBufs: m.maxBufs, PoolBytes: m.opt.Memory, MetaOff: metaOff()}
 	c.metas = metasOf(c.meta, metaOff(), m.maxBufs)
 	c.bufs = make([]buffer, m.maxBufs)
+	// The first quota comes out of what the other pools leave, and is at
+	// least one largest buffer; the policy rebalances from there.
 	c.quota = m.opt.Pool / PageSize
-	if tot := m.quotaTotal() + c.quota; tot > m.opt.Memory/PageSize {
-		c.quota = (m.opt.Memory / PageSize) - m.quotaTotal()
+	if left := m.opt.Memory/PageSize - min(m.opt.Memory/PageSize, m.quotaTotal()); c.quota > left {
+		c.quota = max(left, minPoolPages)
 	}
 	dirRO, err := readOnlyFd(m.dirFd)
 	if err != nil {
@@ -338,6 +341,7 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 		return fail(errors.New("dup: out of file descriptors"))
 	}
 	m.comps[slot] = c
+	m.refreshAlive()
 	m.opt.Logf("cbuf: component %d %q (pid %d) connected, pool %d pages", slot, c.name, c.pid, c.quota)
 	return c, fds, nil
 }
@@ -399,10 +403,7 @@ func (m *Manager) live(g uint64) bool {
 	var snap [MaxComponents]uint64
 	for pass := 0; pass < 2; pass++ {
 		sent, recv := m.adj[g], int64(0)
-		for i, c := range m.comps {
-			if c == nil || !c.alive {
-				continue
-			}
+		for i, c := range m.alive {
 			w := atomic.LoadUint64(&c.metas[g].Cnt)
 			if pass == 1 && w != snap[i] {
 				return true
@@ -419,6 +420,15 @@ func (m *Manager) live(g uint64) bool {
 		}
 	}
 	return false
+}
+
+func (m *Manager) refreshAlive() {
+	m.alive = m.alive[:0]
+	for _, c := range m.comps {
+		if c != nil && c.alive {
+			m.alive = append(m.alive, c)
+		}
+	}
 }
 
 // resetCounts subtracts the counts seen in every component's word for a
@@ -770,6 +780,7 @@ func (m *Manager) disconnect(c *component) {
 		}
 	}
 	c.alive = false
+	m.refreshAlive()
 	unix.Munmap(c.meta)
 	c.meta, c.metas, c.hdr = nil, nil, nil
 	for _, idx := range append([]uint32(nil), c.owned...) {

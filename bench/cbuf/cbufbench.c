@@ -3,7 +3,7 @@
  *   cbufbench fast SOCK PAGES ITERS         fast-path ns per operation
  *   cbufbench rtt  SOCK MODE PAGES ITERS    round trip between two processes:
  *            MODE cbuf_poll | cbuf_block | pipe | unix_socket
- *   cbufbench gc   SOCK ITERS               amortised 1-page alloc+send+free
+ *   cbufbench gc   SOCK ITERS POOL_PAGES    amortised 1-page alloc+send+free
  *            while a child receives and frees (Figure 7 of the paper)
  *   cbufbench producer|consumer|interferer SOCK SHM ...   policy experiment
  * Results are "key value" lines on stdout. */
@@ -306,8 +306,11 @@ struct gcring {
 	_Atomic uint64_t ids[GCRING];
 };
 
-static int gc(const char *sock, long iters)
+static int gc(const char *sock, long iters, long pool_pages)
 {
+	uint64_t inflight = pool_pages / 2 > 0 ? (uint64_t)pool_pages / 2 : 1;
+	if (inflight > GCRING)
+		inflight = GCRING;
 	struct gcring *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (r == MAP_FAILED)
 		die("mmap");
@@ -321,11 +324,12 @@ static int gc(const char *sock, long iters)
 				continue;
 			}
 			uint64_t id = atomic_load(&r->ids[t % GCRING]);
-			atomic_store_explicit(&r->tail, t + 1, memory_order_release);
 			volatile char *q = cbuf2buf(id, 4096);
 			if (q)
 				sink += q[0];
 			cbuf_free(id);
+			/* tail moves only after the free: the parent's drain waits for it */
+			atomic_store_explicit(&r->tail, t + 1, memory_order_release);
 			i++;
 		}
 		cbuf_disconnect();
@@ -334,8 +338,12 @@ static int gc(const char *sock, long iters)
 	connect_or_die(sock);
 	uint64_t t0 = now_ns(), tin = 0;
 	for (long i = 0; i < iters; i++) {
-		while (atomic_load(&r->head) - atomic_load_explicit(&r->tail, memory_order_acquire) >= GCRING)
-			sched_yield();
+		/* Untimed: once half the pool is in flight, let the receiver free
+		 * it all, so collections find dead buffers instead of waiting for
+		 * the receiver: alloc_ns is the allocator's cost, not the pipe's. */
+		if (atomic_load(&r->head) - atomic_load(&r->tail) >= inflight)
+			while (atomic_load_explicit(&r->tail, memory_order_acquire) != atomic_load(&r->head))
+				sched_yield();
 		uint64_t t = now_ns();
 		cbuf_t id;
 		char *p = cbuf_alloc(4096, &id);
@@ -491,8 +499,8 @@ int main(int argc, char **argv)
 		return fast(argv[2], strtoul(argv[3], 0, 0), strtol(argv[4], 0, 0));
 	if (argc == 6 && !strcmp(argv[1], "rtt"))
 		return rtt(argv[2], argv[3], strtoul(argv[4], 0, 0), strtol(argv[5], 0, 0));
-	if (argc == 4 && !strcmp(argv[1], "gc"))
-		return gc(argv[2], strtol(argv[3], 0, 0));
+	if (argc == 5 && !strcmp(argv[1], "gc"))
+		return gc(argv[2], strtol(argv[3], 0, 0), strtol(argv[4], 0, 0));
 	if (argc == 6 && !strcmp(argv[1], "producer"))
 		return producer(argv[2], argv[3], strtoul(argv[4], 0, 0), strtoull(argv[5], 0, 0));
 	if (argc == 6 && !strcmp(argv[1], "consumer"))

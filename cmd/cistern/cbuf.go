@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 
@@ -55,12 +56,14 @@ a blocked-time target in percent).`,
 			defer stop()
 			errw := cmd.ErrOrStderr()
 			opt.Logf = func(f string, a ...any) { fmt.Fprintf(errw, f+"\n", a...) }
-			m, err := cbuf.NewManager(opt)
-			if err != nil {
-				return err
-			}
+			var live atomic.Pointer[cbuf.Manager]
 			if mAd != "" {
+				// scrapes before the manager exists see nothing yet
 				addr, err := metrics.Serve(ctx, mAd, metrics.NewCounterSet("cistern", "cbuf", func() (map[string]uint64, error) {
+					m := live.Load()
+					if m == nil {
+						return nil, nil
+					}
 					return cbufCounters(m.Stats()), nil
 				}))
 				if err != nil {
@@ -68,6 +71,11 @@ a blocked-time target in percent).`,
 				}
 				fmt.Fprintf(errw, "metrics on http://%s/metrics\n", addr)
 			}
+			m, err := cbuf.NewManager(opt)
+			if err != nil {
+				return err
+			}
+			live.Store(m)
 			fmt.Fprintf(errw, "cbuf manager on %s: %s of pool memory, policy %s\n", opt.Socket, memory, opt.Policy)
 			err = m.Run(ctx)
 			s := m.Stats()

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/cbuf"
+)
+
+func TestCBufCommands(t *testing.T) {
+	bin := buildCLI(t)
+	sock := filepath.Join(t.TempDir(), "cbuf.sock")
+	for _, args := range [][]string{
+		{"cbuf", "manager", "--socket", sock, "--memory", "lots"},
+		{"cbuf", "manager", "--socket", sock, "--memory", "1K"},
+		{"cbuf", "manager", "--socket", sock, "--policy", "fastest"},
+		{"cbuf", "manager", "--socket", sock, "--metrics", "nonsense"},
+		{"cbuf", "stats", "--bogus"},
+	} {
+		_, stderr, code := run(bin, args...)
+		if code != 2 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("cistern %v: exit %d, stderr %q; want 2 and one line", args, code, stderr)
+		}
+	}
+	if _, stderr, code := run(bin, "cbuf", "stats", "--socket", sock); code != 1 || !strings.Contains(stderr, "no CBUF manager") {
+		t.Errorf("stats without a manager: exit %d, %q", code, stderr)
+	}
+
+	var errb bytes.Buffer
+	m := exec.Command(bin, "cbuf", "manager", "--socket", sock, "--memory", "8M", "--policy", "qos")
+	m.Stderr = &errb
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Process.Kill()
+	var c *cbuf.Client
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if c, err = cbuf.ConnectWith(sock, cbuf.ClientOptions{Name: "cli-test", QosTargetPct: 5}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("manager never listened: %v\n%s", err, errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, id, err := c.Alloc(3 * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := run(bin, "cbuf", "stats", "--socket", sock, "--json")
+	if code != 0 {
+		t.Fatalf("stats: %d %s", code, stderr)
+	}
+	var s cbuf.Stats
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, stdout)
+	}
+	if s.Policy != "qos" || s.MemoryPages != 2048 || len(s.Components) != 1 || s.Components[0].Name != "cli-test" ||
+		s.Components[0].QosTargetPct != 5 || s.Components[0].UsedPages == 0 || s.Components[0].Allocs != 1 {
+		t.Fatalf("stats do not describe the one component: %+v", s)
+	}
+	c.Free(id)
+	c.Close()
+	if stdout, _, _ := run(bin, "cbuf", "stats", "--socket", sock); !strings.Contains(stdout, "policy qos") {
+		t.Errorf("stats table: %q", stdout)
+	}
+	m.Process.Signal(syscall.SIGTERM)
+	if err := m.Wait(); err != nil {
+		t.Fatalf("manager exit on SIGTERM: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "malformed requests dropped") {
+		t.Errorf("manager did not print its drop counters on exit: %s", errb.String())
+	}
+}
