@@ -322,3 +322,41 @@ func TestAggregate(t *testing.T) {
 		t.Fatalf("aggregate reads %q", got)
 	}
 }
+
+// An aggregate built by the C library reads the same from Go.
+func TestCAggregateGoReader(t *testing.T) {
+	peer := buildPeer(t)
+	_, sock := startManager(t, ManagerOptions{})
+	g, _ := ConnectWith(sock, ClientOptions{Name: "go"})
+	defer g.Close()
+	cmd := exec.Command(peer, sock, "agg")
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatal("C peer built no aggregate")
+	}
+	id, _ := strconv.ParseUint(sc.Text(), 10, 64)
+	if _, err := g.Buf(ID(id), 16); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := g.AggEntries(ID(id))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("entries %v, %v", ents, err)
+	}
+	var got string
+	for _, e := range ents {
+		p, err := g.Buf(ID(e.ID), int(e.Off+e.Len))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += string(p[e.Off : e.Off+e.Len])
+	}
+	if got != "HDR:payload from C" {
+		t.Fatalf("aggregate reads %q", got)
+	}
+}

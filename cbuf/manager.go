@@ -402,7 +402,10 @@ func (m *Manager) mapFd(slot uint32) (int, error) {
 func (m *Manager) live(g uint64) bool {
 	var snap [MaxComponents]uint64
 	for pass := 0; pass < 2; pass++ {
-		sent, recv := m.adj[g], int64(0)
+		sent, recv := int64(0), int64(0)
+		if len(m.adj) > 0 { // only after a component died with sends in flight
+			sent = m.adj[g]
+		}
 		for i, c := range m.alive {
 			w := atomic.LoadUint64(&c.metas[g].Cnt)
 			if pass == 1 && w != snap[i] {
@@ -435,10 +438,7 @@ func (m *Manager) refreshAlive() {
 // dead buffer (atomic subtraction keeps any count a misbehaving client adds
 // meanwhile) and then checks it is still dead.
 func (m *Manager) resetCounts(g uint64) bool {
-	for _, c := range m.comps {
-		if c == nil || !c.alive {
-			continue
-		}
+	for _, c := range m.alive {
 		p := &c.metas[g].Cnt
 		w := atomic.LoadUint64(p)
 		counts := w &^ flagMask &^ (0xffff << refShift)
@@ -449,7 +449,9 @@ func (m *Manager) resetCounts(g uint64) bool {
 			clearFlag(p, FlagRelinquish)
 		}
 	}
-	delete(m.adj, g)
+	if len(m.adj) > 0 {
+		delete(m.adj, g)
+	}
 	return !m.live(g)
 }
 

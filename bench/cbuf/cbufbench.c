@@ -300,7 +300,8 @@ static int rtt(const char *sock, const char *mode, size_t pages, long iters)
 }
 
 /* ---- Figure 7: allocation cost with collection ---- */
-#define GCRING 4096
+#define GCRING 16384
+#define PRING 4096 /* the policy ring; bench/cbuf_policy.go mirrors it */
 struct gcring {
 	_Atomic uint64_t head, tail;
 	_Atomic uint64_t ids[GCRING];
@@ -308,7 +309,8 @@ struct gcring {
 
 static int gc(const char *sock, long iters, long pool_pages)
 {
-	uint64_t inflight = pool_pages / 2 > 0 ? (uint64_t)pool_pages / 2 : 1;
+	/* one page per buffer: the whole pool may be in flight */
+	uint64_t inflight = pool_pages > 0 ? (uint64_t)pool_pages : 1;
 	if (inflight > GCRING)
 		inflight = GCRING;
 	struct gcring *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -338,9 +340,10 @@ static int gc(const char *sock, long iters, long pool_pages)
 	connect_or_die(sock);
 	uint64_t t0 = now_ns(), tin = 0;
 	for (long i = 0; i < iters; i++) {
-		/* Untimed: once half the pool is in flight, let the receiver free
-		 * it all, so collections find dead buffers instead of waiting for
-		 * the receiver: alloc_ns is the allocator's cost, not the pipe's. */
+		/* Untimed: once the whole pool is in flight, let the receiver free
+		 * it all, so a collection finds the pool dead instead of waiting
+		 * for the receiver: alloc_ns is the allocator's cost, not the
+		 * pipe's. */
 		if (atomic_load(&r->head) - atomic_load(&r->tail) >= inflight)
 			while (atomic_load_explicit(&r->tail, memory_order_acquire) != atomic_load(&r->head))
 				sched_yield();
@@ -374,7 +377,7 @@ static int gc(const char *sock, long iters, long pool_pages)
 struct pshm {
 	_Atomic uint64_t stop, produced, consumed, demand, iops;
 	_Atomic uint64_t head, tail;
-	_Atomic uint64_t ids[GCRING];
+	_Atomic uint64_t ids[PRING];
 };
 
 static struct pshm *map_pshm(const char *path)
@@ -402,7 +405,7 @@ static int producer(const char *sock, const char *shm, size_t pages, uint64_t wo
 	struct pshm *p = map_pshm(shm);
 	connect_or_die(sock);
 	while (!atomic_load(&p->stop)) {
-		while (atomic_load(&p->head) - atomic_load(&p->tail) >= GCRING && !atomic_load(&p->stop))
+		while (atomic_load(&p->head) - atomic_load(&p->tail) >= PRING && !atomic_load(&p->stop))
 			usleep(50);
 		cbuf_t id;
 		char *b = cbuf_alloc(pages * 4096, &id);
@@ -412,7 +415,7 @@ static int producer(const char *sock, const char *shm, size_t pages, uint64_t wo
 		b[0] = 1;
 		cbuf_send(id);
 		uint64_t h = atomic_load(&p->head);
-		atomic_store(&p->ids[h % GCRING], id);
+		atomic_store(&p->ids[h % PRING], id);
 		atomic_store_explicit(&p->head, h + 1, memory_order_release);
 		cbuf_free(id);
 		atomic_fetch_add(&p->produced, 1);
@@ -443,7 +446,7 @@ static int consumer(const char *sock, const char *shm, size_t pages, uint64_t ho
 			usleep(50);
 			continue;
 		}
-		uint64_t id = atomic_load(&p->ids[t % GCRING]);
+		uint64_t id = atomic_load(&p->ids[t % PRING]);
 		atomic_store(&p->tail, t + 1);
 		volatile char *b = cbuf2buf(id, pages * 4096);
 		if (b) {

@@ -7,8 +7,12 @@
  *   peer SOCK write ID SIZE   cbuf2buf a received id and write to it (the
  *                             write must fault: exit by SIGSEGV)
  *   peer SOCK big ID SIZE     cbuf2buf with SIZE; print "null" or "mapped"
+ *   peer SOCK agg             build an aggregate (header prepended to a
+ *                             payload slice), send all three, print the
+ *                             aggregate's id, wait for EOF on stdin
  *   peer SOCK layout          print the shared layout's offsets and sizes
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -110,6 +114,26 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		p[0] = 1; /* must fault */
 		printf("wrote\n");
+		return 0;
+	}
+	if (!strcmp(argv[2], "agg") && argc == 3) {
+		cbuf_t h, b, a;
+		char *hp = cbuf_alloc(100, &h), *bp = cbuf_alloc(3 * 4096, &b);
+		a = cbuf_agg_alloc(8);
+		if (!hp || !bp || !a)
+			return 1;
+		strcpy(hp, "HDR:");
+		strcpy(bp + 5000, "payload from C");
+		if (cbuf_agg_append(a, b, 5000, 14) || cbuf_agg_prepend(a, h, 0, 4) || cbuf_agg_count(a) != 2 ||
+		    cbuf_agg_append(a, b, 0, 5 * 4096) != -ERANGE)
+			return 1;
+		cbuf_send(a);
+		cbuf_send(h);
+		cbuf_send(b);
+		printf("%" PRIu64 "\n", a);
+		char c[16];
+		while (fread(c, 1, sizeof(c), stdin) > 0)
+			;
 		return 0;
 	}
 	if (!strcmp(argv[2], "big") && argc == 5) {
