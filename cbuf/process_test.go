@@ -195,7 +195,9 @@ func helperCmd(sock, name string, env ...string) *exec.Cmd {
 // while someone holds it, and at the end every send has been received,
 // nothing is referenced, and once the processes leave the pools are empty.
 func TestRandomInterleavingsThreeProcesses(t *testing.T) {
-	m, sock := startManager(t, ManagerOptions{Memory: 4 << 20, Interval: 50 * time.Millisecond})
+	// Room to grow: a worker blocked in Alloc stops freeing what others sent
+	// it, so tight memory can make the ring wait on the policy.
+	m, sock := startManager(t, ManagerOptions{Memory: 16 << 20, Pool: 128 * PageSize, Interval: 50 * time.Millisecond})
 	const n = 3
 	var pr, pw [n]*os.File
 	for i := range pr {
