@@ -2,7 +2,9 @@ package cbuf
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
+	"net"
 	"os/exec"
 	"runtime/debug"
 	"strconv"
@@ -359,4 +361,53 @@ func TestCAggregateGoReader(t *testing.T) {
 	if got != "HDR:payload from C" {
 		t.Fatalf("aggregate reads %q", got)
 	}
+}
+
+// Threads of one C component allocate and free concurrently from the same
+// lock-free free lists (and collections): no buffer is handed to two
+// threads at once.
+func TestCThreadsShareFreeLists(t *testing.T) {
+	peer := buildPeer(t)
+	_, sock := startManager(t, ManagerOptions{Memory: 8 << 20, Pool: 128 * PageSize})
+	out, err := exec.Command(peer, sock, "threads", "4", "100000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok, bad int
+	fmt.Sscanf(string(out), "ok %d bad %d", &ok, &bad)
+	if bad != 0 || ok < 50000 {
+		t.Fatalf("threads: %s", out)
+	}
+}
+
+// Malformed requests are dropped and counted; the manager keeps serving.
+func TestMalformedRequestsAreCounted(t *testing.T) {
+	m, sock := startManager(t, ManagerOptions{})
+	raw := func(b []byte) {
+		c, err := net.Dial("unixpacket", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		c.Read(make([]byte, 64))
+		c.Close()
+	}
+	raw([]byte("hello"))    // wrong size
+	raw(make([]byte, 64))   // op 0 before HELLO
+	bad := make([]byte, 64) // COLLECT before HELLO
+	binary.LittleEndian.PutUint32(bad, opCollect)
+	raw(bad)
+	c, err := ConnectWith(sock, ClientOptions{Name: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.xchg(msg{Op: opCollect, Arg: 99}, 0); err == nil {
+		t.Fatal("a collection of size class 99 was accepted")
+	}
+	if _, _, err := c.Alloc(PageSize); err != nil {
+		t.Fatalf("the manager stopped serving: %v", err)
+	}
+	waitFor(t, "the drops to be counted", 5*time.Second, func() bool { return m.Stats().Drops >= 4 })
 }

@@ -10,10 +10,15 @@
  *   peer SOCK agg             build an aggregate (header prepended to a
  *                             payload slice), send all three, print the
  *                             aggregate's id, wait for EOF on stdin
+ *   peer SOCK threads N ITERS N threads allocate, fill, check and free
+ *                             concurrently (the lock-free free lists);
+ *                             print "ok N bad M"
  *   peer SOCK layout          print the shared layout's offsets and sizes
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +39,50 @@ static int check(const uint64_t *p, size_t size, uint64_t nonce)
 		if (p[i] != (nonce ^ i))
 			return 0;
 	return 1;
+}
+
+static long t_iters;
+static _Atomic long t_ok, t_bad;
+
+static void *worker(void *arg)
+{
+	uint64_t me = (uint64_t)(uintptr_t)arg, x = me * 0x9e3779b97f4a7c15ull + 1;
+	enum { H = 8 };
+	cbuf_t ids[H];
+	uint64_t *ps[H], nonces[H];
+	size_t sizes[H];
+	int n = 0;
+	for (long i = 0; i < t_iters; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		if (n < H && (x & 1)) {
+			size_t size = 4096u << (x >> 8) % 3;
+			uint64_t *p = cbuf_alloc(size, &ids[n]);
+			if (!p) {
+				t_bad++;
+				continue;
+			}
+			nonces[n] = x ^ (me << 56);
+			sizes[n] = 64; /* fill the first 64 bytes and the last page's start */
+			fill(p, 64, nonces[n]);
+			fill(p + size / 8 - 512, 64, nonces[n]);
+			ps[n] = p;
+			(void)sizes;
+			n++;
+		} else if (n > 0) {
+			n--;
+			size_t size = cbuf_size(ids[n]);
+			if (check(ps[n], 64, nonces[n]) && check(ps[n] + size / 8 - 512, 64, nonces[n]))
+				t_ok++;
+			else
+				t_bad++;
+			cbuf_free(ids[n]);
+		}
+	}
+	while (n > 0) {
+		n--;
+		cbuf_free(ids[n]);
+	}
+	return NULL;
 }
 
 #define OFF(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
@@ -134,6 +183,17 @@ int main(int argc, char **argv)
 		char c[16];
 		while (fread(c, 1, sizeof(c), stdin) > 0)
 			;
+		return 0;
+	}
+	if (!strcmp(argv[2], "threads") && argc == 5) {
+		int n = atoi(argv[3]);
+		t_iters = atol(argv[4]);
+		pthread_t th[64];
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_join(th[i], NULL);
+		printf("ok %ld bad %ld\n", (long)t_ok, (long)t_bad);
 		return 0;
 	}
 	if (!strcmp(argv[2], "big") && argc == 5) {
