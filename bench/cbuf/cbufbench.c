@@ -253,7 +253,8 @@ static int rtt(const char *sock, const char *mode, size_t pages, long iters)
 		fprintf(stderr, "cbufbench: unknown mode %s\n", mode);
 		return 2;
 	}
-	long warm = iters / 10 + 1;
+	/* warm-up past the first collections: fresh buffers fault their pages in */
+	long warm = iters / 10 + 600;
 	pid_t pid = fork();
 	if (pid < 0)
 		die("fork");

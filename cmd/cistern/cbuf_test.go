@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,13 +35,32 @@ func TestCBufCommands(t *testing.T) {
 		t.Errorf("stats without a manager: exit %d, %q", code, stderr)
 	}
 
-	var errb bytes.Buffer
-	m := exec.Command(bin, "cbuf", "manager", "--socket", sock, "--memory", "8M", "--policy", "qos")
-	m.Stderr = &errb
+	m := exec.Command(bin, "cbuf", "manager", "--socket", sock, "--memory", "8M", "--policy", "qos", "--metrics", "127.0.0.1:0")
+	pipe, _ := m.StderrPipe()
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer m.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var metricsURL string
+	var errb bytes.Buffer
+	for l := range lines {
+		errb.WriteString(l + "\n")
+		if strings.HasPrefix(l, "metrics on ") {
+			metricsURL = strings.TrimPrefix(l, "metrics on ")
+			break
+		}
+	}
+	if metricsURL == "" {
+		t.Fatalf("manager printed no metrics address: %s", errb.String())
+	}
 	var c *cbuf.Client
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -67,12 +89,24 @@ func TestCBufCommands(t *testing.T) {
 		s.Components[0].QosTargetPct != 5 || s.Components[0].UsedPages == 0 || s.Components[0].Allocs != 1 {
 		t.Fatalf("stats do not describe the one component: %+v", s)
 	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "cistern_cbuf_c0_allocs_total 1") || !strings.Contains(string(body), "cistern_cbuf_used_pages_total") {
+		t.Errorf("metrics lack the component's counters:\n%s", body)
+	}
 	c.Free(id)
 	c.Close()
 	if stdout, _, _ := run(bin, "cbuf", "stats", "--socket", sock); !strings.Contains(stdout, "policy qos") {
 		t.Errorf("stats table: %q", stdout)
 	}
 	m.Process.Signal(syscall.SIGTERM)
+	for l := range lines {
+		errb.WriteString(l + "\n")
+	}
 	if err := m.Wait(); err != nil {
 		t.Fatalf("manager exit on SIGTERM: %v\n%s", err, errb.String())
 	}
