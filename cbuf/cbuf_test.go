@@ -411,3 +411,57 @@ func TestMalformedRequestsAreCounted(t *testing.T) {
 	}
 	waitFor(t, "the drops to be counted", 5*time.Second, func() bool { return m.Stats().Drops >= 4 })
 }
+
+// A forked child connects as its own component and receives the parent's
+// buffer like any other.
+func TestCForkedChildConnects(t *testing.T) {
+	peer := buildPeer(t)
+	_, sock := startManager(t, ManagerOptions{})
+	out, err := exec.Command(peer, sock, "fork").Output()
+	if err != nil || string(out) != "child ok\n" {
+		t.Fatalf("fork: %v %q", err, out)
+	}
+}
+
+// Goroutines share one Go client's free lists and collections.
+func TestGoClientConcurrent(t *testing.T) {
+	_, sock := startManager(t, ManagerOptions{Memory: 8 << 20, Pool: 128 * PageSize})
+	c, err := ConnectWith(sock, ClientOptions{Name: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			for i := 0; i < 20000; i++ {
+				b, id, err := c.Alloc((1 + i%3) * PageSize)
+				if err != nil {
+					errs <- err
+					return
+				}
+				nonce := uint64(g)<<56 | uint64(i)
+				fill(b[:64], nonce)
+				if i%7 == 0 {
+					c.Send(id) // shared: comes back only through collection
+					if got, err := c.Buf(id, 64); err != nil || !check(got, nonce) {
+						errs <- fmt.Errorf("buffer changed while held: %v", err)
+						return
+					}
+					c.Free(id)
+				}
+				if !check(b[:64], nonce) {
+					errs <- fmt.Errorf("goroutine %d: buffer %x changed while held", g, id)
+					return
+				}
+				c.Free(id)
+			}
+			errs <- nil
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

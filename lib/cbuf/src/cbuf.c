@@ -18,6 +18,7 @@
 
 struct cbuf_client {
 	int sock;
+	pid_t pid; /* process that connected: a forked child must connect itself */
 	uint32_t slot, max_bufs;
 	uint64_t pool_bytes;
 	struct cbuf_hdr *hdr;
@@ -159,8 +160,14 @@ static void *map_fd(int fd, size_t len, int prot)
 
 int cbuf_connect(const char *path)
 {
-	if (C.sock >= 0)
+	if (C.sock >= 0 && C.pid == getpid())
 		return -EISCONN;
+	if (C.sock >= 0) {
+		/* a forked child: drop its copies of the parent's connection and
+		 * mappings (the parent keeps its own) and become a component */
+		pthread_mutex_init(&C.slow, NULL);
+		cbuf_disconnect();
+	}
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	if (!path || strlen(path) >= sizeof(sa.sun_path))
 		return -EINVAL;
@@ -174,6 +181,7 @@ int cbuf_connect(const char *path)
 		return e;
 	}
 	C.sock = s;
+	C.pid = getpid();
 	struct cbuf_msg m = {.op = CBUF_OP_HELLO};
 	const char *e;
 	if ((e = getenv("CBUF_PRIORITY")))

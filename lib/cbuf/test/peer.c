@@ -13,6 +13,8 @@
  *   peer SOCK threads N ITERS N threads allocate, fill, check and free
  *                             concurrently (the lock-free free lists);
  *                             print "ok N bad M"
+ *   peer SOCK fork            connect, send a buffer, fork; the child
+ *                             connects itself and reads it: "child ok"
  *   peer SOCK layout          print the shared layout's offsets and sizes
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
 #include <errno.h>
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cbuf.h"
 #include "cbuf_layout.h"
@@ -195,6 +199,28 @@ int main(int argc, char **argv)
 			pthread_join(th[i], NULL);
 		printf("ok %ld bad %ld\n", (long)t_ok, (long)t_bad);
 		return 0;
+	}
+	if (!strcmp(argv[2], "fork") && argc == 3) {
+		cbuf_t id;
+		uint64_t *p = cbuf_alloc(4096, &id);
+		if (!p)
+			return 1;
+		fill(p, 4096, 99);
+		cbuf_send(id);
+		pid_t pid = fork();
+		if (pid == 0) {
+			if (cbuf_connect(argv[1])) /* its own component */
+				_exit(3);
+			const uint64_t *q = cbuf2buf(id, 4096);
+			printf("child %s\n", q && check(q, 4096, 99) ? "ok" : "bad");
+			cbuf_free(id);
+			cbuf_disconnect();
+			_exit(0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		cbuf_free(id);
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 	}
 	if (!strcmp(argv[2], "big") && argc == 5) {
 		uint64_t id = strtoull(argv[3], NULL, 0);
