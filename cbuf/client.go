@@ -298,9 +298,13 @@ func (c *Client) Free(id ID) {
 		b := make([]byte, unsafe.Sizeof(msg{}))
 		binary.LittleEndian.PutUint32(b, opRelinquish)
 		binary.LittleEndian.PutUint64(b[8:], uint64(id))
-		c.conn.SetWriteDeadline(time.Now())
-		c.conn.Write(b)
-		c.conn.SetWriteDeadline(time.Time{})
+		// a note, not a request: never block the free on the socket
+		if rc, err := c.conn.SyscallConn(); err == nil {
+			rc.Write(func(fd uintptr) bool {
+				unix.Sendto(int(fd), b, unix.MSG_DONTWAIT, nil)
+				return true
+			})
+		}
 	}
 }
 

@@ -251,7 +251,7 @@ func (m *Manager) serve(ctx context.Context, conn *net.UnixConn) {
 			writeReply(conn, reply{}, []int{fd})
 			unix.Close(fd)
 		case opRelinquish:
-			m.poke()
+			m.relinquished(ID(q.Arg2))
 		case opStats:
 			js, _ := jsonBytes(m.Stats())
 			out := make([]byte, 16+len(js))
@@ -729,6 +729,19 @@ func (m *Manager) askRelinquish(c *component) {
 	}
 }
 
+// relinquished handles a holder's note that a flagged buffer lost its last
+// reference: a blocked owner retries, an owner over quota shrinks now.
+func (m *Manager) relinquished(id ID) {
+	m.mu.Lock()
+	if s := id.Slot(); s < MaxComponents {
+		if c := m.comps[s]; c != nil && c.alive && c.used > c.quota {
+			m.shrink(c)
+		}
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
 // shrink brings c's pool towards its quota: dead buffers go, then free-list
 // buffers are taken back with the inconsistent flag.
 func (m *Manager) shrink(c *component) {
@@ -760,6 +773,10 @@ func (m *Manager) shrink(c *component) {
 		if cnt(w, sentShift) != 0 && !m.live(g) && m.resetCounts(g) {
 			m.destroy(c, idx, false)
 		}
+	}
+	if c.used > c.quota {
+		// the rest is referenced: hear from the holders as they let go
+		m.askRelinquish(c)
 	}
 }
 

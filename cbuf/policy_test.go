@@ -3,6 +3,7 @@ package cbuf
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // blockedShare models a pipeline stage that needs `need` pages in flight:
@@ -113,5 +114,46 @@ func TestShrinkTakesBackFreeBuffers(t *testing.T) {
 	m.mu.Unlock()
 	if used > 64 {
 		t.Fatalf("after shrinking to 64 pages the pool holds %d", used)
+	}
+}
+
+// Over quota with every buffer held elsewhere, the manager flags them
+// relinquish; the holder's last free reports it and the pool shrinks at
+// once, without waiting for a policy period.
+func TestRelinquishShrinksEagerly(t *testing.T) {
+	m, sock := startManager(t, ManagerOptions{Memory: 4 << 20, Pool: 128 * PageSize, Interval: time.Hour})
+	a, _ := ConnectWith(sock, ClientOptions{Name: "owner"})
+	defer a.Close()
+	b, _ := ConnectWith(sock, ClientOptions{Name: "holder"})
+	defer b.Close()
+	var ids []ID
+	for i := 0; i < 100; i++ {
+		_, id, err := a.Alloc(PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Send(id)
+		if _, err := b.Buf(id, PageSize); err != nil {
+			t.Fatal(err)
+		}
+		a.Free(id)
+		ids = append(ids, id)
+	}
+	m.mu.Lock()
+	c := m.comps[a.slot]
+	c.quota = 64
+	m.shrink(c) // nothing is dead yet: flags relinquish
+	before := c.used
+	m.mu.Unlock()
+	for _, id := range ids {
+		b.Free(id)
+	}
+	waitFor(t, "the pool to shrink to its quota", 5*time.Second, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return c.used <= 64
+	})
+	if before <= 64 {
+		t.Fatalf("the pool held only %d pages before the frees", before)
 	}
 }
