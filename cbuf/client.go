@@ -325,11 +325,15 @@ func (c *Client) pool(slot uint32) []byte {
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
 	}
-	_, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
+	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
 	if err != nil {
 		return nil
 	}
-	b, err := mapShared(fds[0], c.poolLen, false)
+	size := c.poolLen
+	if r.Arg2 != 0 { // the kernel's pool is smaller
+		size = r.Arg2
+	}
+	b, err := mapShared(fds[0], size, false)
 	unix.Close(fds[0])
 	if err != nil {
 		return nil
@@ -374,6 +378,18 @@ func (c *Client) peek(id ID) []byte {
 	}
 	off := uint64(d.PageOff) * PageSize
 	return pool[off : off+uint64(d.NPages)*PageSize]
+}
+
+// KernelRecv waits up to timeout for the next buffer the kernel component
+// sent (manager run with --kernel); take it with Buf like any received id.
+func (c *Client) KernelRecv(timeout time.Duration) (ID, error) {
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	r, _, err := c.xchg(msg{Op: opKRecv, Arg: uint32(timeout / time.Millisecond)}, 0)
+	if err != nil {
+		return 0, err
+	}
+	return ID(r.Arg2), nil
 }
 
 // Size is a buffer's size in bytes, 0 if unknown.

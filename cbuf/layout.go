@@ -42,7 +42,11 @@ const (
 	opMap        = 3
 	opRelinquish = 4
 	opStats      = 5
+	opKRecv      = 6
 )
+
+// KernelSlot is the kernel component's slot (manager run with a KernelSource).
+const KernelSlot = MaxComponents - 1
 
 // Meta is one component's counters for one buffer (struct cbuf_meta).
 type Meta struct {

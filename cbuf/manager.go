@@ -89,6 +89,7 @@ type Manager struct {
 	dir     []Dir
 	adj     map[uint64]int64 // sent - recv carried over from dead components
 	wake    chan struct{}
+	kern    *kernelComp
 	ln      *net.UnixListener
 	start   time.Time
 
@@ -243,13 +244,20 @@ func (m *Manager) serve(ctx context.Context, conn *net.UnixConn) {
 			}
 			writeReply(conn, reply{Status: st, Arg: uint32(max(got, 0))}, nil)
 		case opMap:
-			fd, err := m.mapFd(q.Arg)
+			fd, size, err := m.mapFd(q.Arg)
 			if err != nil {
 				writeReply(conn, reply{Status: -int32(unix.ENOENT)}, nil)
 				continue
 			}
-			writeReply(conn, reply{}, []int{fd})
+			writeReply(conn, reply{Arg2: size}, []int{fd})
 			unix.Close(fd)
+		case opKRecv:
+			id, err := m.kernelRecv(ctx, time.Duration(q.Arg)*time.Millisecond)
+			if err != nil {
+				writeReply(conn, reply{Status: -int32(errnoOf(err))}, nil)
+				continue
+			}
+			writeReply(conn, reply{Arg2: uint64(id)}, nil)
 		case opRelinquish:
 			m.relinquished(ID(q.Arg2))
 		case opStats:
@@ -292,7 +300,7 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 	defer m.mu.Unlock()
 	slot := -1
 	for i, c := range m.comps {
-		if c == nil {
+		if c == nil && !(m.kern != nil && i == KernelSlot) {
 			slot = i
 			break
 		}
@@ -385,13 +393,20 @@ func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
 	return cred, cerr
 }
 
-func (m *Manager) mapFd(slot uint32) (int, error) {
+// mapFd opens a component's pool read-only; size is what to map (0: the
+// usual pool size).
+func (m *Manager) mapFd(slot uint32) (int, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slot >= MaxComponents || m.comps[slot] == nil || m.comps[slot].poolFd < 0 {
-		return -1, errors.New("no such component")
+	if slot == KernelSlot && m.kern != nil {
+		fd, err := m.kern.src.ReadOnlyFd()
+		return fd, uint64(m.kern.src.Pages()) * PageSize, err
 	}
-	return readOnlyFd(m.comps[slot].poolFd)
+	if slot >= MaxComponents || m.comps[slot] == nil || m.comps[slot].poolFd < 0 {
+		return -1, 0, errors.New("no such component")
+	}
+	fd, err := readOnlyFd(m.comps[slot].poolFd)
+	return fd, 0, err
 }
 
 // ---- liveness ----
@@ -733,7 +748,9 @@ func (m *Manager) askRelinquish(c *component) {
 // reference: a blocked owner retries, an owner over quota shrinks now.
 func (m *Manager) relinquished(id ID) {
 	m.mu.Lock()
-	if s := id.Slot(); s < MaxComponents {
+	if id.Slot() == KernelSlot && m.kern != nil {
+		m.reapKernel()
+	} else if s := id.Slot(); s < MaxComponents {
 		if c := m.comps[s]; c != nil && c.alive && c.used > c.quota {
 			m.shrink(c)
 		}

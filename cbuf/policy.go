@@ -54,6 +54,9 @@ func (m *Manager) policyLoop(ctx context.Context) {
 }
 
 func (m *Manager) tick(dt time.Duration) {
+	if m.kern != nil {
+		m.reapKernel()
+	}
 	var comps []*component
 	for _, c := range m.comps {
 		if c == nil {

@@ -43,6 +43,16 @@ type Stats struct {
 	Drops       uint64           `json:"malformed_requests"`
 	UptimeSec   float64          `json:"uptime_sec"`
 	Components  []ComponentStats `json:"components"`
+	Kernel      *KernelStats     `json:"kernel,omitempty"`
+}
+
+// KernelStats describes the kernel component.
+type KernelStats struct {
+	Pages    uint32 `json:"pages"`
+	Out      int    `json:"pages_out"`
+	Handed   uint64 `json:"handed"`
+	Returned uint64 `json:"returned"`
+	Drops    uint64 `json:"drops_no_free_page"`
 }
 
 // Stats snapshots the manager.
@@ -75,6 +85,9 @@ func (m *Manager) Stats() Stats {
 			s.Orphans += len(c.owned)
 		}
 		s.Components = append(s.Components, cs)
+	}
+	if k := m.kern; k != nil {
+		s.Kernel = &KernelStats{Pages: k.src.Pages(), Out: len(k.out), Handed: k.handed, Returned: k.returned, Drops: k.src.Drops()}
 	}
 	return s
 }

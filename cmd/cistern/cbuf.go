@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cistern-ebpf/cistern/cbuf"
+	"github.com/cistern-ebpf/cistern/cbuf/kcomp"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 )
@@ -22,6 +23,7 @@ func newCBufManagerCmd() *cobra.Command {
 	var (
 		opt               cbuf.ManagerOptions
 		memory, pool, mAd string
+		kernel            bool
 	)
 	c := &cobra.Command{
 		Use:   "manager [--socket PATH] [--memory SIZE] [--policy max-throughput|priority|qos] [--metrics ADDR]",
@@ -52,6 +54,11 @@ a blocked-time target in percent).`,
 			if opt.Memory < 256<<10 || opt.Memory > 64<<30 {
 				return cli.Usagef("--memory %s: want between 256K and 64G", memory)
 			}
+			if kernel {
+				if err := cli.RequireRoot("cistern cbuf manager --kernel"); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			errw := cmd.ErrOrStderr()
@@ -76,6 +83,17 @@ a blocked-time target in percent).`,
 				return err
 			}
 			live.Store(m)
+			if kernel {
+				src, err := kcomp.Load()
+				if err != nil {
+					return err
+				}
+				defer src.Close()
+				if err := m.AttachKernel(src); err != nil {
+					return err
+				}
+				fmt.Fprintf(errw, "kernel component in slot %d: exec records in %d pages (cbuf_kernel_recv)\n", cbuf.KernelSlot, kcomp.Pages)
+			}
 			fmt.Fprintf(errw, "cbuf manager on %s: %s of pool memory, policy %s\n", opt.Socket, memory, opt.Policy)
 			err = m.Run(ctx)
 			s := m.Stats()
@@ -90,6 +108,7 @@ a blocked-time target in percent).`,
 	f.StringVar(&opt.Policy, "policy", "max-throughput", "pool policy: max-throughput|priority|qos")
 	f.DurationVar(&opt.Interval, "interval", 0, "policy period (default 250ms: 4 Hz)")
 	f.StringVar(&mAd, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
+	f.BoolVar(&kernel, "kernel", false, "add the kernel as a component: a BPF program sends exec records as cbufs (root)")
 	return c
 }
 
@@ -128,6 +147,10 @@ func newCBufStatsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(out, "policy %s; memory %d pages, quotas %d, in buffers %d; %d orphan buffers; %d malformed requests\n",
 				s.Policy, s.MemoryPages, s.QuotaPages, s.UsedPages, s.Orphans, s.Drops)
+			if k := s.Kernel; k != nil {
+				fmt.Fprintf(out, "kernel component: %d pages, %d out, %d handed, %d returned, %d execs dropped for want of a page\n",
+					k.Pages, k.Out, k.Handed, k.Returned, k.Drops)
+			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SLOT\tNAME\tPID\tPOOL\tUSED\tBUFS\tFREE\tBLOCKED_MS\tBLOCKED%\tCOLLECTIONS\tCOLLECTED\tALLOCS")
 			for _, c := range s.Components {

@@ -41,6 +41,11 @@ int cbuf_agg_count(cbuf_t agg);
 /* Entry i: fills id/off/len, 0 on success. */
 int cbuf_agg_get(cbuf_t agg, int i, cbuf_t *id, uint32_t *off, uint32_t *len);
 
+/* Next buffer the kernel component sent (manager run with --kernel): 0 and
+ * *id set, or -ETIMEDOUT after timeout_ms, -ENODEV without a kernel part.
+ * Take it with cbuf2buf like any received id. */
+int cbuf_kernel_recv(cbuf_t *id, int timeout_ms);
+
 struct cbuf_stats {
 	uint64_t allocs, frees, sends, recvs, collects, blocked_ns;
 };

@@ -116,7 +116,11 @@ enum cbuf_op {
 	CBUF_OP_MAP = 3,     /* arg: slot; reply fd: that slot's pool, read-only */
 	CBUF_OP_RELINQUISH = 4, /* no reply: a relinquish-flagged buffer is free */
 	CBUF_OP_STATS = 5,   /* reply: JSON text after the header */
+	CBUF_OP_KRECV = 6,   /* arg: timeout ms; reply arg2: id of a buffer the kernel sent */
 };
+/* The kernel component (when the manager runs with --kernel) owns the last
+ * slot; MAP of it replies arg2 = the bytes to map (its pool is smaller). */
+#define CBUF_KERNEL_SLOT (CBUF_MAX_COMPONENTS - 1)
 struct cbuf_msg {
 	uint32_t op;
 	uint32_t arg;

@@ -27,6 +27,7 @@ struct cbuf_client {
 	const struct cbuf_dir *dir;
 	size_t dir_len;
 	unsigned char *pools[CBUF_MAX_COMPONENTS]; /* own pool read-write, others read-only */
+	size_t pool_len[CBUF_MAX_COMPONENTS];
 	pthread_mutex_t slow;                      /* socket and ring consumer */
 };
 
@@ -208,6 +209,7 @@ int cbuf_connect(const char *path)
 	C.dir_len = (size_t)CBUF_MAX_COMPONENTS * C.max_bufs * sizeof(struct cbuf_dir);
 	C.hdr = map_fd(fds[0], C.meta_len, PROT_READ | PROT_WRITE);
 	C.pools[C.slot] = map_fd(fds[1], C.pool_bytes, PROT_READ | PROT_WRITE);
+	C.pool_len[C.slot] = C.pool_bytes;
 	C.dir = map_fd(fds[2], C.dir_len, PROT_READ);
 	fds[0] = fds[1] = fds[2] = -1;
 	if (!C.hdr || !C.pools[C.slot] || !C.dir) {
@@ -231,7 +233,7 @@ void cbuf_disconnect(void)
 	C.sock = -1;
 	for (unsigned i = 0; i < CBUF_MAX_COMPONENTS; i++) {
 		if (C.pools[i])
-			munmap(C.pools[i], C.pool_bytes);
+			munmap(C.pools[i], C.pool_len[i]);
 		C.pools[i] = NULL;
 	}
 	if (C.hdr)
@@ -337,8 +339,14 @@ static unsigned char *pool_of(uint32_t slot)
 		struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
 		struct cbuf_reply r;
 		int fd;
-		if (xchg(&m, &r, &fd, 1) == 0 && (p = map_fd(fd, C.pool_bytes, PROT_READ)))
-			STORE(&C.pools[slot], p);
+		size_t len = 0;
+		if (xchg(&m, &r, &fd, 1) == 0) {
+			len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
+			if ((p = map_fd(fd, len, PROT_READ))) {
+				C.pool_len[slot] = len;
+				STORE(&C.pools[slot], p);
+			}
+		}
 	}
 	pthread_mutex_unlock(&C.slow);
 	return p;
@@ -379,6 +387,20 @@ size_t cbuf_size(cbuf_t id)
 {
 	const struct cbuf_dir *d;
 	return meta_of(id, &d) ? (size_t)LOAD(&d->npages) * CBUF_PAGE : 0;
+}
+
+int cbuf_kernel_recv(cbuf_t *id, int timeout_ms)
+{
+	if (!C.hdr)
+		return -ENOTCONN;
+	struct cbuf_msg m = {.op = CBUF_OP_KRECV, .arg = timeout_ms > 0 ? (uint32_t)timeout_ms : 0};
+	struct cbuf_reply r;
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, NULL, 0);
+	pthread_mutex_unlock(&C.slow);
+	if (!err)
+		*id = r.arg2;
+	return err;
 }
 
 void cbuf_get_stats(struct cbuf_stats *s)

@@ -15,6 +15,8 @@
  *                             print "ok N bad M"
  *   peer SOCK fork            connect, send a buffer, fork; the child
  *                             connects itself and reads it: "child ok"
+ *   peer SOCK krecv N         receive N buffers from the kernel component,
+ *                             print "kernel ok K" (K readable exec records)
  *   peer SOCK layout          print the shared layout's offsets and sizes
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
 #include <errno.h>
@@ -221,6 +223,21 @@ int main(int argc, char **argv)
 		waitpid(pid, &st, 0);
 		cbuf_free(id);
 		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	}
+	if (!strcmp(argv[2], "krecv") && argc == 4) {
+		int n = atoi(argv[3]), ok = 0;
+		for (int i = 0; i < n; i++) {
+			cbuf_t id;
+			if (cbuf_kernel_recv(&id, 2000))
+				break;
+			const uint32_t *r = cbuf2buf(id, 4096);
+			if (r && r[1] > 0 && r[1] <= 256 && ((const char *)r)[24] == '/')
+				ok++;
+			if (r)
+				cbuf_free(id);
+		}
+		printf("kernel ok %d\n", ok);
+		return 0;
 	}
 	if (!strcmp(argv[2], "big") && argc == 5) {
 		uint64_t id = strtoull(argv[3], NULL, 0);
