@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/cbuf"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 func TestCBufCommands(t *testing.T) {
@@ -112,5 +113,33 @@ func TestCBufCommands(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "malformed requests dropped") {
 		t.Errorf("manager did not print its drop counters on exit: %s", errb.String())
+	}
+}
+
+func TestCBufManagerKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	sock := filepath.Join(t.TempDir(), "cbuf.sock")
+	m := exec.Command(bin, "cbuf", "manager", "--socket", sock, "--kernel")
+	var errb bytes.Buffer
+	m.Stderr = &errb
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Process.Kill()
+	var out string
+	for i := 0; i < 100; i++ {
+		if o, _, code := run(bin, "cbuf", "stats", "--socket", sock); code == 0 {
+			out = o
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out, "kernel component: 64 pages") {
+		t.Fatalf("stats with --kernel: %q", out)
+	}
+	m.Process.Signal(syscall.SIGTERM)
+	if err := m.Wait(); err != nil {
+		t.Fatalf("manager --kernel exit: %v", err)
 	}
 }
