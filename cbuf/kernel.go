@@ -55,6 +55,9 @@ func (m *Manager) kernelRecv(ctx context.Context, timeout time.Duration) (ID, er
 	if timeout <= 0 {
 		timeout = time.Second
 	}
+	// bounded: the ring buffer read only stops at its deadline, and the
+	// manager waits for it when shutting down
+	timeout = min(timeout, 5*time.Second)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	idx, err := m.kern.src.Take(tctx)
