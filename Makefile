@@ -45,6 +45,7 @@ demo: root deps build
 bench: root deps build
 	./$(BIN) bench kv --quick --json bench-kv.json --plot bench-kv.png
 	./$(BIN) bench cache --quick --json bench-cache.json --plot bench-cache.png
+	./$(BIN) bench cbuf --quick --json bench-cbuf.json --plot bench-cbuf.png
 
 clean:
 	rm -rf bin $(VMLINUX)

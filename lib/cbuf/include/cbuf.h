@@ -42,7 +42,8 @@ int cbuf_agg_count(cbuf_t agg);
 int cbuf_agg_get(cbuf_t agg, int i, cbuf_t *id, uint32_t *off, uint32_t *len);
 
 /* Next buffer the kernel component sent (manager run with --kernel): 0 and
- * *id set, or -ETIMEDOUT after timeout_ms, -ENODEV without a kernel part.
+ * *id set, or -ETIMEDOUT after timeout_ms (at most 5 s), -ENODEV without a
+ * kernel part.
  * Take it with cbuf2buf like any received id. */
 int cbuf_kernel_recv(cbuf_t *id, int timeout_ms);
 
