@@ -16,7 +16,11 @@ func TestMain(m *testing.M) {
 	if h := os.Getenv("CBUF_TEST_HELPER"); h != "" {
 		os.Exit(runHelper(h))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if peerPath != "" {
+		os.RemoveAll(filepath.Dir(peerPath)) // the C peer built for this run
+	}
+	os.Exit(code)
 }
 
 // startManager runs a manager in this process on a socket in a temp dir.
