@@ -45,6 +45,14 @@ demo: root deps build
 bench: root deps build
 	./$(BIN) bench kv --quick --json bench-kv.json --plot bench-kv.png
 	./$(BIN) bench cache --quick --json bench-cache.json --plot bench-cache.png
+	./$(BIN) bench cbuf --quick --json bench-cbuf.json --plot bench-cbuf.png
 
 clean:
 	rm -rf bin $(VMLINUX)
+
+# libcbuf (C client of CBUF): static + shared library and cbuf.pc.
+.PHONY: cbuf-lib cbuf-install
+cbuf-lib:
+	$(MAKE) -C lib/cbuf
+cbuf-install:
+	$(MAKE) -C lib/cbuf install

@@ -10,6 +10,7 @@ pkgs=(
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
+  gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 		newBenchCaptureCmd(),
 		newBenchCacheCmd(),
 		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
-		planned("cbuf", "CBUF against pipes, sockets and iceoryx2", "#7"),
+		newBenchCBufCmd(),
 		planned("query", "SQL queries against hand-written eBPF and bpftrace", "#8"))
 }
 

@@ -66,8 +66,8 @@ func newCacheCmd() *cobra.Command {
 
 func newCBufCmd() *cobra.Command {
 	return group("cbuf", "Zero-copy shared buffers between processes",
-		planned("manager", "Run the CBUF manager", "#7"),
-		planned("stats", "Show CBUF pools and collections", "#7"))
+		newCBufManagerCmd(),
+		newCBufStatsCmd())
 }
 
 func newQueryCmd() *cobra.Command {

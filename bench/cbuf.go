@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/cbuf"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+)
+
+// CBufOptions configure `cistern bench cbuf`.
+type CBufOptions struct {
+	Quick    bool
+	PlotPath string
+	Progress func(string)
+	NoIox2   bool // skip iceoryx2 (no cargo, no network)
+}
+
+var cbufPages = []int{1, 4, 16, 64}
+
+// CBuf runs the four CBUF experiments of issue #7: fast-path cost beside
+// malloc, round trips against pipes, sockets and iceoryx2, allocation cost
+// against pool size with collection, and the pool policies.
+func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
+	if opt.Progress == nil {
+		opt.Progress = func(string) {}
+	}
+	rep := benchkit.New("cbuf", opt.Quick)
+	dir := cbufCacheDir()
+	opt.Progress("building libcbuf and the C peers")
+	peer, jepeer, err := buildCBufPeers(dir)
+	if err != nil {
+		return nil, err
+	}
+	iox2 := ""
+	if !opt.NoIox2 {
+		if iox2, err = buildIox2(ctx, dir, opt.Progress); err != nil {
+			rep.Note("iceoryx2 modes skipped: " + firstLine(err.Error()))
+			iox2 = ""
+		}
+	}
+	tmp, err := os.MkdirTemp("", "cistern-bench-cbuf")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	if err := cbufFast(ctx, rep, opt, tmp, peer, jepeer); err != nil {
+		return nil, err
+	}
+	if err := cbufRTT(ctx, rep, opt, tmp, peer, iox2); err != nil {
+		return nil, err
+	}
+	if err := cbufGC(ctx, rep, opt, tmp, peer); err != nil {
+		return nil, err
+	}
+	series, err := cbufPolicies(ctx, rep, opt, tmp, peer)
+	if err != nil {
+		return nil, err
+	}
+	if opt.PlotPath != "" {
+		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
+			"seconds", "producer messages per second", series); err != nil {
+			return nil, err
+		}
+		base := strings.TrimSuffix(opt.PlotPath, filepath.Ext(opt.PlotPath))
+		if err := plotCBufRTT(rep, base+"-rtt.png", iox2 != ""); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// withManager runs an in-process manager for one experiment.
+func withManager(ctx context.Context, tmp string, opt cbuf.ManagerOptions, fn func(sock string, m *cbuf.Manager) error) error {
+	opt.Socket = filepath.Join(tmp, fmt.Sprintf("m%d.sock", time.Now().UnixNano()))
+	m, err := cbuf.NewManager(opt)
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); m.Run(mctx) }()
+	err = fn(opt.Socket, m)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// runKV runs a peer and parses its "key value" lines.
+func runKV(ctx context.Context, env []string, bin string, args ...string) (map[string]float64, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		msg := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = firstLine(string(ee.Stderr))
+		}
+		return nil, fmt.Errorf("%s %s: %v %s", filepath.Base(bin), strings.Join(args, " "), err, msg)
+	}
+	kv := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				kv[f[0]] = v
+			}
+		}
+	}
+	return kv, nil
+}
+
+func cbufFast(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, peer, jepeer string) error {
+	iters := 2000000
+	if opt.Quick {
+		iters = 300000
+	}
+	opt.Progress("fast path: cbuf_alloc/free/send/cbuf2buf beside malloc")
+	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 256 << 20, Pool: 64 << 20, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+		for _, p := range cbufPages {
+			kv, err := runKV(ctx, nil, peer, "fast", sock, strconv.Itoa(p), strconv.Itoa(iters))
+			if err != nil {
+				return err
+			}
+			sfx := fmt.Sprintf("_%dp", p)
+			for _, k := range []string{"alloc_free_ns", "alloc_ns", "free_ns", "send_ns", "cbuf2buf_ns"} {
+				rep.Set("fast_cbuf", k+sfx, kv[k])
+			}
+			rep.Set("fast_glibc", "malloc_free_ns"+sfx, kv["malloc_free_ns"])
+			if jepeer != "" {
+				je, err := runKV(ctx, nil, jepeer, "fast", sock, strconv.Itoa(p), strconv.Itoa(iters))
+				if err != nil {
+					return err
+				}
+				rep.Set("fast_jemalloc", "malloc_free_ns"+sfx, je["malloc_free_ns"])
+			}
+			if p == 1 {
+				rep.Target("cached alloc+free <= 40 ns (1 page)", kv["alloc_free_ns"], "<=", 40)
+			}
+		}
+		if jepeer == "" {
+			rep.Note("jemalloc baseline skipped: Debian's libjemalloc-dev is not installed")
+		}
+		return nil
+	})
+}
+
+func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, peer, iox2 string) error {
+	iters := func(p int) int {
+		n := 20000
+		if p >= 16 {
+			n = 5000
+		}
+		if opt.Quick {
+			n /= 5
+		}
+		return n
+	}
+	modes := []string{"cbuf_poll", "cbuf_block", "pipe", "unix_socket"}
+	if iox2 != "" {
+		modes = append(modes, "iceoryx2_poll", "iceoryx2_block")
+	}
+	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 1 << 30, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+		for _, p := range cbufPages {
+			for _, mode := range modes {
+				opt.Progress(fmt.Sprintf("round trip %s, %d pages", mode, p))
+				var ns float64
+				if strings.HasPrefix(mode, "iceoryx2") {
+					v, err := iox2RTT(ctx, iox2, strings.TrimPrefix(mode, "iceoryx2_"), p*4096, iters(p))
+					if err != nil {
+						return err
+					}
+					ns = v
+				} else {
+					kv, err := runKV(ctx, nil, peer, "rtt", sock, mode, strconv.Itoa(p), strconv.Itoa(iters(p)))
+					if err != nil {
+						return err
+					}
+					ns = kv["rtt_ns"]
+				}
+				rep.Set(mode, fmt.Sprintf("rtt_us_%dp", p), ns/1000)
+			}
+		}
+		get := func(mode string, p int) float64 {
+			v, _ := rep.Get(mode, fmt.Sprintf("rtt_us_%dp", p))
+			f, _ := v.(float64)
+			return f
+		}
+		r1 := get("cbuf_poll", 1) / get("pipe", 1)
+		r64 := get("cbuf_poll", 64) / get("pipe", 64)
+		b64 := get("cbuf_block", 64) / get("pipe", 64)
+		rep.Ratio("cbuf_poll_vs_pipe_1p", r1)
+		rep.Ratio("cbuf_poll_vs_pipe_64p", r64)
+		rep.Ratio("cbuf_block_vs_pipe_64p", b64)
+		rep.Target("cbuf_poll rtt at 1 page <= 1/10 of pipe", r1, "<=", 0.1)
+		rep.Target("cbuf_poll rtt at 64 pages <= 1/50 of pipe", r64, "<=", 0.02)
+		rep.Target("cbuf_block rtt at 64 pages <= 1/10 of pipe", b64, "<=", 0.1)
+		if iox2 != "" {
+			pp := get("cbuf_poll", 16) / get("iceoryx2_poll", 16)
+			bb := get("cbuf_block", 16) / get("iceoryx2_block", 16)
+			rep.Ratio("cbuf_poll_vs_iceoryx2_poll_64KiB", pp)
+			rep.Ratio("cbuf_block_vs_iceoryx2_block_64KiB", bb)
+			rep.Target("cbuf_poll at 64 KiB <= 1.5x iceoryx2_poll", pp, "<=", 1.5)
+			rep.Target("cbuf_block at 64 KiB <= 1.5x iceoryx2_block", bb, "<=", 1.5)
+		}
+		return nil
+	})
+}
+
+var iox2Seq int
+
+func iox2RTT(ctx context.Context, bin, variant string, size, iters int) (float64, error) {
+	iox2Seq++
+	tag := fmt.Sprintf("cistern-%d-%d", os.Getpid(), iox2Seq)
+	pong := exec.CommandContext(ctx, bin, "pong", strconv.Itoa(size), strconv.Itoa(iters), variant, tag)
+	if err := pong.Start(); err != nil {
+		return 0, err
+	}
+	out, err := exec.CommandContext(ctx, bin, "ping", strconv.Itoa(size), strconv.Itoa(iters), variant, tag).Output()
+	pong.Wait()
+	if err != nil {
+		return 0, fmt.Errorf("iceoryx2 peer: %v", err)
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+}
+
+// cbufGC is the paper's Figure 7: a 1-page alloc+send+free loop whose
+// buffers a second process receives and frees, so every refill of the
+// free list is a collection; larger pools collect more per request.
+func cbufGC(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, peer string) error {
+	pools := []int{16, 64, 256, 1024, 4096}
+	iters := 400000
+	if opt.Quick {
+		iters = 60000
+	}
+	for _, pool := range pools {
+		opt.Progress(fmt.Sprintf("allocation cost with collection, pool of %d pages", pool))
+		err := withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 64 << 20, Pool: uint64(pool) * 4096, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+			kv, err := runKV(ctx, nil, peer, "gc", sock, strconv.Itoa(iters), strconv.Itoa(pool))
+			if err != nil {
+				return err
+			}
+			rep.Set("alloc_vs_pool", fmt.Sprintf("alloc_ns_pool_%dp", pool), kv["alloc_ns"])
+			rep.Set("alloc_vs_pool", fmt.Sprintf("allocs_per_collection_pool_%dp", pool), float64(iters)/max(kv["collects"], 1))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
+	modes := []string{"cbuf_poll", "cbuf_block", "pipe", "unix_socket"}
+	if iox2 {
+		modes = append(modes, "iceoryx2_poll", "iceoryx2_block")
+	}
+	var series []benchkit.BarSeries
+	for _, m := range modes {
+		s := benchkit.BarSeries{Name: m}
+		for _, p := range cbufPages {
+			v, _ := rep.Get(m, fmt.Sprintf("rtt_us_%dp", p))
+			f, _ := v.(float64)
+			s.Values = append(s.Values, f)
+		}
+		series = append(series, s)
+	}
+	var groups []string
+	for _, p := range cbufPages {
+		groups = append(groups, fmt.Sprintf("%d KiB", p*4))
+	}
+	return benchkit.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
+}
+
+// CBufPingPong is the demo's piece: a two-process ping-pong of pages-page
+// messages over CBUF (futex wake-up and busy polling) and over a pipe,
+// returning the round trip in microseconds per mode.
+func CBufPingPong(ctx context.Context, pages, iters int) (map[string]float64, error) {
+	peer, _, err := buildCBufPeers(cbufCacheDir())
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "cistern-cbuf-demo")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := map[string]float64{}
+	err = withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 256 << 20, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+		for _, mode := range []string{"cbuf_block", "cbuf_poll", "pipe"} {
+			kv, err := runKV(ctx, nil, peer, "rtt", sock, mode, strconv.Itoa(pages), strconv.Itoa(iters))
+			if err != nil {
+				return err
+			}
+			out[mode] = kv["rtt_ns"] / 1000
+		}
+		return nil
+	})
+	return out, err
+}

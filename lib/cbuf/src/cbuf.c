@@ -1,0 +1,417 @@
+/* CBUF client library. The fast path (alloc, free, send, cbuf2buf of a
+ * mapped buffer) touches only shared memory with atomics; the manager is
+ * called only to collect (free list empty) and to map another component's
+ * pool the first time one of its buffers arrives. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cbuf.h"
+#include "cbuf_layout.h"
+
+struct cbuf_client {
+	int sock;
+	pid_t pid; /* process that connected: a forked child must connect itself */
+	uint32_t slot, max_bufs;
+	uint64_t pool_bytes;
+	struct cbuf_hdr *hdr;
+	struct cbuf_meta *meta;
+	size_t meta_len;
+	const struct cbuf_dir *dir;
+	size_t dir_len;
+	unsigned char *pools[CBUF_MAX_COMPONENTS]; /* own pool read-write, others read-only */
+	size_t pool_len[CBUF_MAX_COMPONENTS];
+	pthread_mutex_t slow;                      /* socket and ring consumer */
+};
+
+static struct cbuf_client C = {.sock = -1, .slow = PTHREAD_MUTEX_INITIALIZER};
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_ACQ_REL)
+#define SUB(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_ACQ_REL)
+/* Statistics are informational: a relaxed load and store (no locked
+ * instruction on the fast path; concurrent threads may lose a count). */
+#define STAT(f) __atomic_store_n(&C.hdr->f, __atomic_load_n(&C.hdr->f, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int xchg(const struct cbuf_msg *m, struct cbuf_reply *r, int *fds, int nfds)
+{
+	if (send(C.sock, m, sizeof(*m), MSG_NOSIGNAL) != (ssize_t)sizeof(*m))
+		return -errno;
+	char cbufspace[CMSG_SPACE(sizeof(int) * 4)];
+	struct iovec iov = {.iov_base = r, .iov_len = sizeof(*r)};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbufspace, .msg_controllen = sizeof(cbufspace)};
+	ssize_t n = recvmsg(C.sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n < (ssize_t)sizeof(*r))
+		return n < 0 ? -errno : -EPROTO;
+	int got = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int tmp[4];
+		memcpy(tmp, CMSG_DATA(c), sizeof(int) * (k > 4 ? 4 : k));
+		for (int i = 0; i < k && i < 4; i++) {
+			if (got < nfds)
+				fds[got++] = tmp[i];
+			else
+				close(tmp[i]);
+		}
+	}
+	if (r->status)
+		return r->status;
+	return got == nfds ? 0 : -EPROTO;
+}
+
+static inline uint64_t gidx(uint32_t slot, uint32_t idx) { return (uint64_t)slot * C.max_bufs + idx; }
+
+static inline unsigned size_class(size_t size)
+{
+	size_t pages = (size + CBUF_PAGE - 1) / CBUF_PAGE;
+	unsigned k = 0;
+	while ((1ull << k) < pages)
+		k++;
+	return k;
+}
+
+static void push_free(uint32_t idx, unsigned k)
+{
+	uint64_t *head = &C.hdr->free_heads[k];
+	struct cbuf_meta *m = &C.meta[gidx(C.slot, idx)];
+	uint64_t h = LOAD(head), nh;
+	do {
+		uint32_t top = (uint32_t)h;
+		STORE(&m->next, top ? top : CBUF_NEXT_END);
+		nh = ((h >> 32) + 1) << 32 | (uint64_t)(idx + 1);
+	} while (!__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
+
+/* Pops one buffer of class k; -1 when the list is empty. */
+static int64_t pop_free(unsigned k)
+{
+	uint64_t *head = &C.hdr->free_heads[k];
+	uint64_t h = LOAD(head);
+	for (;;) {
+		uint32_t top = (uint32_t)h;
+		if (!top)
+			return -1;
+		if (top > C.max_bufs) { /* our own list is corrupt: drop it */
+			STORE(head, ((h >> 32) + 1) << 32);
+			return -1;
+		}
+		uint32_t nx = LOAD(&C.meta[gidx(C.slot, top - 1)].next);
+		uint64_t nh = ((h >> 32) + 1) << 32 | (nx == CBUF_NEXT_END || nx > C.max_bufs ? 0 : nx);
+		if (__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return top - 1;
+	}
+}
+
+/* Moves what the manager put in the ring onto the free lists. */
+static void drain_ring(void)
+{
+	uint32_t head = LOAD(&C.hdr->ring_head), tail = C.hdr->ring_tail;
+	for (; tail != head; tail++) {
+		uint32_t idx = C.hdr->ring[tail & (CBUF_RING - 1)];
+		if (idx >= C.max_bufs)
+			continue;
+		const struct cbuf_dir *d = &C.dir[gidx(C.slot, idx)];
+		uint16_t np = LOAD(&d->npages);
+		if (!np || np > CBUF_MAX_PAGES)
+			continue;
+		push_free(idx, size_class((size_t)np * CBUF_PAGE));
+	}
+	STORE(&C.hdr->ring_tail, tail);
+}
+
+static int collect(unsigned k)
+{
+	struct cbuf_msg m = {.op = CBUF_OP_COLLECT, .arg = k};
+	struct cbuf_reply r;
+	uint64_t t0 = now_ns();
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, NULL, 0);
+	if (!err)
+		drain_ring();
+	pthread_mutex_unlock(&C.slow);
+	__atomic_fetch_add(&C.hdr->blocked_ns, now_ns() - t0, __ATOMIC_RELAXED);
+	STAT(collects);
+	return err;
+}
+
+static void *map_fd(int fd, size_t len, int prot)
+{
+	void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int cbuf_connect(const char *path)
+{
+	if (C.sock >= 0 && C.pid == getpid())
+		return -EISCONN;
+	if (C.sock >= 0) {
+		/* a forked child: drop its copies of the parent's connection and
+		 * mappings (the parent keeps its own) and become a component */
+		pthread_mutex_init(&C.slow, NULL);
+		cbuf_disconnect();
+	}
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (!path || strlen(path) >= sizeof(sa.sun_path))
+		return -EINVAL;
+	strcpy(sa.sun_path, path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = -errno;
+		close(s);
+		return e;
+	}
+	C.sock = s;
+	C.pid = getpid();
+	struct cbuf_msg m = {.op = CBUF_OP_HELLO};
+	const char *e;
+	if ((e = getenv("CBUF_PRIORITY")))
+		m.arg = (uint32_t)atoi(e);
+	if ((e = getenv("CBUF_QOS")))
+		m.arg2 = (uint64_t)(atof(e) * 10000.0); /* percent -> ppm */
+	if ((e = getenv("CBUF_NAME")))
+		strncpy(m.name, e, sizeof(m.name) - 1);
+	struct cbuf_reply r;
+	int fds[3] = {-1, -1, -1};
+	int err = xchg(&m, &r, fds, 3);
+	if (err)
+		goto fail;
+	C.slot = r.arg;
+	/* meta first: its header says how large everything is */
+	struct cbuf_hdr h0;
+	if (pread(fds[0], &h0, sizeof(h0), 0) != sizeof(h0) || h0.magic != CBUF_MAGIC || h0.version != CBUF_VERSION) {
+		err = -EPROTO;
+		goto fail;
+	}
+	C.max_bufs = h0.max_bufs;
+	C.pool_bytes = h0.pool_bytes;
+	C.meta_len = h0.meta_off + (size_t)CBUF_MAX_COMPONENTS * C.max_bufs * sizeof(struct cbuf_meta);
+	C.dir_len = (size_t)CBUF_MAX_COMPONENTS * C.max_bufs * sizeof(struct cbuf_dir);
+	C.hdr = map_fd(fds[0], C.meta_len, PROT_READ | PROT_WRITE);
+	C.pools[C.slot] = map_fd(fds[1], C.pool_bytes, PROT_READ | PROT_WRITE);
+	C.pool_len[C.slot] = C.pool_bytes;
+	C.dir = map_fd(fds[2], C.dir_len, PROT_READ);
+	fds[0] = fds[1] = fds[2] = -1;
+	if (!C.hdr || !C.pools[C.slot] || !C.dir) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	C.meta = (struct cbuf_meta *)((char *)C.hdr + h0.meta_off);
+	return 0;
+fail:
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	cbuf_disconnect();
+	return err;
+}
+
+void cbuf_disconnect(void)
+{
+	if (C.sock >= 0)
+		close(C.sock);
+	C.sock = -1;
+	for (unsigned i = 0; i < CBUF_MAX_COMPONENTS; i++) {
+		if (C.pools[i])
+			munmap(C.pools[i], C.pool_len[i]);
+		C.pools[i] = NULL;
+	}
+	if (C.hdr)
+		munmap(C.hdr, C.meta_len);
+	if (C.dir)
+		munmap((void *)C.dir, C.dir_len);
+	C.hdr = NULL;
+	C.meta = NULL;
+	C.dir = NULL;
+}
+
+void *cbuf_alloc(size_t size, cbuf_t *id)
+{
+	if (!C.hdr || size == 0 || size > (size_t)CBUF_MAX_PAGES * CBUF_PAGE)
+		return NULL;
+	unsigned k = size_class(size);
+	for (int tries = 0;;) {
+		int64_t idx = pop_free(k);
+		if (idx < 0) {
+			/* empty: maybe the ring already holds collected buffers */
+			if (pthread_mutex_trylock(&C.slow) == 0) {
+				drain_ring();
+				pthread_mutex_unlock(&C.slow);
+				if ((idx = pop_free(k)) >= 0)
+					goto got;
+			}
+			if (collect(k) || ++tries > 1000)
+				return NULL;
+			continue;
+		}
+	got:;
+		struct cbuf_meta *m = &C.meta[gidx(C.slot, (uint32_t)idx)];
+		STORE(&m->next, 0);
+		uint64_t w = ADD(&m->cnt, CBUF_REF1);
+		if (w & CBUF_F_INCONSISTENT) {
+			/* the manager took it back: acknowledge and take another */
+			SUB(&m->cnt, CBUF_REF1 | CBUF_F_INCONSISTENT);
+			continue;
+		}
+		const struct cbuf_dir *d = &C.dir[gidx(C.slot, (uint32_t)idx)];
+		*id = CBUF_ID(LOAD(&d->gen), C.slot, (uint32_t)idx);
+		STAT(allocs);
+		return C.pools[C.slot] + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+	}
+}
+
+static struct cbuf_meta *meta_of(cbuf_t id, const struct cbuf_dir **dp)
+{
+	uint32_t slot = CBUF_ID_SLOT(id), idx = CBUF_ID_IDX(id);
+	if (!C.hdr || slot >= CBUF_MAX_COMPONENTS || idx >= C.max_bufs)
+		return NULL;
+	const struct cbuf_dir *d = &C.dir[gidx(slot, idx)];
+	if (LOAD(&d->npages) == 0 || LOAD(&d->gen) != CBUF_ID_GEN(id))
+		return NULL;
+	*dp = d;
+	return &C.meta[gidx(slot, idx)];
+}
+
+void cbuf_free(cbuf_t id)
+{
+	const struct cbuf_dir *d;
+	struct cbuf_meta *m = meta_of(id, &d);
+	if (!m)
+		return;
+	uint64_t w = SUB(&m->cnt, CBUF_REF1);
+	if (CBUF_CNT(w, CBUF_REF_SHIFT) == 0) { /* double free: undo */
+		ADD(&m->cnt, CBUF_REF1);
+		return;
+	}
+	STAT(frees);
+	if (CBUF_CNT(w, CBUF_REF_SHIFT) != 1)
+		return;
+	if (CBUF_ID_SLOT(id) == C.slot && CBUF_CNT(w, CBUF_SENT_SHIFT) == 0 && CBUF_CNT(w, CBUF_RECV_SHIFT) == 0 &&
+	    !(w & (CBUF_F_RELINQUISH | CBUF_F_INCONSISTENT))) {
+		/* never shared: reusable at once */
+		push_free(CBUF_ID_IDX(id), size_class((size_t)LOAD(&d->npages) * CBUF_PAGE));
+		return;
+	}
+	if (w & CBUF_F_RELINQUISH) {
+		struct cbuf_msg msg = {.op = CBUF_OP_RELINQUISH, .arg2 = id};
+		send(C.sock, &msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	/* shared: garbage until the manager finds it dead everywhere */
+}
+
+void cbuf_send(cbuf_t id)
+{
+	const struct cbuf_dir *d;
+	struct cbuf_meta *m = meta_of(id, &d);
+	if (!m)
+		return;
+	ADD(&m->cnt, CBUF_SENT1);
+	STAT(sends);
+}
+
+static unsigned char *pool_of(uint32_t slot)
+{
+	unsigned char *p = LOAD(&C.pools[slot]);
+	if (p)
+		return p;
+	pthread_mutex_lock(&C.slow);
+	if (!(p = C.pools[slot])) {
+		struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
+		struct cbuf_reply r;
+		int fd;
+		size_t len = 0;
+		if (xchg(&m, &r, &fd, 1) == 0) {
+			len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
+			if ((p = map_fd(fd, len, PROT_READ))) {
+				C.pool_len[slot] = len;
+				STORE(&C.pools[slot], p);
+			}
+		}
+	}
+	pthread_mutex_unlock(&C.slow);
+	return p;
+}
+
+void *cbuf2buf(cbuf_t id, size_t size)
+{
+	const struct cbuf_dir *d;
+	struct cbuf_meta *m = meta_of(id, &d);
+	if (!m || size == 0 || size > (size_t)LOAD(&d->npages) * CBUF_PAGE)
+		return NULL;
+	unsigned char *base = pool_of(CBUF_ID_SLOT(id));
+	if (!base)
+		return NULL;
+	ADD(&m->cnt, CBUF_REF1 | CBUF_RECV1);
+	/* the index may have been reused between the check and the count */
+	if (LOAD(&d->gen) != CBUF_ID_GEN(id) || LOAD(&d->npages) == 0) {
+		SUB(&m->cnt, CBUF_REF1 | CBUF_RECV1);
+		return NULL;
+	}
+	STAT(recvs);
+	return base + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+}
+
+/* Address of a buffer the caller already holds, without counting a
+ * receive (aggregate helpers). */
+__attribute__((visibility("hidden"))) void *cbuf__peek(cbuf_t id, size_t size)
+{
+	const struct cbuf_dir *d;
+	struct cbuf_meta *m = meta_of(id, &d);
+	if (!m || size > (size_t)LOAD(&d->npages) * CBUF_PAGE)
+		return NULL;
+	unsigned char *base = pool_of(CBUF_ID_SLOT(id));
+	return base ? base + (size_t)LOAD(&d->page_off) * CBUF_PAGE : NULL;
+}
+
+size_t cbuf_size(cbuf_t id)
+{
+	const struct cbuf_dir *d;
+	return meta_of(id, &d) ? (size_t)LOAD(&d->npages) * CBUF_PAGE : 0;
+}
+
+int cbuf_kernel_recv(cbuf_t *id, int timeout_ms)
+{
+	if (!C.hdr)
+		return -ENOTCONN;
+	struct cbuf_msg m = {.op = CBUF_OP_KRECV, .arg = timeout_ms > 0 ? (uint32_t)timeout_ms : 0};
+	struct cbuf_reply r;
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, NULL, 0);
+	pthread_mutex_unlock(&C.slow);
+	if (!err)
+		*id = r.arg2;
+	return err;
+}
+
+void cbuf_get_stats(struct cbuf_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (!C.hdr)
+		return;
+	s->allocs = LOAD(&C.hdr->allocs);
+	s->frees = LOAD(&C.hdr->frees);
+	s->sends = LOAD(&C.hdr->sends);
+	s->recvs = LOAD(&C.hdr->recvs);
+	s->collects = LOAD(&C.hdr->collects);
+	s->blocked_ns = LOAD(&C.hdr->blocked_ns);
+}

@@ -1,0 +1,250 @@
+/* Test peer for cbuf's Go tests: a C component driven from the command line.
+ *   peer SOCK send N SIZE     alloc N buffers, fill them, cbuf_send, print
+ *                             "id nonce" per line, free them, wait for EOF
+ *                             on stdin, exit
+ *   peer SOCK recv SIZE       read "id nonce" lines, cbuf2buf, check the
+ *                             fill, free; print "ok N bad M"
+ *   peer SOCK write ID SIZE   cbuf2buf a received id and write to it (the
+ *                             write must fault: exit by SIGSEGV)
+ *   peer SOCK big ID SIZE     cbuf2buf with SIZE; print "null" or "mapped"
+ *   peer SOCK agg             build an aggregate (header prepended to a
+ *                             payload slice), send all three, print the
+ *                             aggregate's id, wait for EOF on stdin
+ *   peer SOCK threads N ITERS N threads allocate, fill, check and free
+ *                             concurrently (the lock-free free lists);
+ *                             print "ok N bad M"
+ *   peer SOCK fork            connect, send a buffer, fork; the child
+ *                             connects itself and reads it: "child ok"
+ *   peer SOCK krecv N         receive N buffers from the kernel component,
+ *                             print "kernel ok K" (K readable exec records)
+ *   peer SOCK layout          print the shared layout's offsets and sizes
+ * Fill: 64-bit word i of a buffer holds nonce ^ i. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cbuf.h"
+#include "cbuf_layout.h"
+
+static void fill(uint64_t *p, size_t size, uint64_t nonce)
+{
+	for (size_t i = 0; i < size / 8; i++)
+		p[i] = nonce ^ i;
+}
+
+static int check(const uint64_t *p, size_t size, uint64_t nonce)
+{
+	for (size_t i = 0; i < size / 8; i++)
+		if (p[i] != (nonce ^ i))
+			return 0;
+	return 1;
+}
+
+static long t_iters;
+static _Atomic long t_ok, t_bad;
+
+static void *worker(void *arg)
+{
+	uint64_t me = (uint64_t)(uintptr_t)arg, x = me * 0x9e3779b97f4a7c15ull + 1;
+	enum { H = 8 };
+	cbuf_t ids[H];
+	uint64_t *ps[H], nonces[H];
+	size_t sizes[H];
+	int n = 0;
+	for (long i = 0; i < t_iters; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		if (n < H && (x & 1)) {
+			size_t size = 4096u << (x >> 8) % 3;
+			uint64_t *p = cbuf_alloc(size, &ids[n]);
+			if (!p) {
+				t_bad++;
+				continue;
+			}
+			nonces[n] = x ^ (me << 56);
+			sizes[n] = 64; /* fill the first 64 bytes and the last page's start */
+			fill(p, 64, nonces[n]);
+			fill(p + size / 8 - 512, 64, nonces[n]);
+			ps[n] = p;
+			(void)sizes;
+			n++;
+		} else if (n > 0) {
+			n--;
+			size_t size = cbuf_size(ids[n]);
+			if (check(ps[n], 64, nonces[n]) && check(ps[n] + size / 8 - 512, 64, nonces[n]))
+				t_ok++;
+			else
+				t_bad++;
+			cbuf_free(ids[n]);
+		}
+	}
+	while (n > 0) {
+		n--;
+		cbuf_free(ids[n]);
+	}
+	return NULL;
+}
+
+#define OFF(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
+#define SZ(t) printf(#t " %zu\n", sizeof(struct t))
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && argc < 3) {
+		fprintf(stderr, "usage: see peer.c\n");
+		return 2;
+	}
+	if (argc >= 3 && !strcmp(argv[2], "layout")) {
+		SZ(cbuf_meta); OFF(cbuf_meta, cnt); OFF(cbuf_meta, next);
+		SZ(cbuf_dir); OFF(cbuf_dir, page_off); OFF(cbuf_dir, npages); OFF(cbuf_dir, gen);
+		SZ(cbuf_hdr); OFF(cbuf_hdr, slot); OFF(cbuf_hdr, max_bufs); OFF(cbuf_hdr, pool_bytes); OFF(cbuf_hdr, meta_off);
+		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, ring_head);
+		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring);
+		SZ(cbuf_agg); OFF(cbuf_agg, n); OFF(cbuf_agg, cap); SZ(cbuf_agg_ent); OFF(cbuf_agg_ent, off); OFF(cbuf_agg_ent, len);
+		SZ(cbuf_msg); OFF(cbuf_msg, arg2); OFF(cbuf_msg, name); SZ(cbuf_reply);
+		printf("CBUF_F_INCONSISTENT %llu\nCBUF_F_RELINQUISH %llu\nCBUF_RECV1 %llu\nCBUF_SENT1 %llu\n",
+		       (unsigned long long)CBUF_F_INCONSISTENT, (unsigned long long)CBUF_F_RELINQUISH,
+		       (unsigned long long)CBUF_RECV1, (unsigned long long)CBUF_SENT1);
+		return 0;
+	}
+	if (argc < 3)
+		return 2;
+	int err = cbuf_connect(argv[1]);
+	if (err) {
+		fprintf(stderr, "cbuf_connect: %s\n", strerror(-err));
+		return 1;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!strcmp(argv[2], "send") && argc == 5) {
+		int n = atoi(argv[3]);
+		size_t size = strtoul(argv[4], NULL, 0);
+		for (int i = 0; i < n; i++) {
+			cbuf_t id;
+			uint64_t *p = cbuf_alloc(size, &id);
+			if (!p) {
+				fprintf(stderr, "cbuf_alloc failed\n");
+				return 1;
+			}
+			uint64_t nonce = ((uint64_t)rand() << 32) ^ (uint64_t)i;
+			fill(p, size, nonce);
+			cbuf_send(id);
+			printf("%" PRIu64 " %" PRIu64 "\n", id, nonce);
+			cbuf_free(id);
+		}
+		char b[16];
+		while (fread(b, 1, sizeof(b), stdin) > 0)
+			;
+		return 0;
+	}
+	if (!strcmp(argv[2], "recv") && argc == 4) {
+		size_t size = strtoul(argv[3], NULL, 0);
+		uint64_t id, nonce;
+		int ok = 0, bad = 0;
+		while (scanf("%" SCNu64 " %" SCNu64, &id, &nonce) == 2) {
+			const uint64_t *p = cbuf2buf(id, size);
+			if (p && check(p, size, nonce))
+				ok++;
+			else
+				bad++;
+			if (p)
+				cbuf_free(id);
+		}
+		printf("ok %d bad %d\n", ok, bad);
+		return 0;
+	}
+	if (!strcmp(argv[2], "write") && argc == 5) {
+		uint64_t id = strtoull(argv[3], NULL, 0);
+		volatile char *p = cbuf2buf(id, strtoul(argv[4], NULL, 0));
+		if (!p) {
+			printf("null\n");
+			return 1;
+		}
+		printf("mapped\n");
+		fflush(stdout);
+		p[0] = 1; /* must fault */
+		printf("wrote\n");
+		return 0;
+	}
+	if (!strcmp(argv[2], "agg") && argc == 3) {
+		cbuf_t h, b, a;
+		char *hp = cbuf_alloc(100, &h), *bp = cbuf_alloc(3 * 4096, &b);
+		a = cbuf_agg_alloc(8);
+		if (!hp || !bp || !a)
+			return 1;
+		strcpy(hp, "HDR:");
+		strcpy(bp + 5000, "payload from C");
+		if (cbuf_agg_append(a, b, 5000, 14) || cbuf_agg_prepend(a, h, 0, 4) || cbuf_agg_count(a) != 2 ||
+		    cbuf_agg_append(a, b, 0, 5 * 4096) != -ERANGE)
+			return 1;
+		cbuf_send(a);
+		cbuf_send(h);
+		cbuf_send(b);
+		printf("%" PRIu64 "\n", a);
+		char c[16];
+		while (fread(c, 1, sizeof(c), stdin) > 0)
+			;
+		return 0;
+	}
+	if (!strcmp(argv[2], "threads") && argc == 5) {
+		int n = atoi(argv[3]);
+		t_iters = atol(argv[4]);
+		pthread_t th[64];
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_join(th[i], NULL);
+		printf("ok %ld bad %ld\n", (long)t_ok, (long)t_bad);
+		return 0;
+	}
+	if (!strcmp(argv[2], "fork") && argc == 3) {
+		cbuf_t id;
+		uint64_t *p = cbuf_alloc(4096, &id);
+		if (!p)
+			return 1;
+		fill(p, 4096, 99);
+		cbuf_send(id);
+		pid_t pid = fork();
+		if (pid == 0) {
+			if (cbuf_connect(argv[1])) /* its own component */
+				_exit(3);
+			const uint64_t *q = cbuf2buf(id, 4096);
+			printf("child %s\n", q && check(q, 4096, 99) ? "ok" : "bad");
+			cbuf_free(id);
+			cbuf_disconnect();
+			_exit(0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		cbuf_free(id);
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	}
+	if (!strcmp(argv[2], "krecv") && argc == 4) {
+		int n = atoi(argv[3]), ok = 0;
+		for (int i = 0; i < n; i++) {
+			cbuf_t id;
+			if (cbuf_kernel_recv(&id, 2000))
+				break;
+			const uint32_t *r = cbuf2buf(id, 4096);
+			if (r && r[1] > 0 && r[1] <= 256 && ((const char *)r)[24] == '/')
+				ok++;
+			if (r)
+				cbuf_free(id);
+		}
+		printf("kernel ok %d\n", ok);
+		return 0;
+	}
+	if (!strcmp(argv[2], "big") && argc == 5) {
+		uint64_t id = strtoull(argv[3], NULL, 0);
+		void *p = cbuf2buf(id, strtoul(argv[4], NULL, 0));
+		printf("%s\n", p ? "mapped" : "null");
+		return 0;
+	}
+	fprintf(stderr, "peer: bad arguments\n");
+	return 2;
+}
