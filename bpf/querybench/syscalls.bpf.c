@@ -89,8 +89,16 @@ int BPF_PROG(qb_enter, struct pt_regs *regs, long id)
 	if (!traced())
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	// Only this thread writes its entry: after its first syscall, update it
+	// in place (a map update would swap in a fresh element every time).
+	struct start *p = bpf_map_lookup_elem(&starts, &tid);
+	if (p) {
+		p->ts = bpf_ktime_get_ns();
+		p->nr = id;
+		return 0;
+	}
 	struct start s = { .ts = bpf_ktime_get_ns(), .nr = id };
-	if (bpf_map_update_elem(&starts, &tid, &s, BPF_ANY))
+	if (bpf_map_update_elem(&starts, &tid, &s, BPF_NOEXIST))
 		count(C_NOSTART); // table full: this syscall cannot be timed
 	return 0;
 }

@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// TestQueryBenchRuns drives a miniature query bench end to end with every
+// mode that exists here and checks what it reports (not how fast).
+func TestQueryBenchRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	modes := []string{"hand_written", "optimizer", "mvsf_only"}
+	_, btErr := exec.LookPath("bpftrace")
+	if btErr == nil {
+		modes = append(modes, "bpftrace")
+	}
+	rep, err := Query(context.Background(), QueryOptions{Quick: true, Runtime: time.Second, Rounds: 1, Modes: modes})
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]json.RawMessage `json:"modes"`
+		Notes []string                              `json:"notes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", data)
+	row := func(mode, q string) map[string]any {
+		var m map[string]any
+		if raw, ok := doc.Modes[mode][q]; ok {
+			json.Unmarshal(raw, &m)
+		}
+		return m
+	}
+	var base float64
+	json.Unmarshal(doc.Modes["untraced"]["iops"], &base)
+	if base <= 0 {
+		t.Fatalf("untraced iops %v", base)
+	}
+	for _, mode := range modes {
+		for _, q := range []string{"q1", "q2"} {
+			r := row(mode, q)
+			if r == nil {
+				if (mode == "optimizer" || mode == "mvsf_only") && runQuery == nil {
+					continue // skipped with a note until the query API lands
+				}
+				t.Errorf("modes.%s.%s missing", mode, q)
+				continue
+			}
+			for _, k := range []string{"iops", "probe_effect_pct", "events", "lost_events"} {
+				if _, ok := r[k]; !ok {
+					t.Errorf("modes.%s.%s has no %s", mode, q, k)
+				}
+			}
+			if r["events"].(float64) <= 0 || r["iops"].(float64) <= 0 {
+				t.Errorf("modes.%s.%s: %v", mode, q, r)
+			}
+			if q == "q1" && mode != "hand_written" && r["max_latency_agree"] != true {
+				t.Errorf("modes.%s.q1 maxima disagree with the reference: %v", mode, r)
+			}
+		}
+	}
+	// The reference writes every syscall: fio's reads all appear, none lost.
+	h := row("hand_written", "q2")
+	if h["lost_events"].(float64) != 0 || h["events_pread64"] != h["workload_syscalls"] || h["workload_syscalls"].(float64) <= 0 {
+		t.Errorf("hand_written q2: %v", h)
+	}
+	if runQuery == nil {
+		found := false
+		for _, n := range doc.Notes {
+			found = found || n == "optimizer skipped: the query API (package query) is not merged yet"
+		}
+		if !found {
+			t.Errorf("no note on the skipped query API modes: %v", doc.Notes)
+		}
+	}
+}
+
+func TestCompareMaxima(t *testing.T) {
+	ref := map[maxKey]uint64{{1, "read"}: 1_000_000, {1, "pread64"}: 20_000}
+	ok := compareMaxima(ref, map[maxKey]uint64{{1, "read"}: 1_009_000, {1, "pread64"}: 60_000})
+	if !ok.agree || ok.keys != 2 || ok.agreeing != 2 {
+		t.Errorf("within 1%% and 50µs: %+v", ok)
+	}
+	off := compareMaxima(ref, map[maxKey]uint64{{1, "read"}: 1_100_000, {1, "pread64"}: 20_000})
+	if off.agree || off.agreeing != 1 {
+		t.Errorf("10%% off: %+v", off)
+	}
+	extra := compareMaxima(ref, map[maxKey]uint64{{1, "read"}: 1_000_000, {1, "pread64"}: 20_000, {2, "read"}: 5})
+	if extra.agree || extra.keys != 3 {
+		t.Errorf("extra key: %+v", extra)
+	}
+	if compareMaxima(nil, nil).agree {
+		t.Error("nothing seen cannot agree")
+	}
+}
