@@ -78,7 +78,7 @@ func CheckQueryOptions(o QueryOptions) error { o.defaults(); return o.check() }
 
 // queryAcc accumulates one mode and query over the rounds.
 type queryAcc struct {
-	iops                              []float64
+	iops, perCPU, wallDrop, cpuDrop   []float64
 	events, lost, preads, workloadIOs uint64
 }
 
@@ -112,25 +112,27 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 		return nil, err
 	}
 
-	var base []float64
+	var base, baseCPU []float64
 	acc := map[string]*queryAcc{}
 	skipped := map[string]string{}
 	for round := 1; round <= opt.Rounds; round++ {
-		opt.Progress(fmt.Sprintf("round %d/%d: untraced", round, opt.Rounds))
-		f, err := startFio(ctx, cg, file, opt.Runtime)
-		if err != nil {
-			return nil, err
-		}
-		fr, err := f.wait()
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, fr.iops)
 		for _, mode := range opt.Modes {
+			if _, ok := skipped[mode]; ok {
+				continue
+			}
+			// Each mode's queries are paired with an untraced run just
+			// before them: the machine's load drifts between minutes.
+			opt.Progress(fmt.Sprintf("round %d/%d: untraced (before %s)", round, opt.Rounds, mode))
+			f, err := startFio(ctx, cg, file, opt.Runtime)
+			if err != nil {
+				return nil, err
+			}
+			ur, err := f.wait()
+			if err != nil {
+				return nil, err
+			}
+			base, baseCPU = append(base, ur.iops), append(baseCPU, ur.perCPU())
 			for _, q := range opt.Queries {
-				if _, ok := skipped[mode]; ok {
-					break
-				}
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
@@ -150,6 +152,9 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 					acc[mode+" "+q] = a
 				}
 				a.iops = append(a.iops, fr.iops)
+				a.wallDrop = append(a.wallDrop, drop(ur.iops, fr.iops))
+				a.cpuDrop = append(a.cpuDrop, drop(ur.perCPU(), fr.perCPU()))
+				a.perCPU = append(a.perCPU, fr.perCPU())
 				a.events += r.events
 				a.lost += r.lost
 				a.preads += r.preads
@@ -171,11 +176,16 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 				return nil, fmt.Errorf("%s q1 agreement: %w", mode, err)
 			}
 			agree[mode] = a
+			if !a.agree {
+				rep.Note(fmt.Sprintf("%s q1 disagreements (%d of %d keys; lost events in that run %d): %s",
+					mode, a.keys-a.agreeing, a.keys, a.lost, strings.Join(a.diffs, "; ")))
+			}
 		}
 	}
 
-	b := benchkit.Median(base)
-	rep.Set("untraced", "iops", b)
+	rep.Set("untraced", "iops", benchkit.Median(base))
+	rep.Set("untraced", "reads_per_cpu_s", benchkit.Median(baseCPU))
+	rep.Set("untraced", "runs", len(base))
 	pe := map[string]float64{}
 	for _, mode := range opt.Modes {
 		for _, q := range opt.Queries {
@@ -183,10 +193,11 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 			if a == nil {
 				continue
 			}
-			m := benchkit.Median(a.iops)
-			p := (b - m) / b * 100
+			p := benchkit.Median(a.cpuDrop)
 			pe[mode+" "+q] = p
-			row := map[string]any{"iops": m, "probe_effect_pct": p, "events": a.events, "lost_events": a.lost}
+			row := map[string]any{"probe_effect_pct": p, "probe_effect_wall_pct": benchkit.Median(a.wallDrop),
+				"iops": benchkit.Median(a.iops), "reads_per_cpu_s": benchkit.Median(a.perCPU),
+				"events": a.events, "lost_events": a.lost}
 			if q == "q2" {
 				row["workload_syscalls"] = a.workloadIOs
 				row["events_pread64"] = a.preads
@@ -207,7 +218,8 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 			rep.Note(mode + " skipped: " + why)
 		}
 	}
-	rep.Note("probe_effect_pct: fio IOPS drop against untraced, medians over the rounds; events and lost_events are summed over the rounds")
+	rep.Note("probe_effect_pct: drop of fio's reads per CPU second (its user+system time, where the BPF programs run) against the untraced run just before; " +
+		"probe_effect_wall_pct: the plain IOPS drop, which the shared machine's load moves by tens of percent; medians over the rounds. events and lost_events are summed over the rounds")
 	rep.Note("Q2 workload check: workload_syscalls is fio's own read count (total_ios, one pread64 each with psync); events_pread64 counts the Q2 file's pread64 rows from fio's job process")
 	rep.Note(fmt.Sprintf("max_latency_agree: the mode and hand_written run together on one fio run; every (pid, syscall) key must be in both and its maximum over the windows must differ by at most %v or %.0f%%", agreeAbs, agreeRel*100))
 	if opt.PlotPath != "" {
@@ -234,6 +246,14 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// drop is the percentage by which got falls short of base.
+func drop(base, got float64) float64 {
+	if base <= 0 {
+		return 0
+	}
+	return (base - got) / base * 100
 }
 
 // tracedOne is one traced run's counts.
@@ -281,6 +301,8 @@ type agreement struct {
 	agree          bool
 	keys, agreeing int
 	worstUs        float64
+	lost           uint64   // the mode's lost events in the agreement run
+	diffs          []string // the first few disagreeing keys
 }
 
 func agreeRun(ctx context.Context, mode string, cg *queryref.Cgroup, file, dir string, runtime time.Duration) (agreement, error) {
@@ -305,8 +327,12 @@ func agreeRun(ctx context.Context, mode string, cg *queryref.Cgroup, file, dir s
 	if err := errors.Join(ferr, gerr, rerr); err != nil {
 		return agreement{}, err
 	}
-	return compareMaxima(want.maxima, got.maxima), nil
+	a := compareMaxima(want.maxima, got.maxima)
+	a.lost = got.lost
+	return a, nil
 }
+
+func (a *agreement) diff(s string) { a.diffs = append(a.diffs, s) }
 
 // compareMaxima checks got's per-key maxima against the reference's.
 func compareMaxima(ref, got map[maxKey]uint64) agreement {
@@ -317,18 +343,26 @@ func compareMaxima(ref, got map[maxKey]uint64) agreement {
 		a.keys++
 		g, ok := got[k]
 		if !ok {
+			a.diff(fmt.Sprintf("pid %d %s: missing (reference %v)", k.pid, k.syscall, time.Duration(w)))
 			continue
 		}
 		d := float64(max(g, w) - min(g, w))
 		a.worstUs = max(a.worstUs, d/1e3)
 		if d <= max(float64(agreeAbs), agreeRel*float64(w)) {
 			a.agreeing++
+		} else {
+			a.diff(fmt.Sprintf("pid %d %s: %v, reference %v", k.pid, k.syscall, time.Duration(g), time.Duration(w)))
 		}
 	}
-	for k := range got {
+	for k, g := range got {
 		if !seen[k] {
 			a.keys++ // a key the reference never saw
+			a.diff(fmt.Sprintf("pid %d %s: %v, not in the reference", k.pid, k.syscall, time.Duration(g)))
 		}
+	}
+	slices.Sort(a.diffs)
+	if len(a.diffs) > 5 {
+		a.diffs = append(a.diffs[:5], "…")
 	}
 	a.agree = a.keys > 0 && a.agreeing == a.keys
 	return a

@@ -47,8 +47,18 @@ func prepareFioFile(path string) error {
 // fioResult is one fio run's own account of itself.
 type fioResult struct {
 	iops     float64
-	totalIOs uint64 // reads completed: one pread64 each with psync
-	mainPID  int    // fio's parent; its job runs in a child process
+	totalIOs uint64  // reads completed: one pread64 each with psync
+	cpuSec   float64 // the job's CPU time (user+system); BPF programs run in it
+	mainPID  int     // fio's parent; its job runs in a child process
+}
+
+// perCPU is reads per CPU second: throughput at equal CPU, which a shared
+// machine's load does not move the way it moves IOPS.
+func (r fioResult) perCPU() float64 {
+	if r.cpuSec <= 0 {
+		return 0
+	}
+	return float64(r.totalIOs) / r.cpuSec
 }
 
 // fio is a started fio job in the bench's cgroup.
@@ -89,7 +99,10 @@ func (f *fio) wait() (fioResult, error) {
 	}
 	var doc struct {
 		Jobs []struct {
-			Read struct {
+			UsrCPU     float64 `json:"usr_cpu"` // percent of job_runtime
+			SysCPU     float64 `json:"sys_cpu"`
+			JobRuntime float64 `json:"job_runtime"` // ms
+			Read       struct {
 				IOPS     float64 `json:"iops"`
 				TotalIOs uint64  `json:"total_ios"`
 			} `json:"read"`
@@ -98,8 +111,9 @@ func (f *fio) wait() (fioResult, error) {
 	if err := json.Unmarshal(out, &doc); err != nil || len(doc.Jobs) != 1 {
 		return fioResult{}, fmt.Errorf("fio output not understood (%v): %.200s", err, f.out.String())
 	}
-	r := doc.Jobs[0].Read
-	return fioResult{iops: r.IOPS, totalIOs: r.TotalIOs, mainPID: f.cmd.Process.Pid}, nil
+	j := doc.Jobs[0]
+	return fioResult{iops: j.Read.IOPS, totalIOs: j.Read.TotalIOs, mainPID: f.cmd.Process.Pid,
+		cpuSec: (j.UsrCPU + j.SysCPU) / 100 * j.JobRuntime / 1000}, nil
 }
 
 func firstLineOf(s string) string {
