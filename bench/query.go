@@ -246,7 +246,7 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 			groups = append(groups, map[string]string{"q1": "Q1: max latency per window", "q2": "Q2: every syscall to a file"}[q])
 		}
 		if err := benchkit.BarChart(opt.PlotPath, "Query: probe effect on fio randread ("+rep.Kernel()+")",
-			"probe effect (% IOPS drop)", groups, s); err != nil {
+			"probe effect (% drop of fio reads per CPU second)", groups, s); err != nil {
 			return nil, err
 		}
 	}
