@@ -341,8 +341,18 @@ func (j *jsonRows) Write(p []byte) (int, error) {
 			j.err = fmt.Errorf("Q1 row lacks pid, syscall or max_latency_ns: %.100s", line)
 			continue
 		}
-		j.r.merge(maxKey{uint32(pid), name}, v)
+		j.r.merge(maxKey{uint32(pid), syscallKey(name)}, v)
 	}
+}
+
+// syscallKey names a syscall the way the reference does: a tool that
+// prints a number it has no name for (335, uretprobe, is newer than the
+// UAPI headers) gets the reference's name for that number.
+func syscallKey(name string) string {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return queryref.SyscallName(uint32(n))
+	}
+	return name
 }
 
 func jsonUint(v any) (uint64, bool) {

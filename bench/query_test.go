@@ -115,3 +115,11 @@ func TestCompareMaxima(t *testing.T) {
 		t.Error("nothing seen cannot agree")
 	}
 }
+
+func TestSyscallKey(t *testing.T) {
+	for in, want := range map[string]string{"pread64": "pread64", "17": "pread64", "335": "sys_335", "sys_335": "sys_335"} {
+		if got := syscallKey(in); got != want {
+			t.Errorf("syscallKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
