@@ -99,7 +99,7 @@ int BPF_PROG(qb_enter, struct pt_regs *regs, long id)
 	}
 	struct start s = { .ts = bpf_ktime_get_ns(), .nr = id };
 	if (bpf_map_update_elem(&starts, &tid, &s, BPF_NOEXIST))
-		count(C_NOSTART); // table full: this syscall cannot be timed
+		count(C_NOSTART); // table full or bucket busy: this syscall cannot be timed
 	return 0;
 }
 
