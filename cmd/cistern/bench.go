@@ -22,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 		newBenchCacheCmd(),
 		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
 		newBenchCBufCmd(),
-		planned("query", "SQL queries against hand-written eBPF and bpftrace", "#8"))
+		newBenchQueryCmd())
 }
 
 // benchFlags are the flags every benchmark shares.

@@ -1,0 +1,169 @@
+package queryref
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+func testCgroup(t *testing.T) *Cgroup {
+	cg, err := NewCgroup(fmt.Sprintf("cistern-queryref-%d", os.Getpid()))
+	if err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	t.Cleanup(func() { cg.Remove() })
+	return cg
+}
+
+// start runs argv in cg and returns its pid and a wait function.
+func start(t *testing.T, cg *Cgroup, argv ...string) (int, func()) {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cg.FD}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid, func() {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+	}
+}
+
+// within checks a measured latency against a known sleep: never shorter,
+// and not more than 40 ms longer (process start-up and a loaded machine).
+func within(t *testing.T, what string, got uint64, want time.Duration) {
+	t.Helper()
+	if d := time.Duration(got); d < want || d > want+40*time.Millisecond {
+		t.Errorf("%s: max latency %v, want %v (+40ms)", what, d, want)
+	} else {
+		t.Logf("%s: %v for a %v sleep", what, d, want)
+	}
+}
+
+// TestQ1KnownSleeps runs processes that sleep for known times and checks the
+// reference's per-(pid, syscall) maxima, window by window.
+func TestQ1KnownSleeps(t *testing.T) {
+	testenv.RequireRoot(t)
+	cg := testCgroup(t)
+	tr, err := Open(Config{Query: Q1, CgroupID: cg.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	nanosleep, _ := SyscallNumber("clock_nanosleep")
+	wait4, _ := SyscallNumber("wait4")
+
+	// Window 1: two sleeps in parallel, and a shell waiting 50 then 150 ms
+	// for its children (two wait4 calls under one key: the max is 150 ms).
+	a, waitA := start(t, cg, "sleep", "0.2")
+	b, waitB := start(t, cg, "sleep", "0.05")
+	sh, waitSh := start(t, cg, "sh", "-c", "sleep 0.05; sleep 0.15; exit 0")
+	waitA()
+	waitB()
+	waitSh()
+	w1, err := tr.Window()
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "sleep 0.2", w1[Key{uint32(a), nanosleep}], 200*time.Millisecond)
+	within(t, "sleep 0.05", w1[Key{uint32(b), nanosleep}], 50*time.Millisecond)
+	within(t, "sh waiting 0.05 then 0.15", w1[Key{uint32(sh), wait4}], 150*time.Millisecond)
+
+	// Window 2 holds only what ran in it.
+	c, waitC := start(t, cg, "sleep", "0.1")
+	waitC()
+	w2, err := tr.Window()
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "sleep 0.1 (window 2)", w2[Key{uint32(c), nanosleep}], 100*time.Millisecond)
+	for k := range w2 {
+		if k.PID != uint32(c) {
+			t.Errorf("window 2 holds %+v (%s) from an earlier window", k, SyscallName(k.NR))
+		}
+	}
+	// Window 3: the map window 1 used, cleared and reused.
+	w3, err := tr.Window()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w3) != 0 {
+		t.Errorf("window 3 should be empty (nothing ran), got %v", w3)
+	}
+	st, err := tr.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Events == 0 || st.NoStart != 0 || st.Full != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestQ2Records checks that every syscall of a traced process becomes one
+// line: a shell's known sleeps appear with their latencies, nothing is lost.
+func TestQ2Records(t *testing.T) {
+	testenv.RequireRoot(t)
+	cg := testCgroup(t)
+	tr, err := Open(Config{Query: Q2, CgroupID: cg.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var out strings.Builder
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var lines uint64
+	go func() {
+		var err error
+		lines, err = tr.Drain(&out, stop)
+		done <- err
+	}()
+	pid, wait := start(t, cg, "sleep", "0.12")
+	wait()
+	tr.Detach()
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lost != 0 || lines != st.Events || lines < 10 {
+		t.Fatalf("lines %d, stats %+v", lines, st)
+	}
+	rows := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if rows[0]+"\n" != Header || uint64(len(rows)-1) != lines {
+		t.Fatalf("header %q, %d rows for %d lines", rows[0], len(rows)-1, lines)
+	}
+	found := false
+	for _, r := range rows[1:] {
+		var p, tid int
+		var lat uint64
+		var name string
+		f := strings.Split(r, ",")
+		if len(f) != 4 {
+			t.Fatalf("bad row %q", r)
+		}
+		fmt.Sscan(f[0], &p)
+		fmt.Sscan(f[1], &tid)
+		name = f[2]
+		fmt.Sscan(f[3], &lat)
+		if p != pid {
+			t.Errorf("row from pid %d, only %d ran in the cgroup: %q", p, pid, r)
+		}
+		if name == "clock_nanosleep" {
+			within(t, "sleep 0.12 row", lat, 120*time.Millisecond)
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no clock_nanosleep row in %d rows", len(rows)-1)
+	}
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/bench"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/cli"
+)
+
+func newBenchQueryCmd() *cobra.Command {
+	var bf benchFlags
+	var opt bench.QueryOptions
+	c := &cobra.Command{
+		Use:   "query [--quick] [--json FILE] [--plot FILE.png]",
+		Short: "SQL queries against hand-written eBPF and bpftrace",
+		Long: `Runs fio (4 KiB random reads, ioengine=psync, on a 64 MiB file in the page
+cache) in its own cgroup, untraced and under two queries on the syscalls
+table, every mode filtered to that cgroup:
+  q1  SELECT pid, syscall, MAX(latency_ns) ... GROUP BY pid, syscall WINDOW 1s
+  q2  SELECT pid, tid, syscall, latency_ns ... written to a file
+Modes, side by side in one run: hand_written (Cistern's reference eBPF + Go),
+bpftrace, optimizer and mvsf_only (the query compiler; skipped with a note
+until it is available). Reports the probe effect (fio IOPS drop), events,
+lost events, Q2's rows against fio's own read count, and whether each
+mode's Q1 maxima agree with the reference on the same syscalls.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bench.CheckQueryOptions(opt); err != nil {
+				return cli.Usagef("%v", err)
+			}
+			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
+				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
+				return bench.Query(ctx, opt)
+			})
+		},
+	}
+	bf.add(c)
+	c.Flags().DurationVar(&opt.Runtime, "runtime", 0, "fio runtime per run (default 3s, quick 2s)")
+	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "runs per mode and query; medians are reported (default 5, quick 1)")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "traced modes (default hand_written,bpftrace,optimizer,mvsf_only)")
+	c.Flags().StringSliceVar(&opt.Queries, "queries", nil, "queries (default q1,q2)")
+	return c
+}
