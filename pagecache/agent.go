@@ -27,6 +27,9 @@ type Config struct {
 	// Headroom is how far below the limit the agent starts evicting;
 	// 0: max(limit/16, 8 MiB), at most a quarter of the limit.
 	Headroom int64
+	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
+	// every read) to policies that use accesses.
+	AccessSample uint32
 }
 
 // Agent runs a policy over the page cache of one directory in one cgroup.
@@ -53,6 +56,9 @@ func Start(cfg Config) (a *Agent, err error) {
 	if len(cfg.ScanPIDs) > 0 && cfg.Policy != "get-scan" {
 		return nil, fmt.Errorf("scan pids are for the get-scan policy only")
 	}
+	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {
+		return nil, fmt.Errorf("access sample %d: want a power of 2", s)
+	}
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
 	}
@@ -69,7 +75,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("read the limit of %s: %w", a.cg.Path, err)
 	}
 	a.setWatermarks()
-	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, policies[cfg.Policy].access); err != nil {
+	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, policies[cfg.Policy].access, cfg.AccessSample); err != nil {
 		return nil, err
 	}
 	capacity := a.tr.pages
@@ -268,6 +274,9 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 // Stats are the agent's counters: tracker events, policy decisions and
 // evictions, with every victim that stayed cached by reason.
 func (a *Agent) Stats() (map[string]uint64, error) {
+	if a.tr == nil {
+		return nil, errors.New("agent closed")
+	}
 	st, err := a.tr.stats()
 	if err != nil {
 		return nil, err

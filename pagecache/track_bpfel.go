@@ -30,6 +30,7 @@ const (
 	trackProgPcAdd       = "pc_add"
 	trackProgPcDel       = "pc_del"
 	trackProgPcRead      = "pc_read"
+	trackVarPcAccessMask = "pc_access_mask"
 	trackVarPcMemcgId    = "pc_memcg_id"
 	trackVarPcWantAccess = "pc_want_access"
 )
@@ -94,6 +95,7 @@ type trackMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type trackVariableSpecs struct {
+	PcAccessMask *ebpf.VariableSpec `ebpf:"pc_access_mask"`
 	PcMemcgId    *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
 	PcWantAccess *ebpf.VariableSpec `ebpf:"pc_want_access"`
 }
@@ -135,6 +137,7 @@ func (m *trackMaps) Close() error {
 //
 // It can be passed to loadTrackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trackVariables struct {
+	PcAccessMask *ebpf.Variable `ebpf:"pc_access_mask"`
 	PcMemcgId    *ebpf.Variable `ebpf:"pc_memcg_id"`
 	PcWantAccess *ebpf.Variable `ebpf:"pc_want_access"`
 }

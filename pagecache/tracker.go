@@ -40,7 +40,8 @@ func kernelDev(dev uint64) uint32 {
 
 // openTracker loads the tracker for the memory cgroup memcg (kernfs id),
 // registers the regular files under dir and attaches the tracepoints.
-func openTracker(dir string, memcg uint64, access bool) (*tracker, error) {
+// With sample > 1 (a power of 2), one read in sample is reported.
+func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker, error) {
 	spec, err := loadTrack()
 	if err != nil {
 		return nil, err
@@ -53,6 +54,12 @@ func openTracker(dir string, memcg uint64, access bool) (*tracker, error) {
 		acc = 1
 	}
 	if err := spec.Variables["pc_want_access"].Set(acc); err != nil {
+		return nil, err
+	}
+	if sample == 0 {
+		sample = 1
+	}
+	if err := spec.Variables["pc_access_mask"].Set(sample - 1); err != nil {
 		return nil, err
 	}
 	coll, err := ebpf.NewCollection(spec)

@@ -7,7 +7,9 @@
  *
  * Access signal: mm_filemap_get_pages, the page range every buffered read
  * (read, pread, readv, sendfile, splice) is served from; only when
- * pc_want_access is set (policies that ignore accesses skip its cost). */
+ * pc_want_access is set (policies that ignore accesses skip its cost),
+ * and sampled (pc_access_mask) when reads are too many to report each:
+ * counts stay proportional for LFU-like policies. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -16,6 +18,7 @@
 
 const volatile __u64 pc_memcg_id;     /* kernfs id of the memory cgroup; 0: any */
 const volatile __u32 pc_want_access;
+const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a power of 2) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -140,6 +143,8 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	__u32 file;
 
 	if (!pc_want_access)
+		return 0;
+	if (pc_access_mask && (bpf_get_prandom_u32() & pc_access_mask))
 		return 0;
 	file = file_id(mapping);
 	if (!file)

@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		newBenchKVCmd(),
 		newBenchCaptureCmd(),
 		newBenchCacheCmd(),
-		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
+		newBenchPagecacheCmd(),
 		planned("cbuf", "CBUF against pipes, sockets and iceoryx2", "#7"),
 		planned("query", "SQL queries against hand-written eBPF and bpftrace", "#8"))
 }
