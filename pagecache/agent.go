@@ -131,8 +131,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	batch := make([]Event, 0, batchSize)
 	var rec ringbuf.Record
 	le := binary.LittleEndian
+	idle := false
 	for ctx.Err() == nil {
-		deadline := time.Now().Add(2 * time.Millisecond)
+		// Events wake the reader at once; while none come, only the
+		// usage check needs a timer, and a slow one costs least.
+		wait := 2 * time.Millisecond
+		if idle {
+			wait = 50 * time.Millisecond
+		}
+		deadline := time.Now().Add(wait)
 		a.tr.rd.SetDeadline(deadline)
 		for len(batch) < batchSize {
 			err := a.tr.rd.ReadInto(&rec)
@@ -152,6 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				break
 			}
 		}
+		idle = len(batch) == 0
 		var err error
 		if batch, err = a.step(batch); err != nil {
 			return err
@@ -174,6 +182,9 @@ func (a *Agent) step(batch []Event) ([]Event, error) {
 			need = (u - a.low) / pageSize
 			a.pressured.Add(1)
 		}
+	}
+	if len(batch) == 0 && need <= 0 {
+		return batch, nil // idle: no program run
 	}
 	var next []Event
 	for {
