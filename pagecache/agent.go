@@ -25,7 +25,7 @@ type Config struct {
 	Policy   string // one of Policies()
 	ScanPIDs []int  // get-scan: processes or threads whose insertions are scans
 	// Headroom is how far below the limit the agent starts evicting;
-	// 0: max(limit/16, 8 MiB), at most a quarter of the limit.
+	// 0: max(limit/16, 16 MiB), at most a quarter of the limit.
 	Headroom int64
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
@@ -100,7 +100,7 @@ func (a *Agent) setWatermarks() {
 	}
 	h := a.cfg.Headroom
 	if h <= 0 {
-		h = max(a.limit/16, 8<<20)
+		h = max(a.limit/16, 16<<20)
 	}
 	h = min(h, a.limit/4)
 	a.high = a.limit - h

@@ -25,6 +25,7 @@ func newCacheAgentCmd() *cobra.Command {
 	var (
 		cfg              pagecache.Config
 		limit, metricsAt string
+		headroom         string
 		scanPIDs         []int
 	)
 	c := &cobra.Command{
@@ -61,6 +62,13 @@ SIGINT or SIGTERM and prints its counters.`,
 					return cli.Usagef("--limit %q: %v", limit, err)
 				}
 				cfg.Limit = n
+			}
+			if headroom != "" {
+				n, err := parseSize(headroom)
+				if err != nil {
+					return cli.Usagef("--headroom %q: %v", headroom, err)
+				}
+				cfg.Headroom = n
 			}
 			if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 				return cli.Usagef("--dir %s: not a directory", cfg.Dir)
@@ -108,6 +116,7 @@ SIGINT or SIGTERM and prints its counters.`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
 	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan: a process or thread whose reads are scans (repeatable)")
+	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M), at most limit/4)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
 	return c
