@@ -49,7 +49,7 @@ type Agent struct {
 
 // Start sets up the cgroup, the policy and the tracker; Run then drives
 // them until its context ends, and Close undoes everything.
-func Start(cfg Config) (a *Agent, err error) {
+func Start(cfg Config) (_ *Agent, err error) {
 	if !ValidPolicy(cfg.Policy) {
 		return nil, fmt.Errorf("unknown policy %q (have %v)", cfg.Policy, Policies())
 	}
@@ -62,7 +62,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
 	}
-	a = &Agent{cfg: cfg}
+	a := &Agent{cfg: cfg}
 	defer func() {
 		if err != nil {
 			a.Close()

@@ -40,13 +40,17 @@ static __always_inline void pc_stat(__u32 s, __u64 n)
 		*v += n;
 }
 
-/* Takes one victim from the policy (or the fallback) and appends it to out. */
-static __always_inline int pc_evict_one(struct pc_victims *out)
+/* Takes one victim from the policy (or the fallback) and appends it to out.
+ * Global functions are verified once, not at every call site: the policy's
+ * evict() is too large to inline twice. */
+__noinline int pc_evict_one(struct pc_victims *out)
 {
 	struct evict_req r = {};
 	struct evict_entry *e;
 	__u32 top, *slot, n;
 
+	if (!out)
+		return -1;
 	if (evict_make_room(1, &r) != 1)
 		return -1;
 	/* evict_remove pushed the victim's slot on the free stack: its entry
@@ -61,6 +65,15 @@ static __always_inline int pc_evict_one(struct pc_victims *out)
 	out->v[n & (PC_MAX_VICTIMS - 1)].pages = e ? e->size : 1;
 	out->n = n + 1;
 	pc_stat(PC_A_VICTIMS, 1);
+	return 0;
+}
+
+/* Inserts key (size pages); the caller made sure a slot is free. */
+__noinline int pc_insert(__u64 key, __u32 size)
+{
+	struct evict_req r = { .key = key, .size = size };
+
+	evict_cache_access(&r);
 	return 0;
 }
 
@@ -96,8 +109,6 @@ static long pc_apply_step(__u64 i, void *arg)
 
 	switch (ev->op) {
 	case PC_ADD: {
-		struct evict_req r = { .key = key, .size = 1U << (ev->order & 15) };
-
 		sp = bpf_map_lookup_elem(&evict_index, &key);
 		if (sp) {
 			evict_remove(*sp, NULL);
@@ -112,7 +123,7 @@ static long pc_apply_step(__u64 i, void *arg)
 #ifdef PC_ACTOR
 		PC_ACTOR = (__u64)ev->tgid << 32 | ev->tid;
 #endif
-		evict_cache_access(&r);
+		pc_insert(key, 1U << (ev->order & 15));
 		pc_stat(PC_A_ADDED, 1);
 		break;
 	}
