@@ -244,7 +244,7 @@ func pcAgentStats(rep *benchkit.Report, mode string, a *pagecache.Agent) {
 	if err != nil {
 		return
 	}
-	for _, k := range []string{"events_add", "events_dropped", "victims", "pages_evicted",
+	for _, k := range []string{"events_add", "events_dropped", "victims", "pages_evicted", "removed", "cgroup_limit_hits",
 		"not_evicted_busy", "not_evicted_dirty", "not_evicted_writeback", "not_evicted_open_failed", "policy_fallback_evictions"} {
 		rep.Set(mode, k, st[k])
 	}

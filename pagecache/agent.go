@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"runtime"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	batch := make([]Event, 0, batchSize)
 	var rec ringbuf.Record
 	le := binary.LittleEndian
+	// The agent must react before the kernel reclaims: its thread runs
+	// at a higher priority than the workload (best effort).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Setpriority(unix.PRIO_PROCESS, 0, -10)
 	idle := false
 	for ctx.Err() == nil {
 		// Events wake the reader at once; while none come, only the
@@ -307,6 +313,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	} {
 		st[k] = v.Load()
 	}
+	st["cgroup_limit_hits"] = a.cg.LimitHits()
 	return st, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // v1MemoryRoot is where the agent mounts the cgroup-v1 memory controller
@@ -163,6 +162,29 @@ func (cg *Cgroup) Limit() (int64, error) {
 	return v, nil
 }
 
+// LimitHits is how often the cgroup's usage hit its limit (the kernel had
+// to reclaim): v1 memory.failcnt, v2 the "max" count of memory.events.
+func (cg *Cgroup) LimitHits() uint64 {
+	name := "memory.failcnt"
+	if cg.V2 {
+		name = "memory.events"
+	}
+	b, err := os.ReadFile(filepath.Join(cg.Path, name))
+	if err != nil {
+		return 0
+	}
+	s := strings.TrimSpace(string(b))
+	if cg.V2 {
+		for _, l := range strings.Split(s, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "max" {
+				s = f[1]
+			}
+		}
+	}
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
 // AddPID moves a process into the cgroup.
 func (cg *Cgroup) AddPID(pid int) error {
 	return os.WriteFile(filepath.Join(cg.Path, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
@@ -203,7 +225,6 @@ func (cg *Cgroup) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
 
 // DropFile drops a file's clean pages from the page cache (fadvise
 // DONTNEED over the whole file): benches and tests start cold with it.

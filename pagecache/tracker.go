@@ -149,4 +149,3 @@ func (t *tracker) Close() error {
 	t.coll.Close()
 	return errors.Join(errs...)
 }
-

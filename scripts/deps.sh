@@ -9,6 +9,7 @@ pkgs=(
   memcached                             # Kerby-KV source of truth
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
+  linux-source-6.1                      # bench pagecache: the tree ripgrep searches
 )
 
 if [ "$(id -u)" -ne 0 ]; then
