@@ -26,7 +26,8 @@ type Config struct {
 	Policy   string // one of Policies()
 	ScanPIDs []int  // get-scan: processes or threads whose insertions are scans
 	// Headroom is how far below the limit the agent starts evicting;
-	// 0: max(limit/16, 16 MiB), at most a quarter of the limit.
+	// 0: max(limit/16, 16 MiB), at most a quarter of the limit; never more
+	// than half of it.
 	Headroom int64
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
@@ -46,7 +47,17 @@ type Agent struct {
 	evictRuns, victims, pagesEvicted     atomic.Uint64
 	failOpen, failFadvise, stillDirty    atomic.Uint64
 	stillWriteback, stillBusy, pressured atomic.Uint64
+	retried                              atomic.Uint64
+
+	// Victims still cached after fadvise (under I/O, locked, dirty): tried
+	// again at the next step, up to maxTries, before they count as not
+	// evicted and go back to the policy.
+	pending []Victim
+	// evictedPages per file id: read only after Run returns (tests).
+	evictedPages map[uint32]int64
 }
+
+const maxTries = 32
 
 // Start sets up the cgroup, the policy and the tracker; Run then drives
 // them until its context ends, and Close undoes everything.
@@ -63,7 +74,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
 	}
-	a := &Agent{cfg: cfg}
+	a := &Agent{cfg: cfg, evictedPages: map[uint32]int64{}}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -101,9 +112,9 @@ func (a *Agent) setWatermarks() {
 	}
 	h := a.cfg.Headroom
 	if h <= 0 {
-		h = max(a.limit/16, 16<<20)
+		h = min(max(a.limit/16, 16<<20), a.limit/4)
 	}
-	h = min(h, a.limit/4)
+	h = min(h, a.limit/2)
 	a.high = a.limit - h
 	a.low = a.high - max(a.limit/64, 2<<20)
 }
@@ -131,7 +142,6 @@ func (a *Agent) AddScanPID(pid int) error {
 func (a *Agent) Run(ctx context.Context) error {
 	batch := make([]Event, 0, batchSize)
 	var rec ringbuf.Record
-	le := binary.LittleEndian
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
 	runtime.LockOSThread()
@@ -155,12 +165,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("read events: %w", err)
 			}
-			s := rec.RawSample
-			if len(s) < eventSize {
+			e, ok := decode(&rec)
+			if !ok {
 				continue
 			}
-			batch = append(batch, Event{Op: s[0], Order: s[1], File: le.Uint32(s[4:]), Index: le.Uint64(s[8:]),
-				TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:])})
+			if idle { // the first event after a quiet spell: short batches again
+				idle = false
+				deadline = time.Now().Add(2 * time.Millisecond)
+				a.tr.rd.SetDeadline(deadline)
+			}
+			batch = append(batch, e)
 			if len(batch)%256 == 0 && time.Now().After(deadline) {
 				break
 			}
@@ -172,6 +186,48 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func decode(rec *ringbuf.Record) (Event, bool) {
+	s, le := rec.RawSample, binary.LittleEndian
+	if len(s) < eventSize {
+		return Event{}, false
+	}
+	return Event{Op: s[0], Order: s[1], File: le.Uint32(s[4:]), Index: le.Uint64(s[8:]),
+		TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:])}, true
+}
+
+// drain reads every event already in the ring buffer, applying full
+// batches, so that the policy knows every folio charged before the usage
+// was read: choosing victims without them would pick from a stale view
+// (a scan's newest folios, for one).
+func (a *Agent) drain(batch []Event) ([]Event, error) {
+	var rec ringbuf.Record
+	a.tr.rd.SetDeadline(time.Now())
+	for n := 0; n < 16*batchSize; n++ { // bounded: events may keep coming
+		if len(batch) == batchSize {
+			vs, err := a.pol.run(batch, 0)
+			if err != nil {
+				return nil, err
+			}
+			batch = batch[:0]
+			if len(vs) > 0 {
+				_, back := a.evict(vs)
+				batch = append(batch, back...)
+			}
+		}
+		err := a.tr.rd.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return batch, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		if e, ok := decode(&rec); ok {
+			batch = append(batch, e)
+		}
+	}
+	return batch, nil
 }
 
 // step applies batch and, while the cgroup is above its high watermark,
@@ -187,14 +243,29 @@ func (a *Agent) step(batch []Event) ([]Event, error) {
 		if u > a.high {
 			need = (u - a.low) / pageSize
 			a.pressured.Add(1)
+			if batch, err = a.drain(batch); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(batch) == 0 && need <= 0 {
 		return batch, nil // idle: no program run
 	}
 	var next []Event
-	for {
-		want := int(min(need, 256))
+	if len(a.pending) > 0 {
+		retry := a.pending
+		a.pending = nil
+		a.retried.Add(uint64(len(retry)))
+		freed, back := a.evict(retry)
+		next = append(next, back...)
+		need -= freed
+		for _, v := range a.pending {
+			need -= int64(v.Pages)
+		}
+	}
+	for need > 0 || len(batch) > 0 {
+		// Pages, not victims: one folio of a scan can be 512 pages.
+		want := int(max(min(need, 4096), 0))
 		vs, err := a.pol.run(batch, want)
 		if err != nil {
 			return nil, err
@@ -207,6 +278,9 @@ func (a *Agent) step(batch []Event) ([]Event, error) {
 		freed, back := a.evict(vs)
 		next = append(next, back...)
 		need -= freed
+		for _, v := range a.pending { // leaving soon: do not take more for them
+			need -= int64(v.Pages)
+		}
 		if need <= 0 || len(next) >= batchSize-maxVictims {
 			break
 		}
@@ -215,9 +289,14 @@ func (a *Agent) step(batch []Event) ([]Event, error) {
 }
 
 // evict drops the victims' pages and returns how many pages left the
-// cache, and the victims still cached (as add events).
+// cache, and the victims given up on (as add events, to be tracked again).
+// Victims still cached are kept in a.pending to be tried again.
 func (a *Agent) evict(vs []Victim) (freed int64, back []Event) {
-	a.victims.Add(uint64(len(vs)))
+	for _, v := range vs {
+		if v.tries == 0 {
+			a.victims.Add(1)
+		}
+	}
 	sort.Slice(vs, func(i, j int) bool {
 		if vs[i].File != vs[j].File {
 			return vs[i].File < vs[j].File
@@ -263,6 +342,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 		if unix.Cachestat(uint(fd), &unix.CachestatRange{Off: start * pageSize, Len: (end - start) * pageSize}, &cs, 0) != nil || cs.Cache == 0 {
 			for _, v := range vs[i:j] {
 				freed += int64(v.Pages)
+				a.evictedPages[v.File] += int64(v.Pages)
 			}
 			i = j
 			continue
@@ -273,6 +353,11 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			switch {
 			case c.Cache == 0:
 				freed += int64(v.Pages)
+				a.evictedPages[v.File] += int64(v.Pages)
+				continue
+			case v.tries+1 < maxTries:
+				v.tries++
+				a.pending = append(a.pending, v)
 				continue
 			case c.Dirty > 0:
 				a.stillDirty.Add(1)
@@ -309,7 +394,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"evict_runs": &a.evictRuns, "victims": &a.victims, "pages_evicted": &a.pagesEvicted,
 		"not_evicted_open_failed": &a.failOpen, "not_evicted_fadvise_failed": &a.failFadvise,
 		"not_evicted_dirty": &a.stillDirty, "not_evicted_writeback": &a.stillWriteback,
-		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured,
+		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
 	} {
 		st[k] = v.Load()
 	}

@@ -77,10 +77,10 @@ type pcLruPcBatch struct {
 }
 
 type pcLruPcVictims struct {
-	_   structs.HostLayout
-	N   uint32
-	Pad uint32
-	V   [1024]struct {
+	_     structs.HostLayout
+	N     uint32
+	Pages uint32
+	V     [1024]struct {
 		_     structs.HostLayout
 		Key   uint64
 		Pages uint32

@@ -71,6 +71,7 @@ type Victim struct {
 	File  uint32
 	Index uint32
 	Pages uint32
+	tries int // evictions tried (the agent retries folios under I/O)
 }
 
 // policy is a loaded policy object with its pc_apply program.
@@ -127,7 +128,8 @@ func openPolicy(name string, capacity uint32) (*policy, error) {
 
 func (p *policy) Close() { p.coll.Close() }
 
-// run applies evs (at most batchSize) in order, then asks for want victims.
+// run applies evs (at most batchSize) in order, then asks for victims
+// covering want pages (at most maxVictims of them).
 func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 	le := binary.LittleEndian
 	if len(evs) > batchSize {
@@ -148,7 +150,7 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 	if err := p.batches.Update(uint32(0), p.buf, ebpf.UpdateAny); err != nil {
 		return nil, fmt.Errorf("write events: %w", err)
 	}
-	a := runArgs{Want: uint32(min(want, maxVictims))}
+	a := runArgs{Want: uint32(min(want, 1<<30))}
 	if _, err := p.apply.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
 		return nil, fmt.Errorf("run pc_apply: %w", err)
 	}

@@ -63,6 +63,7 @@ __noinline int pc_evict_one(struct pc_victims *out)
 		return -1;
 	out->v[n & (PC_MAX_VICTIMS - 1)].key = r.victim;
 	out->v[n & (PC_MAX_VICTIMS - 1)].pages = e ? e->size : 1;
+	out->pages += e ? e->size : 1;
 	out->n = n + 1;
 	pc_stat(PC_A_VICTIMS, 1);
 	return 0;
@@ -80,6 +81,7 @@ __noinline int pc_insert(__u64 key, __u32 size)
 struct pc_loop {
 	struct pc_batch *b;
 	struct pc_victims *out;
+	__u32 want; /* pages */
 };
 
 struct pc_acc_loop {
@@ -154,15 +156,15 @@ static long pc_victim_step(__u64 i, void *arg)
 {
 	struct pc_loop *lp = arg;
 
-	if (evict_next_unused - evict_free_top == 0)
-		return 1; /* nothing tracked */
+	if (lp->out->pages >= lp->want || evict_next_unused - evict_free_top == 0)
+		return 1; /* enough, or nothing tracked */
 	return pc_evict_one(lp->out) ? 1 : 0;
 }
 
 SEC("syscall")
 int pc_apply(struct pc_run_args *a)
 {
-	__u32 zero = 0, n, want;
+	__u32 zero = 0, n;
 	struct pc_loop lp = {};
 
 	lp.b = bpf_map_lookup_elem(&pc_batches, &zero);
@@ -172,15 +174,14 @@ int pc_apply(struct pc_run_args *a)
 		return 0;
 	}
 	lp.out->n = 0;
+	lp.out->pages = 0;
 	n = lp.b->n;
 	if (n > PC_BATCH)
 		n = PC_BATCH;
 	bpf_loop(n, pc_apply_step, &lp, 0);
-	want = a->want;
-	if (want > PC_MAX_VICTIMS)
-		want = PC_MAX_VICTIMS;
-	if (lp.out->n < want)
-		bpf_loop(want - lp.out->n, pc_victim_step, &lp, 0);
+	lp.want = a->want;
+	if (lp.out->n < PC_MAX_VICTIMS)
+		bpf_loop(PC_MAX_VICTIMS - lp.out->n, pc_victim_step, &lp, 0);
 	a->got = lp.out->n;
 	a->ret = 0;
 	return 0;

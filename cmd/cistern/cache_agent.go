@@ -116,7 +116,7 @@ SIGINT or SIGTERM and prints its counters.`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
 	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan: a process or thread whose reads are scans (repeatable)")
-	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M), at most limit/4)")
+	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M) up to limit/4; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
 	return c

@@ -44,14 +44,15 @@ struct pc_victim {
 
 struct pc_victims {
 	__u32 n;
-	__u32 pad;
+	__u32 pages;  /* pages the n victims cover */
 	struct pc_victim v[PC_MAX_VICTIMS];
 };
 
-/* Context of pc_apply: apply the batch, then propose want victims. */
+/* Context of pc_apply: apply the batch, then propose victims until they
+ * cover want pages (at most PC_MAX_VICTIMS of them). */
 struct pc_run_args {
 	__s32 ret;
-	__u32 want;
+	__u32 want;    /* pages */
 	__u32 got;     /* out: victims written */
 	__u32 pad;
 };
