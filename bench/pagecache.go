@@ -166,7 +166,9 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) e
 				return err
 			}
 		} else {
-			if a, err = pagecache.Start(pagecache.Config{Dir: root, Cgroup: name, Limit: limit, Policy: "mru"}); err != nil {
+			// One read in 16 reported: the agent shares 2 cores with
+			// ripgrep, and MRU needs recency only roughly here.
+			if a, err = pagecache.Start(pagecache.Config{Dir: root, Cgroup: name, Limit: limit, Policy: "mru", AccessSample: 16}); err != nil {
 				return err
 			}
 			cg = a.Cgroup()
@@ -208,7 +210,7 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) e
 	rep.Ratio("search_speedup_mru", sp)
 	rep.Target("search_speedup_mru", sp, ">=", 1.5)
 	rep.Note("search: the cgroup limit is 70% of the tree's page cache; v1 also charges the tree's inodes and dentries to it. " +
-		"fadvise baselines do not apply: ripgrep cannot be told which files to keep.")
+		"fadvise baselines do not apply: ripgrep cannot be told which files to keep. The agent reports 1 read in 16 to MRU.")
 	return nil
 }
 
