@@ -5,7 +5,9 @@
  * the get list only when it is empty. Each list runs approximate LFU as
  * lfu.bpf.c does: a per-list hand samples GS_SAMPLES entries, and the nr
  * lowest hit counts (pdata, saturating; ties: the first walked) are
- * proposed.
+ * proposed. The get list's hand goes round it; the scan list's hand starts
+ * at its oldest end at every evict(): a scan reads each entry once, and its
+ * newest entries are readahead not read yet.
  *
  * Who inserts: the driver writes getscan_actor (tgid << 32 | tid) before a
  * request; an entry is a scan entry when its tid or tgid is a key of
@@ -192,5 +194,6 @@ static void evict_policy_evict(struct evict_ctx *ctx)
 {
 	struct gs_round r = { .ctx = ctx };
 
+	gs_hand[1] = EVICT_NIL; /* the scan list: from its oldest end */
 	bpf_loop(EVICT_MAX_CANDIDATES, round_cb, &r, 0);
 }
