@@ -11,6 +11,7 @@ pkgs=(
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
   gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
+  linux-source-6.1                      # bench pagecache: the tree ripgrep searches
 )
 
 if [ "$(id -u)" -ne 0 ]; then

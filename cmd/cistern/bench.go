@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		newBenchKVCmd(),
 		newBenchCaptureCmd(),
 		newBenchCacheCmd(),
-		planned("pagecache", "Page-cache agent against the kernel LRU", "#6"),
+		newBenchPagecacheCmd(),
 		newBenchCBufCmd(),
 		newBenchQueryCmd())
 }

@@ -29,7 +29,7 @@ func demoSegments() []demoSegment {
 		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", demoKV},
 		{"capture", "TLS PostgreSQL queries captured through the accumulating channel, with loss counters", demoCapture},
 		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", demoEvict},
-		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", nil},
+		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", demoPagecache},
 		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", demoCBuf},
 		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", demoQuery},
 	}

@@ -61,7 +61,7 @@ func newCaptureCmd() *cobra.Command {
 func newCacheCmd() *cobra.Command {
 	return group("cache", "Eviction policies: trace replay and the page-cache agent",
 		newCacheReplayCmd(),
-		planned("agent", "Run a page-cache eviction policy for a memory cgroup", "#6"))
+		newCacheAgentCmd())
 }
 
 func newCBufCmd() *cobra.Command {

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+)
+
+// The GET-SCAN workload runs in child processes (page cache is charged to
+// a process's memory cgroup, and GET-SCAN tells scanners apart by pid):
+// this binary re-executed with pcChildEnv set. The child moves itself into
+// the cgroup, warms up, prints "ready", waits for a line on stdin, runs
+// and prints its pcChildResult as JSON.
+const pcChildEnv = "CISTERN_PAGECACHE_CHILD"
+
+type pcChildSpec struct {
+	Role     string // "get" or "scan"
+	Cgroup   string // cgroup directory to join
+	File     string
+	Threads  int           // get: reader threads
+	Duration time.Duration // run time after "go"
+	Advice   string        // scan: "", "noreuse" or "dontneed"
+	Seed     uint64
+}
+
+type pcChildResult struct {
+	Ops     uint64  // get: preads; scan: bytes
+	Seconds float64 // measured run time
+	P99us   float64 // get: 99th percentile pread latency
+	Err     string
+}
+
+func init() {
+	if s := os.Getenv(pcChildEnv); s != "" {
+		var spec pcChildSpec
+		res := pcChildResult{}
+		if err := json.Unmarshal([]byte(s), &spec); err != nil {
+			res.Err = err.Error()
+		} else if err := runPCChild(spec, &res); err != nil {
+			res.Err = err.Error()
+		}
+		json.NewEncoder(os.Stdout).Encode(res)
+		os.Exit(0)
+	}
+}
+
+func runPCChild(spec pcChildSpec, res *pcChildResult) error {
+	if err := os.WriteFile(spec.Cgroup+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return fmt.Errorf("join cgroup: %w", err)
+	}
+	f, err := os.Open(spec.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := st.Size()
+	fd := int(f.Fd())
+	buf := make([]byte, 1<<20)
+	if spec.Role == "get" { // warm the hot set: it should start cached
+		for off := int64(0); off < size; off += int64(len(buf)) {
+			if _, err := unix.Pread(fd, buf, off); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("wait for go: %w", err)
+	}
+	start := time.Now()
+	end := start.Add(spec.Duration)
+	switch spec.Role {
+	case "get":
+		var mu sync.Mutex
+		var lat []float64
+		var wg sync.WaitGroup
+		for t := range spec.Threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(spec.Seed, uint64(t)))
+				b := make([]byte, 4096)
+				pages := size / 4096
+				var mine []float64
+				for n := 0; ; n++ {
+					if n%64 == 0 && time.Now().After(end) {
+						break
+					}
+					t0 := time.Now()
+					if _, err := unix.Pread(fd, b, r.Int64N(pages)*4096); err != nil {
+						break
+					}
+					mine = append(mine, float64(time.Since(t0).Nanoseconds())/1e3)
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		res.Ops = uint64(len(lat))
+		res.P99us = benchkit.Percentile(lat, 99)
+	case "scan":
+		if spec.Advice == "noreuse" {
+			unix.Fadvise(fd, 0, 0, unix.FADV_NOREUSE)
+		}
+		off := int64(0)
+		for time.Now().Before(end) {
+			n, err := unix.Pread(fd, buf, off)
+			if err != nil {
+				return err
+			}
+			if spec.Advice == "dontneed" && n > 0 {
+				unix.Fadvise(fd, off, int64(n), unix.FADV_DONTNEED)
+			}
+			res.Ops += uint64(n)
+			off += int64(n)
+			if n < len(buf) {
+				off = 0
+			}
+		}
+	default:
+		return fmt.Errorf("unknown role %q", spec.Role)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return nil
+}

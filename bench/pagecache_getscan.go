@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/pagecache"
+)
+
+// pcDataFile makes (once) a file of size bytes in the cache dir.
+func pcDataFile(dir, name string, size int64) (string, error) {
+	p := filepath.Join(dir, name)
+	if st, err := os.Stat(p); err == nil && st.Size() == size {
+		return p, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 1<<20)
+	x := uint64(0x9e3779b97f4a7c15)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i := 0; i+8 <= len(buf); i += 8 { // incompressible enough, cheap
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			buf[i], buf[i+1], buf[i+2], buf[i+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+			buf[i+4], buf[i+5], buf[i+6], buf[i+7] = byte(x>>32), byte(x>>40), byte(x>>48), byte(x>>56)
+		}
+		n := min(int64(len(buf)), size-off)
+		if _, err := f.Write(buf[:n]); err != nil {
+			f.Close()
+			return "", err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", err
+	}
+	return p, f.Close()
+}
+
+// pcChild is one running workload child.
+type pcChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startPCChild(ctx context.Context, spec pcChildSpec) (*pcChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	js, _ := json.Marshal(spec)
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), pcChildEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &pcChild{cmd: cmd, stdin: in, out: bufio.NewReader(out)}
+	line, err := c.out.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		c.stdin.Close()
+		cmd.Wait()
+		return nil, fmt.Errorf("%s child: %q %v", spec.Role, line, err)
+	}
+	return c, nil
+}
+
+func (c *pcChild) start() error { _, err := io.WriteString(c.stdin, "go\n"); return err }
+
+func (c *pcChild) result() (pcChildResult, error) {
+	var r pcChildResult
+	err := json.NewDecoder(c.out).Decode(&r)
+	c.stdin.Close()
+	if werr := c.cmd.Wait(); err == nil && werr != nil {
+		err = werr
+	}
+	if err == nil && r.Err != "" {
+		err = fmt.Errorf("child: %s", r.Err)
+	}
+	return r, err
+}
+
+// pcGetScan: GET threads doing random 4 KiB preads over a hot file while
+// a scanner reads a large file sequentially, in one memory cgroup.
+func pcGetScan(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) error {
+	limit, hot, scan, dur := int64(384<<20), int64(192<<20), int64(1536<<20), 20*time.Second
+	if opt.Quick {
+		limit, hot, scan, dur = 128<<20, 64<<20, 512<<20, 6*time.Second
+	}
+	const getThreads = 2
+	dir := filepath.Join(opt.CacheDir, "getscan")
+	opt.Progress("getscan: preparing data files")
+	hotPath, err := pcDataFile(dir, fmt.Sprintf("hot-%dM", hot>>20), hot)
+	if err != nil {
+		return err
+	}
+	scanPath, err := pcDataFile(dir, fmt.Sprintf("scan-%dM", scan>>20), scan)
+	if err != nil {
+		return err
+	}
+	rep.SetConfig("getscan_cgroup_limit_bytes", limit)
+	rep.SetConfig("getscan_hot_bytes", hot)
+	rep.SetConfig("getscan_scan_bytes", scan)
+	rep.SetConfig("getscan_seconds_per_mode", dur.Seconds())
+	rep.SetConfig("getscan_get_threads", getThreads)
+	res := map[string][3]float64{}
+	for _, mode := range []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"} {
+		opt.Progress("getscan: " + mode)
+		if err := pcDrop([]string{hotPath, scanPath}); err != nil {
+			return err
+		}
+		name := fmt.Sprintf("cistern-bench-pagecache-%d", os.Getpid())
+		var cg *pagecache.Cgroup
+		var a *pagecache.Agent
+		stop := func() {}
+		if mode == "agent_get_scan" {
+			// One read in 16 is reported: GETs are too many to report
+			// each, and LFU needs proportions, not every count.
+			if a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, Policy: "get-scan", AccessSample: 16, Headroom: limit / 4}); err != nil {
+				return err
+			}
+			cg = a.Cgroup()
+			stop = runAgent(ctx, a)
+		} else if cg, err = pagecache.OpenCgroup(name, limit); err != nil {
+			return err
+		}
+		r, err := runGetScan(ctx, mode, a, cg.Path, hotPath, scanPath, getThreads, dur)
+		stop()
+		m := "getscan/" + mode
+		if err == nil {
+			rep.Set(m, "get_ops_per_sec", r[0])
+			rep.Set(m, "get_p99_us", r[1])
+			rep.Set(m, "scan_mb_per_sec", r[2])
+			if a != nil {
+				pcAgentStats(rep, m, a)
+			}
+			res[mode] = r
+		}
+		if cerr := pcClose(a, cg); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("getscan %s: %w", mode, err)
+		}
+	}
+	d, g := res["default"], res["agent_get_scan"]
+	rep.Ratio("get_speedup", g[0]/d[0])
+	rep.Ratio("scan_vs_default", g[2]/d[2])
+	rep.Target("get_speedup", g[0]/d[0], ">=", 1.3)
+	rep.Target("agent scan_mb_per_sec / default", g[2]/d[2], ">=", 0.7)
+	rep.Note("getscan: the hot file is read once (warm) by the GET process before the run; the scanner is its own process, " +
+		"registered with the agent by pid; the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed)")
+	return nil
+}
+
+// runGetScan returns GET ops/s, GET p99 (µs) and scan MB/s.
+func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration) ([3]float64, error) {
+	var out [3]float64
+	advice := map[string]string{"fadvise_noreuse": "noreuse", "fadvise_dontneed": "dontneed"}[mode]
+	get, err := startPCChild(ctx, pcChildSpec{Role: "get", Cgroup: cgPath, File: hotPath, Threads: threads, Duration: dur, Seed: 42})
+	if err != nil {
+		return out, err
+	}
+	scan, err := startPCChild(ctx, pcChildSpec{Role: "scan", Cgroup: cgPath, File: scanPath, Duration: dur, Advice: advice})
+	if err != nil {
+		get.stdin.Close()
+		get.cmd.Wait()
+		return out, err
+	}
+	if a != nil {
+		if err := a.AddScanPID(scan.cmd.Process.Pid); err != nil {
+			return out, err
+		}
+	}
+	get.start()
+	scan.start()
+	gr, gerr := get.result()
+	sr, serr := scan.result()
+	if gerr != nil {
+		return out, gerr
+	}
+	if serr != nil {
+		return out, serr
+	}
+	out[0] = float64(gr.Ops) / gr.Seconds
+	out[1] = gr.P99us
+	out[2] = float64(sr.Ops) / sr.Seconds / 1e6
+	return out, nil
+}

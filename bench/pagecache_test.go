@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/pagecache"
+)
+
+// TestGetScanWorkloadRuns runs the GET-SCAN workload's child processes
+// (this test binary re-executed) for a moment, with the agent and
+// without, and checks that every mode reports GETs and scanned bytes (not
+// how fast: performance lives in `cistern bench pagecache`). The limit
+// leaves room for the children themselves (Go processes, charged too).
+func TestGetScanWorkloadRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	hot, err := pcDataFile(dir, "hot", 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan, err := pcDataFile(dir, "scan", 96<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cistern-test-bench-pc-%d", os.Getpid())
+	for _, mode := range []string{"default", "agent_get_scan", "fadvise_dontneed"} {
+		var a *pagecache.Agent
+		var cg *pagecache.Cgroup
+		stop := func() {}
+		if mode == "agent_get_scan" {
+			a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: 64 << 20, Policy: "get-scan", AccessSample: 16})
+			if a != nil {
+				cg = a.Cgroup()
+				stop = runAgent(context.Background(), a)
+			}
+		} else {
+			cg, err = pagecache.OpenCgroup(name, 64<<20)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := runGetScan(context.Background(), mode, a, cg.Path, hot, scan, 2, 500*time.Millisecond)
+		stop()
+		if cerr := pcClose(a, cg); cerr != nil {
+			t.Error(cerr)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if r[0] <= 0 || r[1] <= 0 || r[2] <= 0 {
+			t.Errorf("%s: get ops/s %.0f, p99 %.1f µs, scan MB/s %.1f", mode, r[0], r[1], r[2])
+		}
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", name)); err == nil {
+			t.Errorf("%s: cgroup left behind", mode)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0
+/* GET-SCAN (cachebpf, section 5.1.5): an application tells the policy which
+ * threads or processes scan. Entries they insert go to the scan list, all
+ * others to the get list; victims come from the scan list first and from
+ * the get list only when it is empty. Each list runs approximate LFU as
+ * lfu.bpf.c does: a per-list hand samples GS_SAMPLES entries, and the nr
+ * lowest hit counts (pdata, saturating; ties: the first walked) are
+ * proposed. The get list's hand goes round it; the scan list's hand starts
+ * at its oldest end at every evict(): a scan reads each entry once, and its
+ * newest entries are readahead not read yet.
+ *
+ * Who inserts: the driver writes getscan_actor (tgid << 32 | tid) before a
+ * request; an entry is a scan entry when its tid or tgid is a key of
+ * getscan_scan_ids. The page-cache agent sets the actor per event; replay
+ * leaves it as the caller last set it (0: nobody scans). */
+#include "vmlinux.h"
+#include "cistern/evict.bpf.h"
+
+#define GS_SAMPLES 8
+#define GS_MAX_SCANNERS 64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_MAX_SCANNERS);
+	__type(key, __u32);
+	__type(value, __u8);
+} getscan_scan_ids SEC(".maps");
+
+__u64 getscan_actor;
+
+/* Not static: clang would narrow them and drop the verifier's bounds. */
+__u32 gs_get_q, gs_scan_q;
+__u32 gs_hand[2] = { EVICT_NIL, EVICT_NIL }; /* [0] get, [1] scan */
+
+static __always_inline __u32 qid(__u32 q)
+{
+	asm volatile("%0 &= 7" : "+r"(q));
+	return q;
+}
+
+struct gs_sample {
+	__u32 n;
+	__u32 slot[GS_SAMPLES];
+	__u32 score[GS_SAMPLES];
+};
+
+static long sample_cb(__u32 slot, struct evict_iter *it)
+{
+	struct gs_sample *s = it->data;
+	struct evict_node *nd = evict_node(slot);
+	__u32 i = s->n;
+
+	if (i >= GS_SAMPLES)
+		return EVICT_ITER_STOP;
+	s->slot[i] = slot;
+	s->score[i] = nd ? nd->pdata : 0;
+	s->n = i + 1;
+	return EVICT_ITER_CONTINUE;
+}
+EVICT_ITERATOR(sample_iter, sample_cb)
+
+static int evict_policy_init(void)
+{
+	int g = evict_list_create(), s = evict_list_create();
+
+	if (g < 0 || s < 0)
+		return -EVICT_ENOSPC;
+	gs_get_q = g;
+	gs_scan_q = s;
+	gs_hand[0] = gs_hand[1] = EVICT_NIL;
+	return 0;
+}
+
+static __always_inline int gs_is_scan(void)
+{
+	__u32 tid = (__u32)getscan_actor, tgid = getscan_actor >> 32;
+
+	if (!getscan_actor)
+		return 0;
+	return bpf_map_lookup_elem(&getscan_scan_ids, &tid) ||
+	       bpf_map_lookup_elem(&getscan_scan_ids, &tgid);
+}
+
+static void evict_policy_added(__u32 slot)
+{
+	evict_list_add_head(qid(gs_is_scan() ? gs_scan_q : gs_get_q), slot);
+}
+
+static void evict_policy_accessed(__u32 slot)
+{
+	struct evict_node *n = evict_node(slot);
+
+	if (n && n->pdata < 0xffffffffu)
+		n->pdata++;
+}
+
+static void evict_policy_removed(__u32 slot)
+{
+	if (slot == gs_hand[0])
+		gs_hand[0] = evict_prev(slot);
+	if (slot == gs_hand[1])
+		gs_hand[1] = evict_prev(slot);
+}
+
+struct gs_pick {
+	struct gs_sample *s;
+	struct evict_ctx *ctx;
+	__u32 best;
+	__u32 bscore;
+};
+
+static long scan_cb(__u64 i, void *arg)
+{
+	struct gs_pick *p = arg;
+	__u32 j = i & (GS_SAMPLES - 1);
+
+	if (p->s->slot[j] == EVICT_NIL)
+		return 0;
+	if (p->best == EVICT_NIL || p->s->score[j] < p->bscore) {
+		p->best = j;
+		p->bscore = p->s->score[j];
+	}
+	return 0;
+}
+
+/* One proposal: the lowest score not taken yet (taken: slot EVICT_NIL). */
+static long pick_cb(__u64 k, void *arg)
+{
+	struct gs_pick *p = arg;
+	__u32 b;
+
+	p->best = EVICT_NIL;
+	bpf_loop(p->s->n, scan_cb, p, 0);
+	b = p->best;
+	if (b >= GS_SAMPLES)
+		return 1;
+	if (evict_propose(p->ctx, p->s->slot[b]))
+		return 1;
+	p->s->slot[b] = EVICT_NIL;
+	return 0;
+}
+
+struct gs_round {
+	struct evict_ctx *ctx;
+	__u32 walked[2]; /* entries of each list sampled in this evict() */
+};
+
+/* Proposes up to the still missing candidates from list h (0 get, 1 scan):
+ * one sample of up to GS_SAMPLES entries from its hand. A list is walked
+ * at most once round per evict(), so nothing is proposed twice. Returns
+ * how many entries it sampled. */
+static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
+{
+	struct gs_sample s = {};
+	struct evict_iter it = { .data = &s };
+	struct gs_pick p = { .s = &s, .best = EVICT_NIL };
+	struct evict_ctx *ctx;
+	__u32 q, len, max, want;
+
+	if (!r || !r->ctx)
+		return 0;
+	ctx = r->ctx;
+	h &= 1;
+	q = qid(h ? gs_scan_q : gs_get_q);
+	len = evict_list_len(q);
+	if (r->walked[h] >= len || ctx->n >= ctx->nr)
+		return 0;
+	max = len - r->walked[h];
+	if (max > GS_SAMPLES)
+		max = GS_SAMPLES;
+	it.ctx = p.ctx = ctx;
+	evict_list_iterate(&it, q, gs_hand[h], EVICT_TOWARDS_HEAD, 1, max, sample_iter);
+	gs_hand[h] = it.cur;
+	r->walked[h] += s.n;
+	want = ctx->nr - ctx->n;
+	bpf_loop(want < s.n ? want : s.n, pick_cb, &p, 0);
+	return s.n;
+}
+
+/* Samples until nr are proposed: the scan list until all of it was
+ * sampled, then the get list. */
+static long round_cb(__u64 i, void *arg)
+{
+	struct gs_round *r = arg;
+
+	if (gs_evict_from(r, 1))
+		return r->ctx->n >= r->ctx->nr;
+	if (gs_evict_from(r, 0))
+		return r->ctx->n >= r->ctx->nr;
+	return 1;
+}
+
+static void evict_policy_evict(struct evict_ctx *ctx)
+{
+	struct gs_round r = { .ctx = ctx };
+
+	gs_hand[1] = EVICT_NIL; /* the scan list: from its oldest end */
+	bpf_loop(EVICT_MAX_CANDIDATES, round_cb, &r, 0);
+}

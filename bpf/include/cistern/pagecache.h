@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* cistern/pagecache.h - structs shared by bpf/pagecache/ and package
+ * pagecache (Go mirrors every layout here; change both together). */
+#ifndef CISTERN_PAGECACHE_H
+#define CISTERN_PAGECACHE_H
+
+#define PC_BATCH 4096        /* events per pc_apply run (power of 2) */
+#define PC_MAX_VICTIMS 1024  /* victims per pc_apply run (power of 2) */
+#define PC_MAX_ACC_PAGES 64  /* pages of one read looked up for accessed() */
+
+enum pc_op { PC_ADD = 1, PC_DEL = 2, PC_ACC = 3 };
+
+/* Files the agent watches: (device, inode) -> file id (>= 1). */
+struct pc_file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* One ring-buffer event; the policy key of a folio is file << 32 | index. */
+struct pc_event {
+	__u8 op;
+	__u8 order;   /* PC_ADD, PC_DEL: folio order */
+	__u16 pad;
+	__u32 file;
+	__u64 index;  /* first page */
+	__u32 tid;
+	__u32 tgid;
+	__u32 nr;     /* PC_ACC: pages read */
+	__u32 pad2;
+};
+
+struct pc_batch {
+	__u32 n;
+	__u32 pad;
+	struct pc_event ev[PC_BATCH];
+};
+
+struct pc_victim {
+	__u64 key;
+	__u32 pages;
+	__u32 pad;
+};
+
+struct pc_victims {
+	__u32 n;
+	__u32 pages;  /* pages the n victims cover */
+	struct pc_victim v[PC_MAX_VICTIMS];
+};
+
+/* Context of pc_apply: apply the batch, then propose victims until they
+ * cover want pages (at most PC_MAX_VICTIMS of them). */
+struct pc_run_args {
+	__s32 ret;
+	__u32 want;    /* pages */
+	__u32 got;     /* out: victims written */
+	__u32 pad;
+};
+
+/* pc_track_stats (per CPU) */
+enum pc_track_stat {
+	PC_T_ADD,        /* folios added to watched files in the cgroup */
+	PC_T_ADD_OTHER,  /* added to watched files, charged elsewhere */
+	PC_T_DEL,
+	PC_T_ACC,
+	PC_T_DROPPED,    /* events lost: ring buffer full */
+	PC_T_MAX,
+};
+
+/* pc_apply_stats (per CPU) */
+enum pc_apply_stat {
+	PC_A_ADDED,        /* entries inserted */
+	PC_A_READDED,      /* ADD of a key already tracked (replaced) */
+	PC_A_REMOVED,      /* DEL of a tracked key */
+	PC_A_DEL_UNKNOWN,  /* DEL of a key not tracked (already proposed) */
+	PC_A_ACC_HITS,     /* pages of reads found tracked */
+	PC_A_VICTIMS,      /* victims proposed to the agent */
+	PC_A_FULL,         /* victims made because the tracker was full */
+	PC_A_MAX,
+};
+
+#endif

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/bench"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/cli"
+)
+
+func newBenchPagecacheCmd() *cobra.Command {
+	var bf benchFlags
+	var opt bench.PagecacheOptions
+	c := &cobra.Command{
+		Use:   "pagecache [--quick] [--json FILE] [--plot FILE.png]",
+		Short: "Page-cache agent against the kernel LRU",
+		Long: `Three parts, each against the kernel's own LRU in a memory cgroup:
+search:   10 ripgrep searches over the Linux source (Debian linux-source-6.1,
+          unpacked once into --cache-dir) in a cgroup limited to 70% of
+          the tree: default vs agent_mru (target search_speedup_mru >= 1.5).
+getscan:  2 GET threads doing random 4 KiB preads over a hot file and a
+          scanner process reading a large file, in one cgroup: default,
+          agent_get_scan, fadvise_noreuse, fadvise_dontneed (target
+          get_speedup >= 1.3 with scan throughput >= 0.7 of default).
+overhead: fio randread psync on a cached file, agent off vs on with the
+          no-op policy (target cpu_per_io_overhead_pct <= 3).
+Files are dropped from the page cache (fadvise DONTNEED) before each mode.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, p := range opt.Parts {
+				if p != "search" && p != "getscan" && p != "overhead" {
+					return cli.Usagef("--parts %q: want search, getscan, overhead", p)
+				}
+			}
+			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
+				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
+				return bench.Pagecache(ctx, opt)
+			})
+		},
+	}
+	bf.add(c)
+	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default search,getscan,overhead)")
+	return c
+}

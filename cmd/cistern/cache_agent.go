@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+
+	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/pagecache"
+)
+
+// agentPolicies are the --policy names of `cistern cache agent` ("none" is
+// the bench's no-op policy, accepted but not advertised).
+const agentPolicies = "mru|fifo|lru|lfu|s3fifo|get-scan"
+
+func newCacheAgentCmd() *cobra.Command {
+	var (
+		cfg              pagecache.Config
+		limit, metricsAt string
+		headroom         string
+		scanPIDs         []int
+	)
+	c := &cobra.Command{
+		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ...] [--metrics ADDR]",
+		Short: "Run a page-cache eviction policy for a memory cgroup",
+		Long: `agent applies an eviction policy to the page cache of the files under DIR
+charged to a memory cgroup (v1 memory controller, or v2), on a mainline
+kernel. Tracepoints report folios added, deleted and read; the agent feeds
+them to the policy in the kernel and, when the cgroup nears its limit,
+drops the policy's victims itself (posix_fadvise DONTNEED) before the
+kernel has to reclaim. --limit creates the cgroup (removed at exit);
+without it PATH must exist. Files created under DIR after the start are
+not watched. Put the workload in the cgroup (PATH/cgroup.procs). Stops on
+SIGINT or SIGTERM and prints its counters.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Cgroup == "" || cfg.Dir == "" || cfg.Policy == "" {
+				return cli.Usagef("--cgroup, --dir and --policy are required")
+			}
+			if !pagecache.ValidPolicy(cfg.Policy) {
+				return cli.Usagef("--policy %q: want one of %s", cfg.Policy, agentPolicies)
+			}
+			if len(scanPIDs) > 0 && cfg.Policy != "get-scan" {
+				return cli.Usagef("--scan-pid is for --policy get-scan")
+			}
+			for _, p := range scanPIDs {
+				if p <= 0 {
+					return cli.Usagef("--scan-pid %d: want a process or thread id", p)
+				}
+			}
+			if limit != "" {
+				n, err := parseSize(limit)
+				if err != nil {
+					return cli.Usagef("--limit %q: %v", limit, err)
+				}
+				cfg.Limit = n
+			}
+			if headroom != "" {
+				n, err := parseSize(headroom)
+				if err != nil {
+					return cli.Usagef("--headroom %q: %v", headroom, err)
+				}
+				cfg.Headroom = n
+			}
+			if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
+				return cli.Usagef("--dir %s: not a directory", cfg.Dir)
+			}
+			if err := cli.RequireRoot("cistern cache agent"); err != nil {
+				return err
+			}
+			if err := rlimit.RemoveMemlock(); err != nil {
+				return fmt.Errorf("remove memlock limit: %w", err)
+			}
+			if s := cfg.AccessSample; s == 0 || s&(s-1) != 0 {
+				return cli.Usagef("--access-sample %d: want a power of 2", s)
+			}
+			cfg.ScanPIDs = scanPIDs
+			a, err := pagecache.Start(cfg)
+			if err != nil {
+				return cli.Usagef("%v", err)
+			}
+			defer a.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if metricsAt != "" {
+				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "pagecache", a.Stats))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", addr)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
+				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
+			runErr := a.Run(ctx)
+			st, err := a.Stats()
+			if err == nil {
+				printCounters(cmd, st)
+			}
+			if cerr := a.Close(); cerr != nil && runErr == nil {
+				runErr = cerr
+			}
+			return runErr
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.Cgroup, "cgroup", "", "memory cgroup: a path in the cgroup filesystem, or relative to the memory hierarchy's root")
+	f.StringVar(&limit, "limit", "", "create the cgroup with this memory limit (e.g. 512M, 2G)")
+	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
+	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
+	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan: a process or thread whose reads are scans (repeatable)")
+	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M) up to limit/4; at most limit/2)")
+	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
+	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
+	return c
+}
+
+func printCounters(cmd *cobra.Command, st map[string]uint64) {
+	keys := make([]string, 0, len(st))
+	for k := range st {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(cmd.OutOrStdout(), "%-28s %d\n", k, st[k])
+	}
+}
+
+// parseSize reads 4096, 64K, 512M, 2G (binary units).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
+	if t == "" {
+		return 0, fmt.Errorf("want a size such as 512M")
+	}
+	switch t[len(t)-1] {
+	case 'K':
+		mult = 1 << 10
+	case 'M':
+		mult = 1 << 20
+	case 'G':
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		t = t[:len(t)-1]
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a positive size such as 512M")
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("too large")
+	}
+	return n * mult, nil
+}

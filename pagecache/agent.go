@@ -1,0 +1,422 @@
+package pagecache
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"runtime"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+const pageSize = 4096
+
+// Config describes one agent.
+type Config struct {
+	Dir      string // files watched: the regular files under Dir when the agent starts
+	Cgroup   string // memory cgroup (see OpenCgroup)
+	Limit    int64  // > 0: create the cgroup with this limit
+	Policy   string // one of Policies()
+	ScanPIDs []int  // get-scan: processes or threads whose insertions are scans
+	// Headroom is how far below the limit the agent starts evicting;
+	// 0: max(limit/16, 16 MiB), at most a quarter of the limit; never more
+	// than half of it.
+	Headroom int64
+	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
+	// every read) to policies that use accesses.
+	AccessSample uint32
+}
+
+// Agent runs a policy over the page cache of one directory in one cgroup.
+type Agent struct {
+	cfg       Config
+	cg        *Cgroup
+	tr        *tracker
+	pol       *policy
+	limit     int64
+	high, low int64
+
+	// Counters (read by Stats from other goroutines).
+	evictRuns, victims, pagesEvicted     atomic.Uint64
+	failOpen, failFadvise, stillDirty    atomic.Uint64
+	stillWriteback, stillBusy, pressured atomic.Uint64
+	retried                              atomic.Uint64
+
+	// Victims still cached after fadvise (under I/O, locked, dirty): tried
+	// again at the next step, up to maxTries, before they count as not
+	// evicted and go back to the policy.
+	pending []Victim
+	// evictedPages per file id: read only after Run returns (tests).
+	evictedPages map[uint32]int64
+}
+
+const maxTries = 32
+
+// Start sets up the cgroup, the policy and the tracker; Run then drives
+// them until its context ends, and Close undoes everything.
+func Start(cfg Config) (_ *Agent, err error) {
+	if !ValidPolicy(cfg.Policy) {
+		return nil, fmt.Errorf("unknown policy %q (have %v)", cfg.Policy, Policies())
+	}
+	if len(cfg.ScanPIDs) > 0 && cfg.Policy != "get-scan" {
+		return nil, fmt.Errorf("scan pids are for the get-scan policy only")
+	}
+	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {
+		return nil, fmt.Errorf("access sample %d: want a power of 2", s)
+	}
+	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
+	}
+	a := &Agent{cfg: cfg, evictedPages: map[uint32]int64{}}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if a.cg, err = OpenCgroup(cfg.Cgroup, cfg.Limit); err != nil {
+		return nil, err
+	}
+	if a.limit, err = a.cg.Limit(); err != nil {
+		return nil, fmt.Errorf("read the limit of %s: %w", a.cg.Path, err)
+	}
+	a.setWatermarks()
+	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, policies[cfg.Policy].access, cfg.AccessSample); err != nil {
+		return nil, err
+	}
+	capacity := a.tr.pages
+	if a.limit > 0 {
+		capacity = min(capacity, a.limit/pageSize)
+	}
+	capacity = min(max(capacity+4096, 1<<16), 1<<22)
+	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity)); err != nil {
+		return nil, err
+	}
+	for _, pid := range cfg.ScanPIDs {
+		if err := a.AddScanPID(pid); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *Agent) setWatermarks() {
+	if a.limit <= 0 {
+		return
+	}
+	h := a.cfg.Headroom
+	if h <= 0 {
+		h = min(max(a.limit/16, 16<<20), a.limit/4)
+	}
+	h = min(h, a.limit/2)
+	a.high = a.limit - h
+	a.low = a.high - max(a.limit/64, 2<<20)
+}
+
+// Cgroup is the agent's memory cgroup (put the workload in it).
+func (a *Agent) Cgroup() *Cgroup { return a.cg }
+
+// Files is how many files the agent watches.
+func (a *Agent) Files() int { return len(a.tr.files) }
+
+// AddScanPID registers a process or thread id as a scanner (get-scan).
+func (a *Agent) AddScanPID(pid int) error {
+	m, ok := a.pol.coll.Maps["getscan_scan_ids"]
+	if !ok {
+		return fmt.Errorf("policy %s has no scan threads", a.cfg.Policy)
+	}
+	if err := m.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("register scan pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// Run applies tracker events to the policy and evicts its victims while
+// the cgroup is near its limit, until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	batch := make([]Event, 0, batchSize)
+	var rec ringbuf.Record
+	// The agent must react before the kernel reclaims: its thread runs
+	// at a higher priority than the workload (best effort).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Setpriority(unix.PRIO_PROCESS, 0, -10)
+	idle := false
+	for ctx.Err() == nil {
+		// Events wake the reader at once; while none come, only the
+		// usage check needs a timer, and a slow one costs least.
+		wait := 2 * time.Millisecond
+		if idle {
+			wait = 50 * time.Millisecond
+		}
+		deadline := time.Now().Add(wait)
+		a.tr.rd.SetDeadline(deadline)
+		for len(batch) < batchSize {
+			err := a.tr.rd.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			e, ok := decode(&rec)
+			if !ok {
+				continue
+			}
+			if idle { // the first event after a quiet spell: short batches again
+				idle = false
+				deadline = time.Now().Add(2 * time.Millisecond)
+				a.tr.rd.SetDeadline(deadline)
+			}
+			batch = append(batch, e)
+			if len(batch)%256 == 0 && time.Now().After(deadline) {
+				break
+			}
+		}
+		idle = len(batch) == 0
+		var err error
+		if batch, err = a.step(batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decode(rec *ringbuf.Record) (Event, bool) {
+	s, le := rec.RawSample, binary.LittleEndian
+	if len(s) < eventSize {
+		return Event{}, false
+	}
+	return Event{Op: s[0], Order: s[1], File: le.Uint32(s[4:]), Index: le.Uint64(s[8:]),
+		TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:])}, true
+}
+
+// drain reads every event already in the ring buffer, applying full
+// batches, so that the policy knows every folio charged before the usage
+// was read: choosing victims without them would pick from a stale view
+// (a scan's newest folios, for one).
+func (a *Agent) drain(batch []Event) ([]Event, error) {
+	var rec ringbuf.Record
+	a.tr.rd.SetDeadline(time.Now())
+	for n := 0; n < 16*batchSize; n++ { // bounded: events may keep coming
+		if len(batch) == batchSize {
+			vs, err := a.pol.run(batch, 0)
+			if err != nil {
+				return nil, err
+			}
+			batch = batch[:0]
+			if len(vs) > 0 {
+				_, back := a.evict(vs)
+				batch = append(batch, back...)
+			}
+		}
+		err := a.tr.rd.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return batch, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		if e, ok := decode(&rec); ok {
+			batch = append(batch, e)
+		}
+	}
+	return batch, nil
+}
+
+// step applies batch and, while the cgroup is above its high watermark,
+// evicts victims until it is below the low one. It returns the events
+// for the next batch (victims that stayed cached, to be tracked again).
+func (a *Agent) step(batch []Event) ([]Event, error) {
+	need := int64(0)
+	if a.limit > 0 {
+		u, err := a.cg.Usage()
+		if err != nil {
+			return nil, fmt.Errorf("read cgroup usage: %w", err)
+		}
+		if u > a.high {
+			need = (u - a.low) / pageSize
+			a.pressured.Add(1)
+			if batch, err = a.drain(batch); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(batch) == 0 && need <= 0 {
+		return batch, nil // idle: no program run
+	}
+	var next []Event
+	if len(a.pending) > 0 {
+		retry := a.pending
+		a.pending = nil
+		a.retried.Add(uint64(len(retry)))
+		freed, back := a.evict(retry)
+		next = append(next, back...)
+		need -= freed
+		for _, v := range a.pending {
+			need -= int64(v.Pages)
+		}
+	}
+	for need > 0 || len(batch) > 0 {
+		// Pages, not victims: one folio of a scan can be 512 pages.
+		want := int(max(min(need, 4096), 0))
+		vs, err := a.pol.run(batch, want)
+		if err != nil {
+			return nil, err
+		}
+		batch = batch[:0]
+		if len(vs) == 0 {
+			break
+		}
+		a.evictRuns.Add(1)
+		freed, back := a.evict(vs)
+		next = append(next, back...)
+		need -= freed
+		for _, v := range a.pending { // leaving soon: do not take more for them
+			need -= int64(v.Pages)
+		}
+		if need <= 0 || len(next) >= batchSize-maxVictims {
+			break
+		}
+	}
+	return append(batch, next...), nil
+}
+
+// evict drops the victims' pages and returns how many pages left the
+// cache, and the victims given up on (as add events, to be tracked again).
+// Victims still cached are kept in a.pending to be tried again.
+func (a *Agent) evict(vs []Victim) (freed int64, back []Event) {
+	for _, v := range vs {
+		if v.tries == 0 {
+			a.victims.Add(1)
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool {
+		if vs[i].File != vs[j].File {
+			return vs[i].File < vs[j].File
+		}
+		return vs[i].Index < vs[j].Index
+	})
+	for i := 0; i < len(vs); {
+		j := i
+		for j < len(vs) && vs[j].File == vs[i].File {
+			j++
+		}
+		freed += a.evictFile(vs[i:j], &back)
+		i = j
+	}
+	a.pagesEvicted.Add(uint64(freed))
+	return freed, back
+}
+
+// evictFile drops the ranges of vs (one file, sorted), merging adjacent
+// folios into one fadvise and one cachestat.
+func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
+	path := a.tr.files[vs[0].File]
+	f, err := os.Open(path)
+	if err != nil {
+		a.failOpen.Add(uint64(len(vs)))
+		return 0
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	for i := 0; i < len(vs); {
+		j, end := i+1, uint64(vs[i].Index)+uint64(vs[i].Pages)
+		for j < len(vs) && uint64(vs[j].Index) <= end {
+			end = max(end, uint64(vs[j].Index)+uint64(vs[j].Pages))
+			j++
+		}
+		start := uint64(vs[i].Index)
+		if err := unix.Fadvise(fd, int64(start*pageSize), int64((end-start)*pageSize), unix.FADV_DONTNEED); err != nil {
+			a.failFadvise.Add(uint64(j - i))
+			i = j
+			continue
+		}
+		var cs unix.Cachestat_t
+		if unix.Cachestat(uint(fd), &unix.CachestatRange{Off: start * pageSize, Len: (end - start) * pageSize}, &cs, 0) != nil || cs.Cache == 0 {
+			for _, v := range vs[i:j] {
+				freed += int64(v.Pages)
+				a.evictedPages[v.File] += int64(v.Pages)
+			}
+			i = j
+			continue
+		}
+		for _, v := range vs[i:j] { // some stayed: find which, and why
+			var c unix.Cachestat_t
+			unix.Cachestat(uint(fd), &unix.CachestatRange{Off: uint64(v.Index) * pageSize, Len: uint64(v.Pages) * pageSize}, &c, 0)
+			switch {
+			case c.Cache == 0:
+				freed += int64(v.Pages)
+				a.evictedPages[v.File] += int64(v.Pages)
+				continue
+			case v.tries+1 < maxTries:
+				v.tries++
+				a.pending = append(a.pending, v)
+				continue
+			case c.Dirty > 0:
+				a.stillDirty.Add(1)
+			case c.Writeback > 0:
+				a.stillWriteback.Add(1)
+			default:
+				a.stillBusy.Add(1) // mapped, locked or in use
+			}
+			*back = append(*back, Event{Op: opAdd, Order: uint8(bits.TrailingZeros32(v.Pages)), File: v.File, Index: uint64(v.Index)})
+		}
+		i = j
+	}
+	return freed
+}
+
+// Stats are the agent's counters: tracker events, policy decisions and
+// evictions, with every victim that stayed cached by reason.
+func (a *Agent) Stats() (map[string]uint64, error) {
+	if a.tr == nil {
+		return nil, errors.New("agent closed")
+	}
+	st, err := a.tr.stats()
+	if err != nil {
+		return nil, err
+	}
+	ps, err := a.pol.stats()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ps {
+		st[k] = v
+	}
+	for k, v := range map[string]*atomic.Uint64{
+		"evict_runs": &a.evictRuns, "victims": &a.victims, "pages_evicted": &a.pagesEvicted,
+		"not_evicted_open_failed": &a.failOpen, "not_evicted_fadvise_failed": &a.failFadvise,
+		"not_evicted_dirty": &a.stillDirty, "not_evicted_writeback": &a.stillWriteback,
+		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
+	} {
+		st[k] = v.Load()
+	}
+	st["cgroup_limit_hits"] = a.cg.LimitHits()
+	return st, nil
+}
+
+// Close detaches the tracepoints, unloads everything and removes the cgroup
+// if the agent created it.
+func (a *Agent) Close() error {
+	var errs []error
+	if a.tr != nil {
+		errs = append(errs, a.tr.Close())
+		a.tr = nil
+	}
+	if a.pol != nil {
+		a.pol.Close()
+		a.pol = nil
+	}
+	if a.cg != nil {
+		errs = append(errs, a.cg.Close())
+		a.cg = nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,244 @@
+package pagecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// writeFiles writes n files of size bytes under dir, on disk and out of
+// the page cache.
+func writeFiles(t *testing.T, dir string, n int, size int) []string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	var paths []string
+	for i := range n {
+		for j := range buf {
+			buf[j] = byte(rand.Uint32())
+		}
+		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	unix.Sync()
+	for _, p := range paths {
+		if err := DropFile(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return paths
+}
+
+// cached is how many pages of path are in the page cache (cachestat).
+func cached(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cs unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil {
+		t.Fatal(err)
+	}
+	return cs.Cache
+}
+
+// readInCgroup reads files in order with cat, from inside cgroup cg.
+func readInCgroup(t *testing.T, cg *Cgroup, files ...string) {
+	t.Helper()
+	args := append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec cat "$@" > /dev/null`, cg.Path}, files...)
+	if out, err := exec.Command("sh", args...).CombinedOutput(); err != nil {
+		t.Fatalf("read in cgroup: %v: %s", err, out)
+	}
+}
+
+// TestAgentEvictsMRUCandidates reads 64 MiB of files once, in order, inside
+// a 32 MiB cgroup with the MRU agent. MRU's victims are the folios added
+// last, so the first files stay cached and the later ones go: the
+// opposite of the kernel's own LRU. A file outside the directory, read
+// first in the same cgroup, is never touched. Stopping the agent detaches
+// its programs and removes the cgroup.
+func TestAgentEvictsMRUCandidates(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	files := writeFiles(t, filepath.Join(base, "watched"), 64, 1<<20)
+	outside := writeFiles(t, filepath.Join(base, "outside"), 1, 4<<20)[0]
+
+	name := fmt.Sprintf("cistern-test-pc-%d", os.Getpid())
+	a, err := Start(Config{Dir: filepath.Join(base, "watched"), Cgroup: name, Limit: 32 << 20, Policy: "mru"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			a.Close()
+		}
+	}()
+	if a.Files() != 64 {
+		t.Fatalf("watching %d files, want 64", a.Files())
+	}
+	cgPath := a.Cgroup().Path
+	progID, _ := a.tr.coll.Programs["pc_add"].Info()
+	id, _ := progID.ID()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	readInCgroup(t, a.Cgroup(), append([]string{outside}, files...)...)
+	time.Sleep(100 * time.Millisecond) // let the agent drain the ring buffer
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: %v", st)
+
+	// The agent's choice: MRU never takes the first files (ids 1-12: files
+	// are numbered in walk order).
+	for id := uint32(1); id <= 12; id++ {
+		if n := a.evictedPages[id]; n != 0 {
+			t.Errorf("the agent evicted %d pages of f%03d: MRU keeps the first files", n, id-1)
+		}
+	}
+	var first, last uint64
+	for i, f := range files {
+		c := cached(t, f)
+		if i < 12 {
+			first += c
+		}
+		if i >= 32 && i < 63 {
+			last += c
+		}
+	}
+	// The page cache itself, when the agent kept ahead of the kernel (on
+	// a busy machine the kernel may have had to reclaim, by its own LRU).
+	if hits := st["cgroup_limit_hits"]; hits == 0 {
+		if first != 12*256 {
+			t.Errorf("files 0-11: %d of %d pages cached: MRU keeps the first files", first, 12*256)
+		}
+		if last > 31*256/4 {
+			t.Errorf("files 32-62: %d of %d pages cached: MRU evicts the latest folios", last, 31*256)
+		}
+		if c := cached(t, outside); c != 1024 {
+			t.Errorf("outside file: %d of 1024 pages cached: it must not be touched", c)
+		}
+	} else {
+		t.Logf("the kernel reclaimed %d times: files 0-11 %d pages cached, files 32-62 %d", hits, first, last)
+	}
+	if st["victims"] == 0 || st["pages_evicted"] < 16*256 {
+		t.Errorf("agent evicted %d pages in %d victims", st["pages_evicted"], st["victims"])
+	}
+	for _, k := range []string{"not_evicted_open_failed", "not_evicted_fadvise_failed", "events_dropped", "policy_fallbacks"} {
+		if st[k] != 0 {
+			t.Errorf("%s = %d", k, st[k])
+		}
+	}
+	if st["events_add"] < 64*256/16 || st["removed"]+st["del_unknown"] == 0 {
+		t.Errorf("tracker saw too little: %v", st)
+	}
+
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if _, err := os.Stat(cgPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup %s still there after Close: %v", cgPath, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			break
+		}
+		p.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("program pc_add (id %d) still loaded after Close", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAgentGetScanEvictsScanFirst reads an 8 MiB hot file, then lets a
+// registered scanner read 96 MiB, in a 64 MiB cgroup under GET-SCAN: the
+// scanner's folios are the victims, so the hot file stays cached (LFU
+// alone would evict it: it is the oldest, with the same counts).
+func TestAgentGetScanEvictsScanFirst(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
+	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
+	// A wide headroom: the scanner fills the cache at disk speed, and the
+	// agent must stay ahead of it on a busy machine.
+	a, err := Start(Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gs-%d", os.Getpid()),
+		Limit: 64 << 20, Headroom: 32 << 20, Policy: "get-scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	readInCgroup(t, a.Cgroup(), hot)
+
+	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, scan)
+	in, err := sc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddScanPID(sc.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	if err := sc.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, _ := a.Stats()
+	t.Logf("stats: %v", st)
+	// The agent's choice: never the hot file while scan folios are
+	// tracked (the scan file is id 2: files are numbered in walk order).
+	if n := a.evictedPages[1]; n != 0 {
+		t.Errorf("the agent evicted %d pages of the hot file: GET-SCAN evicts scan folios first", n)
+	}
+	// When the agent kept ahead, the kernel never reclaimed and the hot
+	// file is all there; on a busy machine the kernel may have had to.
+	if c := cached(t, hot); c != 2048 && st["cgroup_limit_hits"] == 0 {
+		t.Errorf("hot file: %d of 2048 pages cached, and the kernel never reclaimed", c)
+	} else if c != 2048 {
+		t.Logf("hot file: %d of 2048 pages cached after %d kernel reclaims", c, st["cgroup_limit_hits"])
+	}
+	if c := cached(t, scan); c > 40*256 {
+		t.Errorf("scan file: %d pages cached", c)
+	}
+	if st["pages_evicted"] < 50*256 {
+		t.Errorf("agent evicted only %d pages", st["pages_evicted"])
+	}
+}
