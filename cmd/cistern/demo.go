@@ -21,7 +21,7 @@ import (
 // demoSegment is one system's part of `cistern demo`.
 type demoSegment struct {
 	name, what string
-	run        func(cmd *cobra.Command) error // nil until the system has landed
+	run        func(cmd *cobra.Command) error
 }
 
 func demoSegments() []demoSegment {
@@ -54,10 +54,6 @@ func newDemoCmd() *cobra.Command {
 			for _, s := range demoSegments() {
 				banner(out, s.name)
 				fmt.Fprintf(out, "shows: %s\n", s.what)
-				if s.run == nil {
-					fmt.Fprintln(out, "status: not built yet")
-					continue
-				}
 				if err := s.run(cmd); err != nil {
 					return fmt.Errorf("demo %s: %w", s.name, err)
 				}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,22 +35,6 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	}
 	c.AddCommand(subs...)
 	return c
-}
-
-// planned is a subsystem whose commands have not landed yet. Calling it says
-// so plainly instead of pretending to work.
-func planned(use, short, issue string) *cobra.Command {
-	return &cobra.Command{
-		Use:                use,
-		Short:              short + " (not yet available)",
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
-				return cmd.Help()
-			}
-			return fmt.Errorf("%s is not available in this build yet (tracked in issue %s)", cmd.CommandPath(), issue)
-		},
-	}
 }
 
 func newCaptureCmd() *cobra.Command {
