@@ -42,6 +42,13 @@ type getscanEvictEntry struct {
 	Resident uint32
 }
 
+type getscanEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type getscanEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -62,26 +69,32 @@ type getscanEvictNode struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	getscanMapEvictBatches      = "evict_batches"
-	getscanMapEvictCtxs         = "evict_ctxs"
-	getscanMapEvictEntries      = "evict_entries"
-	getscanMapEvictFree         = "evict_free"
-	getscanMapEvictIndex        = "evict_index"
-	getscanMapEvictNodes        = "evict_nodes"
-	getscanMapEvictStats        = "evict_stats"
-	getscanMapGetscanScanIds    = "getscan_scan_ids"
-	getscanProgEvictInit        = "evict_init"
-	getscanProgEvictReplay      = "evict_replay"
-	getscanVarEvictCapacity     = "evict_capacity"
-	getscanVarEvictFallbackHand = "evict_fallback_hand"
-	getscanVarEvictFreeTop      = "evict_free_top"
-	getscanVarEvictInitialized  = "evict_initialized"
-	getscanVarEvictLists        = "evict_lists"
-	getscanVarEvictNextUnused   = "evict_next_unused"
-	getscanVarGetscanActor      = "getscan_actor"
-	getscanVarGsGetQ            = "gs_get_q"
-	getscanVarGsHand            = "gs_hand"
-	getscanVarGsScanQ           = "gs_scan_q"
+	getscanMapEvictBatches       = "evict_batches"
+	getscanMapEvictCtxs          = "evict_ctxs"
+	getscanMapEvictEntries       = "evict_entries"
+	getscanMapEvictEvents        = "evict_events"
+	getscanMapEvictFree          = "evict_free"
+	getscanMapEvictIndex         = "evict_index"
+	getscanMapEvictNodes         = "evict_nodes"
+	getscanMapEvictStats         = "evict_stats"
+	getscanMapEvictVictims       = "evict_victims"
+	getscanMapGetscanScanIds     = "getscan_scan_ids"
+	getscanProgEvictDrain        = "evict_drain"
+	getscanProgEvictInit         = "evict_init"
+	getscanProgEvictReplay       = "evict_replay"
+	getscanVarEvictByteCapacity  = "evict_byte_capacity"
+	getscanVarEvictCapacity      = "evict_capacity"
+	getscanVarEvictFallbackHand  = "evict_fallback_hand"
+	getscanVarEvictFreeTop       = "evict_free_top"
+	getscanVarEvictInitialized   = "evict_initialized"
+	getscanVarEvictLists         = "evict_lists"
+	getscanVarEvictNextUnused    = "evict_next_unused"
+	getscanVarEvictReportVictims = "evict_report_victims"
+	getscanVarEvictUsedBytes     = "evict_used_bytes"
+	getscanVarGetscanActor       = "getscan_actor"
+	getscanVarGsGetQ             = "gs_get_q"
+	getscanVarGsHand             = "gs_hand"
+	getscanVarGsScanQ            = "gs_scan_q"
 )
 
 // loadGetscan returns the embedded CollectionSpec for getscan.
@@ -126,6 +139,7 @@ type getscanSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type getscanProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 }
@@ -137,10 +151,12 @@ type getscanMapSpecs struct {
 	EvictBatches   *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs      *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries   *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents    *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree      *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex     *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes     *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats     *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims   *ebpf.MapSpec `ebpf:"evict_victims"`
 	GetscanScanIds *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
 }
 
@@ -148,16 +164,19 @@ type getscanMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type getscanVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	GetscanActor      *ebpf.VariableSpec `ebpf:"getscan_actor"`
-	GsGetQ            *ebpf.VariableSpec `ebpf:"gs_get_q"`
-	GsHand            *ebpf.VariableSpec `ebpf:"gs_hand"`
-	GsScanQ           *ebpf.VariableSpec `ebpf:"gs_scan_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	GetscanActor       *ebpf.VariableSpec `ebpf:"getscan_actor"`
+	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
+	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
+	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 }
 
 // getscanObjects contains all objects after they have been loaded into the kernel.
@@ -183,10 +202,12 @@ type getscanMaps struct {
 	EvictBatches   *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs      *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries   *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents    *ebpf.Map `ebpf:"evict_events"`
 	EvictFree      *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex     *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes     *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats     *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims   *ebpf.Map `ebpf:"evict_victims"`
 	GetscanScanIds *ebpf.Map `ebpf:"getscan_scan_ids"`
 }
 
@@ -195,10 +216,12 @@ func (m *getscanMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.GetscanScanIds,
 	)
 }
@@ -207,28 +230,33 @@ func (m *getscanMaps) Close() error {
 //
 // It can be passed to loadGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type getscanVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	GetscanActor      *ebpf.Variable `ebpf:"getscan_actor"`
-	GsGetQ            *ebpf.Variable `ebpf:"gs_get_q"`
-	GsHand            *ebpf.Variable `ebpf:"gs_hand"`
-	GsScanQ           *ebpf.Variable `ebpf:"gs_scan_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	GetscanActor       *ebpf.Variable `ebpf:"getscan_actor"`
+	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
+	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
+	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 }
 
 // getscanPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type getscanPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 }
 
 func (p *getscanPrograms) Close() error {
 	return _GetscanClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 	)

@@ -42,6 +42,13 @@ type pcFifoEvictEntry struct {
 	Resident uint32
 }
 
+type pcFifoEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcFifoEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,25 +99,31 @@ type pcFifoPcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcFifoMapEvictBatches      = "evict_batches"
-	pcFifoMapEvictCtxs         = "evict_ctxs"
-	pcFifoMapEvictEntries      = "evict_entries"
-	pcFifoMapEvictFree         = "evict_free"
-	pcFifoMapEvictIndex        = "evict_index"
-	pcFifoMapEvictNodes        = "evict_nodes"
-	pcFifoMapEvictStats        = "evict_stats"
-	pcFifoMapPcApplyStats      = "pc_apply_stats"
-	pcFifoMapPcBatches         = "pc_batches"
-	pcFifoMapPcOut             = "pc_out"
-	pcFifoProgEvictInit        = "evict_init"
-	pcFifoProgEvictReplay      = "evict_replay"
-	pcFifoProgPcApply          = "pc_apply"
-	pcFifoVarEvictCapacity     = "evict_capacity"
-	pcFifoVarEvictFallbackHand = "evict_fallback_hand"
-	pcFifoVarEvictFreeTop      = "evict_free_top"
-	pcFifoVarEvictInitialized  = "evict_initialized"
-	pcFifoVarEvictLists        = "evict_lists"
-	pcFifoVarEvictNextUnused   = "evict_next_unused"
+	pcFifoMapEvictBatches       = "evict_batches"
+	pcFifoMapEvictCtxs          = "evict_ctxs"
+	pcFifoMapEvictEntries       = "evict_entries"
+	pcFifoMapEvictEvents        = "evict_events"
+	pcFifoMapEvictFree          = "evict_free"
+	pcFifoMapEvictIndex         = "evict_index"
+	pcFifoMapEvictNodes         = "evict_nodes"
+	pcFifoMapEvictStats         = "evict_stats"
+	pcFifoMapEvictVictims       = "evict_victims"
+	pcFifoMapPcApplyStats       = "pc_apply_stats"
+	pcFifoMapPcBatches          = "pc_batches"
+	pcFifoMapPcOut              = "pc_out"
+	pcFifoProgEvictDrain        = "evict_drain"
+	pcFifoProgEvictInit         = "evict_init"
+	pcFifoProgEvictReplay       = "evict_replay"
+	pcFifoProgPcApply           = "pc_apply"
+	pcFifoVarEvictByteCapacity  = "evict_byte_capacity"
+	pcFifoVarEvictCapacity      = "evict_capacity"
+	pcFifoVarEvictFallbackHand  = "evict_fallback_hand"
+	pcFifoVarEvictFreeTop       = "evict_free_top"
+	pcFifoVarEvictInitialized   = "evict_initialized"
+	pcFifoVarEvictLists         = "evict_lists"
+	pcFifoVarEvictNextUnused    = "evict_next_unused"
+	pcFifoVarEvictReportVictims = "evict_report_victims"
+	pcFifoVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadPcFifo returns the embedded CollectionSpec for pcFifo.
@@ -155,6 +168,7 @@ type pcFifoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcFifoProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -167,10 +181,12 @@ type pcFifoMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
@@ -180,12 +196,15 @@ type pcFifoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcFifoVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // pcFifoObjects contains all objects after they have been loaded into the kernel.
@@ -211,10 +230,12 @@ type pcFifoMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
 	PcOut        *ebpf.Map `ebpf:"pc_out"`
@@ -225,10 +246,12 @@ func (m *pcFifoMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -239,18 +262,22 @@ func (m *pcFifoMaps) Close() error {
 //
 // It can be passed to loadPcFifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcFifoVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // pcFifoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcFifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcFifoPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -258,6 +285,7 @@ type pcFifoPrograms struct {
 
 func (p *pcFifoPrograms) Close() error {
 	return _PcFifoClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

@@ -42,6 +42,13 @@ type pcGetscanEvictEntry struct {
 	Resident uint32
 }
 
+type pcGetscanEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcGetscanEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,30 +99,36 @@ type pcGetscanPcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcGetscanMapEvictBatches      = "evict_batches"
-	pcGetscanMapEvictCtxs         = "evict_ctxs"
-	pcGetscanMapEvictEntries      = "evict_entries"
-	pcGetscanMapEvictFree         = "evict_free"
-	pcGetscanMapEvictIndex        = "evict_index"
-	pcGetscanMapEvictNodes        = "evict_nodes"
-	pcGetscanMapEvictStats        = "evict_stats"
-	pcGetscanMapGetscanScanIds    = "getscan_scan_ids"
-	pcGetscanMapPcApplyStats      = "pc_apply_stats"
-	pcGetscanMapPcBatches         = "pc_batches"
-	pcGetscanMapPcOut             = "pc_out"
-	pcGetscanProgEvictInit        = "evict_init"
-	pcGetscanProgEvictReplay      = "evict_replay"
-	pcGetscanProgPcApply          = "pc_apply"
-	pcGetscanVarEvictCapacity     = "evict_capacity"
-	pcGetscanVarEvictFallbackHand = "evict_fallback_hand"
-	pcGetscanVarEvictFreeTop      = "evict_free_top"
-	pcGetscanVarEvictInitialized  = "evict_initialized"
-	pcGetscanVarEvictLists        = "evict_lists"
-	pcGetscanVarEvictNextUnused   = "evict_next_unused"
-	pcGetscanVarGetscanActor      = "getscan_actor"
-	pcGetscanVarGsGetQ            = "gs_get_q"
-	pcGetscanVarGsHand            = "gs_hand"
-	pcGetscanVarGsScanQ           = "gs_scan_q"
+	pcGetscanMapEvictBatches       = "evict_batches"
+	pcGetscanMapEvictCtxs          = "evict_ctxs"
+	pcGetscanMapEvictEntries       = "evict_entries"
+	pcGetscanMapEvictEvents        = "evict_events"
+	pcGetscanMapEvictFree          = "evict_free"
+	pcGetscanMapEvictIndex         = "evict_index"
+	pcGetscanMapEvictNodes         = "evict_nodes"
+	pcGetscanMapEvictStats         = "evict_stats"
+	pcGetscanMapEvictVictims       = "evict_victims"
+	pcGetscanMapGetscanScanIds     = "getscan_scan_ids"
+	pcGetscanMapPcApplyStats       = "pc_apply_stats"
+	pcGetscanMapPcBatches          = "pc_batches"
+	pcGetscanMapPcOut              = "pc_out"
+	pcGetscanProgEvictDrain        = "evict_drain"
+	pcGetscanProgEvictInit         = "evict_init"
+	pcGetscanProgEvictReplay       = "evict_replay"
+	pcGetscanProgPcApply           = "pc_apply"
+	pcGetscanVarEvictByteCapacity  = "evict_byte_capacity"
+	pcGetscanVarEvictCapacity      = "evict_capacity"
+	pcGetscanVarEvictFallbackHand  = "evict_fallback_hand"
+	pcGetscanVarEvictFreeTop       = "evict_free_top"
+	pcGetscanVarEvictInitialized   = "evict_initialized"
+	pcGetscanVarEvictLists         = "evict_lists"
+	pcGetscanVarEvictNextUnused    = "evict_next_unused"
+	pcGetscanVarEvictReportVictims = "evict_report_victims"
+	pcGetscanVarEvictUsedBytes     = "evict_used_bytes"
+	pcGetscanVarGetscanActor       = "getscan_actor"
+	pcGetscanVarGsGetQ             = "gs_get_q"
+	pcGetscanVarGsHand             = "gs_hand"
+	pcGetscanVarGsScanQ            = "gs_scan_q"
 )
 
 // loadPcGetscan returns the embedded CollectionSpec for pcGetscan.
@@ -160,6 +173,7 @@ type pcGetscanSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcGetscanProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -172,10 +186,12 @@ type pcGetscanMapSpecs struct {
 	EvictBatches   *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs      *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries   *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents    *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree      *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex     *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes     *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats     *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims   *ebpf.MapSpec `ebpf:"evict_victims"`
 	GetscanScanIds *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
 	PcApplyStats   *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches      *ebpf.MapSpec `ebpf:"pc_batches"`
@@ -186,16 +202,19 @@ type pcGetscanMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcGetscanVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	GetscanActor      *ebpf.VariableSpec `ebpf:"getscan_actor"`
-	GsGetQ            *ebpf.VariableSpec `ebpf:"gs_get_q"`
-	GsHand            *ebpf.VariableSpec `ebpf:"gs_hand"`
-	GsScanQ           *ebpf.VariableSpec `ebpf:"gs_scan_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	GetscanActor       *ebpf.VariableSpec `ebpf:"getscan_actor"`
+	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
+	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
+	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 }
 
 // pcGetscanObjects contains all objects after they have been loaded into the kernel.
@@ -221,10 +240,12 @@ type pcGetscanMaps struct {
 	EvictBatches   *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs      *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries   *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents    *ebpf.Map `ebpf:"evict_events"`
 	EvictFree      *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex     *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes     *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats     *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims   *ebpf.Map `ebpf:"evict_victims"`
 	GetscanScanIds *ebpf.Map `ebpf:"getscan_scan_ids"`
 	PcApplyStats   *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches      *ebpf.Map `ebpf:"pc_batches"`
@@ -236,10 +257,12 @@ func (m *pcGetscanMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.GetscanScanIds,
 		m.PcApplyStats,
 		m.PcBatches,
@@ -251,22 +274,26 @@ func (m *pcGetscanMaps) Close() error {
 //
 // It can be passed to loadPcGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcGetscanVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	GetscanActor      *ebpf.Variable `ebpf:"getscan_actor"`
-	GsGetQ            *ebpf.Variable `ebpf:"gs_get_q"`
-	GsHand            *ebpf.Variable `ebpf:"gs_hand"`
-	GsScanQ           *ebpf.Variable `ebpf:"gs_scan_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	GetscanActor       *ebpf.Variable `ebpf:"getscan_actor"`
+	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
+	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
+	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 }
 
 // pcGetscanPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcGetscanPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -274,6 +301,7 @@ type pcGetscanPrograms struct {
 
 func (p *pcGetscanPrograms) Close() error {
 	return _PcGetscanClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

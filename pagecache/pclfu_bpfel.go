@@ -42,6 +42,13 @@ type pcLfuEvictEntry struct {
 	Resident uint32
 }
 
+type pcLfuEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcLfuEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,26 +99,32 @@ type pcLfuPcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcLfuMapEvictBatches      = "evict_batches"
-	pcLfuMapEvictCtxs         = "evict_ctxs"
-	pcLfuMapEvictEntries      = "evict_entries"
-	pcLfuMapEvictFree         = "evict_free"
-	pcLfuMapEvictIndex        = "evict_index"
-	pcLfuMapEvictNodes        = "evict_nodes"
-	pcLfuMapEvictStats        = "evict_stats"
-	pcLfuMapPcApplyStats      = "pc_apply_stats"
-	pcLfuMapPcBatches         = "pc_batches"
-	pcLfuMapPcOut             = "pc_out"
-	pcLfuProgEvictInit        = "evict_init"
-	pcLfuProgEvictReplay      = "evict_replay"
-	pcLfuProgPcApply          = "pc_apply"
-	pcLfuVarEvictCapacity     = "evict_capacity"
-	pcLfuVarEvictFallbackHand = "evict_fallback_hand"
-	pcLfuVarEvictFreeTop      = "evict_free_top"
-	pcLfuVarEvictInitialized  = "evict_initialized"
-	pcLfuVarEvictLists        = "evict_lists"
-	pcLfuVarEvictNextUnused   = "evict_next_unused"
-	pcLfuVarLfuQ              = "lfu_q"
+	pcLfuMapEvictBatches       = "evict_batches"
+	pcLfuMapEvictCtxs          = "evict_ctxs"
+	pcLfuMapEvictEntries       = "evict_entries"
+	pcLfuMapEvictEvents        = "evict_events"
+	pcLfuMapEvictFree          = "evict_free"
+	pcLfuMapEvictIndex         = "evict_index"
+	pcLfuMapEvictNodes         = "evict_nodes"
+	pcLfuMapEvictStats         = "evict_stats"
+	pcLfuMapEvictVictims       = "evict_victims"
+	pcLfuMapPcApplyStats       = "pc_apply_stats"
+	pcLfuMapPcBatches          = "pc_batches"
+	pcLfuMapPcOut              = "pc_out"
+	pcLfuProgEvictDrain        = "evict_drain"
+	pcLfuProgEvictInit         = "evict_init"
+	pcLfuProgEvictReplay       = "evict_replay"
+	pcLfuProgPcApply           = "pc_apply"
+	pcLfuVarEvictByteCapacity  = "evict_byte_capacity"
+	pcLfuVarEvictCapacity      = "evict_capacity"
+	pcLfuVarEvictFallbackHand  = "evict_fallback_hand"
+	pcLfuVarEvictFreeTop       = "evict_free_top"
+	pcLfuVarEvictInitialized   = "evict_initialized"
+	pcLfuVarEvictLists         = "evict_lists"
+	pcLfuVarEvictNextUnused    = "evict_next_unused"
+	pcLfuVarEvictReportVictims = "evict_report_victims"
+	pcLfuVarEvictUsedBytes     = "evict_used_bytes"
+	pcLfuVarLfuQ               = "lfu_q"
 )
 
 // loadPcLfu returns the embedded CollectionSpec for pcLfu.
@@ -156,6 +169,7 @@ type pcLfuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLfuProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -168,10 +182,12 @@ type pcLfuMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
@@ -181,13 +197,16 @@ type pcLfuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLfuVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	LfuQ              *ebpf.VariableSpec `ebpf:"lfu_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	LfuQ               *ebpf.VariableSpec `ebpf:"lfu_q"`
 }
 
 // pcLfuObjects contains all objects after they have been loaded into the kernel.
@@ -213,10 +232,12 @@ type pcLfuMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
 	PcOut        *ebpf.Map `ebpf:"pc_out"`
@@ -227,10 +248,12 @@ func (m *pcLfuMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -241,19 +264,23 @@ func (m *pcLfuMaps) Close() error {
 //
 // It can be passed to loadPcLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLfuVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	LfuQ              *ebpf.Variable `ebpf:"lfu_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	LfuQ               *ebpf.Variable `ebpf:"lfu_q"`
 }
 
 // pcLfuPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLfuPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -261,6 +288,7 @@ type pcLfuPrograms struct {
 
 func (p *pcLfuPrograms) Close() error {
 	return _PcLfuClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

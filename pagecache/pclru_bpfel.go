@@ -42,6 +42,13 @@ type pcLruEvictEntry struct {
 	Resident uint32
 }
 
+type pcLruEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcLruEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,25 +99,31 @@ type pcLruPcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcLruMapEvictBatches      = "evict_batches"
-	pcLruMapEvictCtxs         = "evict_ctxs"
-	pcLruMapEvictEntries      = "evict_entries"
-	pcLruMapEvictFree         = "evict_free"
-	pcLruMapEvictIndex        = "evict_index"
-	pcLruMapEvictNodes        = "evict_nodes"
-	pcLruMapEvictStats        = "evict_stats"
-	pcLruMapPcApplyStats      = "pc_apply_stats"
-	pcLruMapPcBatches         = "pc_batches"
-	pcLruMapPcOut             = "pc_out"
-	pcLruProgEvictInit        = "evict_init"
-	pcLruProgEvictReplay      = "evict_replay"
-	pcLruProgPcApply          = "pc_apply"
-	pcLruVarEvictCapacity     = "evict_capacity"
-	pcLruVarEvictFallbackHand = "evict_fallback_hand"
-	pcLruVarEvictFreeTop      = "evict_free_top"
-	pcLruVarEvictInitialized  = "evict_initialized"
-	pcLruVarEvictLists        = "evict_lists"
-	pcLruVarEvictNextUnused   = "evict_next_unused"
+	pcLruMapEvictBatches       = "evict_batches"
+	pcLruMapEvictCtxs          = "evict_ctxs"
+	pcLruMapEvictEntries       = "evict_entries"
+	pcLruMapEvictEvents        = "evict_events"
+	pcLruMapEvictFree          = "evict_free"
+	pcLruMapEvictIndex         = "evict_index"
+	pcLruMapEvictNodes         = "evict_nodes"
+	pcLruMapEvictStats         = "evict_stats"
+	pcLruMapEvictVictims       = "evict_victims"
+	pcLruMapPcApplyStats       = "pc_apply_stats"
+	pcLruMapPcBatches          = "pc_batches"
+	pcLruMapPcOut              = "pc_out"
+	pcLruProgEvictDrain        = "evict_drain"
+	pcLruProgEvictInit         = "evict_init"
+	pcLruProgEvictReplay       = "evict_replay"
+	pcLruProgPcApply           = "pc_apply"
+	pcLruVarEvictByteCapacity  = "evict_byte_capacity"
+	pcLruVarEvictCapacity      = "evict_capacity"
+	pcLruVarEvictFallbackHand  = "evict_fallback_hand"
+	pcLruVarEvictFreeTop       = "evict_free_top"
+	pcLruVarEvictInitialized   = "evict_initialized"
+	pcLruVarEvictLists         = "evict_lists"
+	pcLruVarEvictNextUnused    = "evict_next_unused"
+	pcLruVarEvictReportVictims = "evict_report_victims"
+	pcLruVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadPcLru returns the embedded CollectionSpec for pcLru.
@@ -155,6 +168,7 @@ type pcLruSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLruProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -167,10 +181,12 @@ type pcLruMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
@@ -180,12 +196,15 @@ type pcLruMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLruVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // pcLruObjects contains all objects after they have been loaded into the kernel.
@@ -211,10 +230,12 @@ type pcLruMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
 	PcOut        *ebpf.Map `ebpf:"pc_out"`
@@ -225,10 +246,12 @@ func (m *pcLruMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -239,18 +262,22 @@ func (m *pcLruMaps) Close() error {
 //
 // It can be passed to loadPcLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLruVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // pcLruPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLruPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -258,6 +285,7 @@ type pcLruPrograms struct {
 
 func (p *pcLruPrograms) Close() error {
 	return _PcLruClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

@@ -42,6 +42,13 @@ type pcMruEvictEntry struct {
 	Resident uint32
 }
 
+type pcMruEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcMruEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,25 +99,31 @@ type pcMruPcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcMruMapEvictBatches      = "evict_batches"
-	pcMruMapEvictCtxs         = "evict_ctxs"
-	pcMruMapEvictEntries      = "evict_entries"
-	pcMruMapEvictFree         = "evict_free"
-	pcMruMapEvictIndex        = "evict_index"
-	pcMruMapEvictNodes        = "evict_nodes"
-	pcMruMapEvictStats        = "evict_stats"
-	pcMruMapPcApplyStats      = "pc_apply_stats"
-	pcMruMapPcBatches         = "pc_batches"
-	pcMruMapPcOut             = "pc_out"
-	pcMruProgEvictInit        = "evict_init"
-	pcMruProgEvictReplay      = "evict_replay"
-	pcMruProgPcApply          = "pc_apply"
-	pcMruVarEvictCapacity     = "evict_capacity"
-	pcMruVarEvictFallbackHand = "evict_fallback_hand"
-	pcMruVarEvictFreeTop      = "evict_free_top"
-	pcMruVarEvictInitialized  = "evict_initialized"
-	pcMruVarEvictLists        = "evict_lists"
-	pcMruVarEvictNextUnused   = "evict_next_unused"
+	pcMruMapEvictBatches       = "evict_batches"
+	pcMruMapEvictCtxs          = "evict_ctxs"
+	pcMruMapEvictEntries       = "evict_entries"
+	pcMruMapEvictEvents        = "evict_events"
+	pcMruMapEvictFree          = "evict_free"
+	pcMruMapEvictIndex         = "evict_index"
+	pcMruMapEvictNodes         = "evict_nodes"
+	pcMruMapEvictStats         = "evict_stats"
+	pcMruMapEvictVictims       = "evict_victims"
+	pcMruMapPcApplyStats       = "pc_apply_stats"
+	pcMruMapPcBatches          = "pc_batches"
+	pcMruMapPcOut              = "pc_out"
+	pcMruProgEvictDrain        = "evict_drain"
+	pcMruProgEvictInit         = "evict_init"
+	pcMruProgEvictReplay       = "evict_replay"
+	pcMruProgPcApply           = "pc_apply"
+	pcMruVarEvictByteCapacity  = "evict_byte_capacity"
+	pcMruVarEvictCapacity      = "evict_capacity"
+	pcMruVarEvictFallbackHand  = "evict_fallback_hand"
+	pcMruVarEvictFreeTop       = "evict_free_top"
+	pcMruVarEvictInitialized   = "evict_initialized"
+	pcMruVarEvictLists         = "evict_lists"
+	pcMruVarEvictNextUnused    = "evict_next_unused"
+	pcMruVarEvictReportVictims = "evict_report_victims"
+	pcMruVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadPcMru returns the embedded CollectionSpec for pcMru.
@@ -155,6 +168,7 @@ type pcMruSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcMruProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -167,10 +181,12 @@ type pcMruMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
@@ -180,12 +196,15 @@ type pcMruMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcMruVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // pcMruObjects contains all objects after they have been loaded into the kernel.
@@ -211,10 +230,12 @@ type pcMruMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
 	PcOut        *ebpf.Map `ebpf:"pc_out"`
@@ -225,10 +246,12 @@ func (m *pcMruMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -239,18 +262,22 @@ func (m *pcMruMaps) Close() error {
 //
 // It can be passed to loadPcMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcMruVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // pcMruPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcMruPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -258,6 +285,7 @@ type pcMruPrograms struct {
 
 func (p *pcMruPrograms) Close() error {
 	return _PcMruClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

@@ -42,6 +42,13 @@ type pcNoneEvictEntry struct {
 	Resident uint32
 }
 
+type pcNoneEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcNoneEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -92,25 +99,31 @@ type pcNonePcVictims struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcNoneMapEvictBatches      = "evict_batches"
-	pcNoneMapEvictCtxs         = "evict_ctxs"
-	pcNoneMapEvictEntries      = "evict_entries"
-	pcNoneMapEvictFree         = "evict_free"
-	pcNoneMapEvictIndex        = "evict_index"
-	pcNoneMapEvictNodes        = "evict_nodes"
-	pcNoneMapEvictStats        = "evict_stats"
-	pcNoneMapPcApplyStats      = "pc_apply_stats"
-	pcNoneMapPcBatches         = "pc_batches"
-	pcNoneMapPcOut             = "pc_out"
-	pcNoneProgEvictInit        = "evict_init"
-	pcNoneProgEvictReplay      = "evict_replay"
-	pcNoneProgPcApply          = "pc_apply"
-	pcNoneVarEvictCapacity     = "evict_capacity"
-	pcNoneVarEvictFallbackHand = "evict_fallback_hand"
-	pcNoneVarEvictFreeTop      = "evict_free_top"
-	pcNoneVarEvictInitialized  = "evict_initialized"
-	pcNoneVarEvictLists        = "evict_lists"
-	pcNoneVarEvictNextUnused   = "evict_next_unused"
+	pcNoneMapEvictBatches       = "evict_batches"
+	pcNoneMapEvictCtxs          = "evict_ctxs"
+	pcNoneMapEvictEntries       = "evict_entries"
+	pcNoneMapEvictEvents        = "evict_events"
+	pcNoneMapEvictFree          = "evict_free"
+	pcNoneMapEvictIndex         = "evict_index"
+	pcNoneMapEvictNodes         = "evict_nodes"
+	pcNoneMapEvictStats         = "evict_stats"
+	pcNoneMapEvictVictims       = "evict_victims"
+	pcNoneMapPcApplyStats       = "pc_apply_stats"
+	pcNoneMapPcBatches          = "pc_batches"
+	pcNoneMapPcOut              = "pc_out"
+	pcNoneProgEvictDrain        = "evict_drain"
+	pcNoneProgEvictInit         = "evict_init"
+	pcNoneProgEvictReplay       = "evict_replay"
+	pcNoneProgPcApply           = "pc_apply"
+	pcNoneVarEvictByteCapacity  = "evict_byte_capacity"
+	pcNoneVarEvictCapacity      = "evict_capacity"
+	pcNoneVarEvictFallbackHand  = "evict_fallback_hand"
+	pcNoneVarEvictFreeTop       = "evict_free_top"
+	pcNoneVarEvictInitialized   = "evict_initialized"
+	pcNoneVarEvictLists         = "evict_lists"
+	pcNoneVarEvictNextUnused    = "evict_next_unused"
+	pcNoneVarEvictReportVictims = "evict_report_victims"
+	pcNoneVarEvictUsedBytes     = "evict_used_bytes"
 )
 
 // loadPcNone returns the embedded CollectionSpec for pcNone.
@@ -155,6 +168,7 @@ type pcNoneSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcNoneProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -167,10 +181,12 @@ type pcNoneMapSpecs struct {
 	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
@@ -180,12 +196,15 @@ type pcNoneMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcNoneVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 }
 
 // pcNoneObjects contains all objects after they have been loaded into the kernel.
@@ -211,10 +230,12 @@ type pcNoneMaps struct {
 	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
 	EvictFree    *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
 	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
 	PcOut        *ebpf.Map `ebpf:"pc_out"`
@@ -225,10 +246,12 @@ func (m *pcNoneMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -239,18 +262,22 @@ func (m *pcNoneMaps) Close() error {
 //
 // It can be passed to loadPcNoneObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcNoneVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 }
 
 // pcNonePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcNoneObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcNonePrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -258,6 +285,7 @@ type pcNonePrograms struct {
 
 func (p *pcNonePrograms) Close() error {
 	return _PcNoneClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

@@ -42,6 +42,13 @@ type pcS3fifoEvictEntry struct {
 	Resident uint32
 }
 
+type pcS3fifoEvictEvent struct {
+	_    structs.HostLayout
+	Key  uint64
+	Size uint32
+	Op   uint32
+}
+
 type pcS3fifoEvictList struct {
 	_    structs.HostLayout
 	Head uint32
@@ -93,35 +100,43 @@ type pcS3fifoS3Gnode struct {
 	Key  uint64
 	Prev uint32
 	Next uint32
+	Size uint32
+	Pad  uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcS3fifoMapEvictBatches      = "evict_batches"
-	pcS3fifoMapEvictCtxs         = "evict_ctxs"
-	pcS3fifoMapEvictEntries      = "evict_entries"
-	pcS3fifoMapEvictFree         = "evict_free"
-	pcS3fifoMapEvictIndex        = "evict_index"
-	pcS3fifoMapEvictNodes        = "evict_nodes"
-	pcS3fifoMapEvictPslotGhost   = "evict_pslot_ghost"
-	pcS3fifoMapEvictPslotGindex  = "evict_pslot_gindex"
-	pcS3fifoMapEvictStats        = "evict_stats"
-	pcS3fifoMapPcApplyStats      = "pc_apply_stats"
-	pcS3fifoMapPcBatches         = "pc_batches"
-	pcS3fifoMapPcOut             = "pc_out"
-	pcS3fifoProgEvictInit        = "evict_init"
-	pcS3fifoProgEvictReplay      = "evict_replay"
-	pcS3fifoProgPcApply          = "pc_apply"
-	pcS3fifoVarEvictCapacity     = "evict_capacity"
-	pcS3fifoVarEvictFallbackHand = "evict_fallback_hand"
-	pcS3fifoVarEvictFreeTop      = "evict_free_top"
-	pcS3fifoVarEvictInitialized  = "evict_initialized"
-	pcS3fifoVarEvictLists        = "evict_lists"
-	pcS3fifoVarEvictNextUnused   = "evict_next_unused"
-	pcS3fifoVarMainQ             = "main_q"
-	pcS3fifoVarSmallQ            = "small_q"
+	pcS3fifoMapEvictBatches       = "evict_batches"
+	pcS3fifoMapEvictCtxs          = "evict_ctxs"
+	pcS3fifoMapEvictEntries       = "evict_entries"
+	pcS3fifoMapEvictEvents        = "evict_events"
+	pcS3fifoMapEvictFree          = "evict_free"
+	pcS3fifoMapEvictIndex         = "evict_index"
+	pcS3fifoMapEvictNodes         = "evict_nodes"
+	pcS3fifoMapEvictPslotGhost    = "evict_pslot_ghost"
+	pcS3fifoMapEvictPslotGindex   = "evict_pslot_gindex"
+	pcS3fifoMapEvictStats         = "evict_stats"
+	pcS3fifoMapEvictVictims       = "evict_victims"
+	pcS3fifoMapPcApplyStats       = "pc_apply_stats"
+	pcS3fifoMapPcBatches          = "pc_batches"
+	pcS3fifoMapPcOut              = "pc_out"
+	pcS3fifoProgEvictDrain        = "evict_drain"
+	pcS3fifoProgEvictInit         = "evict_init"
+	pcS3fifoProgEvictReplay       = "evict_replay"
+	pcS3fifoProgPcApply           = "pc_apply"
+	pcS3fifoVarEvictByteCapacity  = "evict_byte_capacity"
+	pcS3fifoVarEvictCapacity      = "evict_capacity"
+	pcS3fifoVarEvictFallbackHand  = "evict_fallback_hand"
+	pcS3fifoVarEvictFreeTop       = "evict_free_top"
+	pcS3fifoVarEvictInitialized   = "evict_initialized"
+	pcS3fifoVarEvictLists         = "evict_lists"
+	pcS3fifoVarEvictNextUnused    = "evict_next_unused"
+	pcS3fifoVarEvictReportVictims = "evict_report_victims"
+	pcS3fifoVarEvictUsedBytes     = "evict_used_bytes"
+	pcS3fifoVarMainQ              = "main_q"
+	pcS3fifoVarSmallQ             = "small_q"
 )
 
 // loadPcS3fifo returns the embedded CollectionSpec for pcS3fifo.
@@ -166,6 +181,7 @@ type pcS3fifoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcS3fifoProgramSpecs struct {
+	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
@@ -178,12 +194,14 @@ type pcS3fifoMapSpecs struct {
 	EvictBatches     *ebpf.MapSpec `ebpf:"evict_batches"`
 	EvictCtxs        *ebpf.MapSpec `ebpf:"evict_ctxs"`
 	EvictEntries     *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.MapSpec `ebpf:"evict_events"`
 	EvictFree        *ebpf.MapSpec `ebpf:"evict_free"`
 	EvictIndex       *ebpf.MapSpec `ebpf:"evict_index"`
 	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.MapSpec `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.MapSpec `ebpf:"evict_pslot_gindex"`
 	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
@@ -193,14 +211,17 @@ type pcS3fifoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcS3fifoVariableSpecs struct {
-	EvictCapacity     *ebpf.VariableSpec `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.VariableSpec `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.VariableSpec `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.VariableSpec `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.VariableSpec `ebpf:"evict_next_unused"`
-	MainQ             *ebpf.VariableSpec `ebpf:"main_q"`
-	SmallQ            *ebpf.VariableSpec `ebpf:"small_q"`
+	EvictByteCapacity  *ebpf.VariableSpec `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.VariableSpec `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.VariableSpec `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	MainQ              *ebpf.VariableSpec `ebpf:"main_q"`
+	SmallQ             *ebpf.VariableSpec `ebpf:"small_q"`
 }
 
 // pcS3fifoObjects contains all objects after they have been loaded into the kernel.
@@ -226,12 +247,14 @@ type pcS3fifoMaps struct {
 	EvictBatches     *ebpf.Map `ebpf:"evict_batches"`
 	EvictCtxs        *ebpf.Map `ebpf:"evict_ctxs"`
 	EvictEntries     *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.Map `ebpf:"evict_events"`
 	EvictFree        *ebpf.Map `ebpf:"evict_free"`
 	EvictIndex       *ebpf.Map `ebpf:"evict_index"`
 	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.Map `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.Map `ebpf:"evict_pslot_gindex"`
 	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
@@ -242,12 +265,14 @@ func (m *pcS3fifoMaps) Close() error {
 		m.EvictBatches,
 		m.EvictCtxs,
 		m.EvictEntries,
+		m.EvictEvents,
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictPslotGhost,
 		m.EvictPslotGindex,
 		m.EvictStats,
+		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
 		m.PcOut,
@@ -258,20 +283,24 @@ func (m *pcS3fifoMaps) Close() error {
 //
 // It can be passed to loadPcS3fifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcS3fifoVariables struct {
-	EvictCapacity     *ebpf.Variable `ebpf:"evict_capacity"`
-	EvictFallbackHand *ebpf.Variable `ebpf:"evict_fallback_hand"`
-	EvictFreeTop      *ebpf.Variable `ebpf:"evict_free_top"`
-	EvictInitialized  *ebpf.Variable `ebpf:"evict_initialized"`
-	EvictLists        *ebpf.Variable `ebpf:"evict_lists"`
-	EvictNextUnused   *ebpf.Variable `ebpf:"evict_next_unused"`
-	MainQ             *ebpf.Variable `ebpf:"main_q"`
-	SmallQ            *ebpf.Variable `ebpf:"small_q"`
+	EvictByteCapacity  *ebpf.Variable `ebpf:"evict_byte_capacity"`
+	EvictCapacity      *ebpf.Variable `ebpf:"evict_capacity"`
+	EvictFallbackHand  *ebpf.Variable `ebpf:"evict_fallback_hand"`
+	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
+	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
+	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
+	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
+	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	MainQ              *ebpf.Variable `ebpf:"main_q"`
+	SmallQ             *ebpf.Variable `ebpf:"small_q"`
 }
 
 // pcS3fifoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadPcS3fifoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcS3fifoPrograms struct {
+	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
@@ -279,6 +308,7 @@ type pcS3fifoPrograms struct {
 
 func (p *pcS3fifoPrograms) Close() error {
 	return _PcS3fifoClose(
+		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
 		p.PcApply,

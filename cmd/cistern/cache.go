@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,7 +75,7 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 	f := c.Flags()
 	f.StringVar(&tracePath, "trace", "", "trace FILE (plain or zstd-compressed)")
 	f.StringVar(&format, "format", "", "trace format: "+strings.Join(cache.Formats, "|"))
-	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(evict.Policies(), "|"))
+	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(slices.DeleteFunc(evict.Policies(), func(p string) bool { return p == "broken" }), "|"))
 	f.Uint64Var(&size, "size", 0, "cache size in --unit")
 	f.StringVar(&unit, "unit", "objects", "unit of --size: objects (each counts 1) or bytes (request sizes)")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to FILE (- for stdout)")

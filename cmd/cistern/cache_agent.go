@@ -101,7 +101,9 @@ SIGINT or SIGTERM and prints its counters.`,
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			runErr := a.Run(ctx)
 			st, err := a.Stats()
-			if err == nil {
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reading counters: %v\n", err)
+			} else {
 				printCounters(cmd, st)
 			}
 			if cerr := a.Close(); cerr != nil && runErr == nil {
