@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,11 +231,19 @@ var iox2Seq int
 func iox2RTT(ctx context.Context, bin, variant string, size, iters int) (float64, error) {
 	iox2Seq++
 	tag := fmt.Sprintf("cistern-%d-%d", os.Getpid(), iox2Seq)
-	pong := exec.CommandContext(ctx, bin, "pong", strconv.Itoa(size), strconv.Itoa(iters), variant, tag)
+	// Pollers get a core each, like cbufbench's (taskset: util-linux).
+	cmd := func(role string, cpu int) *exec.Cmd {
+		args := []string{bin, role, strconv.Itoa(size), strconv.Itoa(iters), variant, tag}
+		if variant == "poll" && runtime.NumCPU() > 1 {
+			args = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, args...)
+		}
+		return exec.CommandContext(ctx, args[0], args[1:]...)
+	}
+	pong := cmd("pong", 1)
 	if err := pong.Start(); err != nil {
 		return 0, err
 	}
-	out, err := exec.CommandContext(ctx, bin, "ping", strconv.Itoa(size), strconv.Itoa(iters), variant, tag).Output()
+	out, err := cmd("ping", 0).Output()
 	pong.Wait()
 	if err != nil {
 		return 0, fmt.Errorf("iceoryx2 peer: %v", err)

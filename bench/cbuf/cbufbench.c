@@ -159,14 +159,42 @@ static void box_put(struct box *b, uint64_t id, int block)
 		futex_wake(&b->seq);
 }
 
+/* A poller spins this long before it yields its CPU: long enough to catch
+ * a peer on the other core answering, short enough to hand the CPU over
+ * when both sides share one. The iceoryx2 peer polls the same way. */
+#define POLL_SPIN_NS 20000
+
+/* pin_cpu moves the caller to one CPU (modulo the CPUs there are). */
+static void pin_cpu(int cpu)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 2)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu % n, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
 static uint64_t box_get(struct box *b, uint32_t *last, int block)
 {
 	uint32_t s;
-	while ((s = atomic_load_explicit(&b->seq, memory_order_acquire)) == *last) {
-		if (block)
+	uint64_t spin_until = 0;
+	for (unsigned k = 0; (s = atomic_load_explicit(&b->seq, memory_order_acquire)) == *last; k++) {
+		if (block) {
 			futex_wait(&b->seq, *last);
-		else
-			sched_yield(); /* poll, but give the CPU away: 2 shared cores */
+			continue;
+		}
+		__builtin_ia32_pause();
+		if ((k & 63) != 63)
+			continue;
+		uint64_t t = now_ns();
+		if (!spin_until)
+			spin_until = t + POLL_SPIN_NS;
+		else if (t >= spin_until) {
+			sched_yield();
+			spin_until = 0;
+		}
 	}
 	*last = s;
 	return atomic_load_explicit(&b->id, memory_order_acquire);
@@ -260,6 +288,11 @@ static int rtt(const char *sock, const char *mode, size_t pages, long iters)
 		die("fork");
 	char *buf = malloc(size);
 	memset(buf, 1, size);
+	/* Busy pollers run on their own cores, as polling deployments do (the
+	 * bench pins the iceoryx2 pollers the same way); the others float. */
+	int poll = is_cbuf && !block;
+	if (poll)
+		pin_cpu(pid == 0 ? 1 : 0);
 	if (pid == 0) {
 		if (is_cbuf) {
 			connect_or_die(sock);
