@@ -62,6 +62,10 @@ type Agent struct {
 
 const maxTries = 32
 
+// maxOpenFiles bounds the fds kept open for eviction (the process shares
+// its fd limit with whatever else it runs).
+const maxOpenFiles = 64
+
 // Start sets up the cgroup, the policy and the tracker; Run then drives
 // them until its context ends, and Close undoes everything.
 func Start(cfg Config) (_ *Agent, err error) {
@@ -343,6 +347,13 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 		if f, err = os.Open(a.tr.files[vs[0].File]); err != nil {
 			a.failOpen.Add(uint64(len(vs)))
 			return 0
+		}
+		if len(a.fds) >= maxOpenFiles { // a tree of many files: close any one
+			for id, g := range a.fds {
+				g.Close()
+				delete(a.fds, id)
+				break
+			}
 		}
 		a.fds[vs[0].File] = f
 	}
