@@ -154,8 +154,12 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 			t.Errorf("%s = %d", k, st[k])
 		}
 	}
-	if st["events_add"] < 64*256/16 || st["removed"]+st["del_unknown"] == 0 {
+	if st["events_add"] < 64*256/16 || st["removed"]+st["del_unknown"]+st["events_del_own"] == 0 {
 		t.Errorf("tracker saw too little: %v", st)
+	}
+	// The deletes of the agent's own evictions are seen and not reported.
+	if st["events_del_own"] == 0 || st["events_del_own"] > st["victims"]+st["retried"] {
+		t.Errorf("deletes by the agent's evictions: %d for %d victims", st["events_del_own"], st["victims"])
 	}
 
 	if err := a.Close(); err != nil {

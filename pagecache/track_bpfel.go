@@ -32,6 +32,7 @@ const (
 	trackProgPcRead      = "pc_read"
 	trackVarPcAccessMask = "pc_access_mask"
 	trackVarPcMemcgId    = "pc_memcg_id"
+	trackVarPcSelfTid    = "pc_self_tid"
 	trackVarPcWantAccess = "pc_want_access"
 )
 
@@ -97,6 +98,7 @@ type trackMapSpecs struct {
 type trackVariableSpecs struct {
 	PcAccessMask *ebpf.VariableSpec `ebpf:"pc_access_mask"`
 	PcMemcgId    *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcSelfTid    *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcWantAccess *ebpf.VariableSpec `ebpf:"pc_want_access"`
 }
 
@@ -139,6 +141,7 @@ func (m *trackMaps) Close() error {
 type trackVariables struct {
 	PcAccessMask *ebpf.Variable `ebpf:"pc_access_mask"`
 	PcMemcgId    *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcSelfTid    *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcWantAccess *ebpf.Variable `ebpf:"pc_want_access"`
 }
 

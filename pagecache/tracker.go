@@ -15,7 +15,7 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own"}
 
 // tracker is the loaded tracepoint object, its links and ring buffer.
 type tracker struct {

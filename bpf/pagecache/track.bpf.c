@@ -20,6 +20,16 @@ const volatile __u64 pc_memcg_id;     /* kernfs id of the memory cgroup; 0: any 
 const volatile __u32 pc_want_access;
 const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a power of 2) */
 
+/* The agent's evicting thread (set by the agent when it runs): the deletes
+ * its own fadvise causes are of victims the policy already dropped, so
+ * they are not reported (half the events of a scan). */
+volatile __u32 pc_self_tid;
+
+/* Wake the agent once this much is queued, not at every event: a wakeup
+ * per folio preempted the scanner for every folio it read (the agent also
+ * polls every 2 ms while events flow). */
+#define PC_WAKE_BYTES (128 * sizeof(struct pc_event))
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 20);
@@ -106,7 +116,8 @@ static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, _
 	e->tgid = id >> 32;
 	e->nr = nr;
 	e->pad2 = 0;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&pc_events, BPF_RB_AVAIL_DATA) >= PC_WAKE_BYTES ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
@@ -132,6 +143,10 @@ int BPF_PROG(pc_del, struct folio *folio)
 
 	if (!file)
 		return 0;
+	if (pc_self_tid && (__u32)bpf_get_current_pid_tgid() == pc_self_tid) {
+		stat(PC_T_DEL_SELF);
+		return 0;
+	}
 	stat(PC_T_DEL);
 	emit(PC_DEL, folio_order_of(folio), file, folio->index, 0);
 	return 0;

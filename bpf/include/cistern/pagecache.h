@@ -64,6 +64,7 @@ enum pc_track_stat {
 	PC_T_DEL,
 	PC_T_ACC,
 	PC_T_DROPPED,    /* events lost: ring buffer full */
+	PC_T_DEL_SELF,   /* deletes by the agent's own evictions (not reported) */
 	PC_T_MAX,
 };
 
