@@ -232,12 +232,14 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	if n := a.evictedPages[1]; n != 0 {
 		t.Errorf("the agent evicted %d pages of the hot file: GET-SCAN evicts scan folios first", n)
 	}
-	// When the agent kept ahead, the kernel never reclaimed and the hot
-	// file is all there; on a busy machine the kernel may have had to.
-	if c := cached(t, hot); c != 2048 && st["cgroup_limit_hits"] == 0 {
-		t.Errorf("hot file: %d of 2048 pages cached, and the kernel never reclaimed", c)
+	// When the agent kept ahead, the kernel removed nothing itself and the
+	// hot file is all there; on a busy machine the kernel may have had to
+	// (limit hits, or deletions the agent did not choose: "removed").
+	kernel := st["cgroup_limit_hits"] + st["removed"]
+	if c := cached(t, hot); c != 2048 && kernel == 0 {
+		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
 	} else if c != 2048 {
-		t.Logf("hot file: %d of 2048 pages cached after %d kernel reclaims", c, st["cgroup_limit_hits"])
+		t.Logf("hot file: %d of 2048 pages cached after %d kernel reclaims, %d kernel removals", c, st["cgroup_limit_hits"], st["removed"])
 	}
 	if c := cached(t, scan); c > 40*256 {
 		t.Errorf("scan file: %d pages cached", c)
