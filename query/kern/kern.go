@@ -97,7 +97,9 @@ type Config struct {
 	NeedComm   bool
 	NeedCgroup bool
 	FullSlots  int    // slots a whole record carries (EmitFull); 0: all
-	WakeMask   uint32 // wake the reader every WakeMask+1 records
+	NeedArgs   bool   // syscalls: read arg0-arg5 at entry
+	Saved      int    // Join: entry slots kept per key (0..Saved-1); 0: NSaved
+	WakeBytes  uint32 // wake the reader when this many ring bytes wait; 0: RingBytes/8, at most 256 KiB
 	RingBytes  uint32 // power of two, >= 4096
 	Binary     string // uprobe only
 	Symbol     string
@@ -105,7 +107,7 @@ type Config struct {
 
 type attach struct {
 	prog  string
-	group string // tracepoint group, or "uprobe"/"uretprobe"
+	group string // tracepoint group, or "raw_tp", "uprobe"/"uretprobe"
 	name  string
 }
 
@@ -117,7 +119,7 @@ type object struct {
 
 // Objects are the templates by table.
 var objects = map[string]object{
-	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_syscalls", "sys_enter"}, {"q_sys_exit", "raw_syscalls", "sys_exit"}}, true},
+	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_tp", "sys_enter"}, {"q_sys_exit", "raw_tp", "sys_exit"}}, true},
 	"uprobe":       {loadUprobe, []attach{{"q_uprobe_enter", "uprobe", ""}, {"q_uprobe_exit", "uretprobe", ""}}, true},
 	"sched_switch": {loadSchedSwitch, []attach{{"q_sched_switch", "sched", "sched_switch"}}, false},
 	"process_exec": {loadProcessExec, []attach{{"q_process_exec", "sched", "sched_process_exec"}}, false},
@@ -174,13 +176,22 @@ func (c *Config) vars() (map[string]any, error) {
 	for i, s := range c.Keys {
 		keys[i] = uint32(s)
 	}
+	wake := c.WakeBytes
+	if wake == 0 {
+		wake = min(c.RingBytes/8, 256<<10)
+	}
+	saved := uint32(c.Saved)
+	if saved == 0 || saved > NSaved {
+		saved = NSaved
+	}
 	full := uint32(c.FullSlots)
 	if full == 0 || full > NSlot {
 		full = NSlot
 	}
 	return map[string]any{
 		"q_nfull": full, "q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
-		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_wake_mask": c.WakeMask,
+		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_need_args": b2u(c.NeedArgs), "q_nsaved": saved,
+		"q_wake_bytes": wake,
 		"q_ncl": uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
 		"q_cl_nv": nv, "q_cl_mask": mask, "q_cl_val": vals,
 		"q_nproj": uint32(len(c.Proj)), "q_proj": proj,
@@ -200,6 +211,9 @@ func Load(cfg Config) (*Prog, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = 1 << 22
+	}
 	vars, err := cfg.vars()
 	if err != nil {
 		return nil, err
@@ -213,10 +227,12 @@ func Load(cfg Config) (*Prog, error) {
 			return nil, fmt.Errorf("kern: set %s: %w", name, err)
 		}
 	}
-	if cfg.RingBytes == 0 {
-		cfg.RingBytes = 1 << 22
-	}
 	spec.Maps["q_rb"].MaxEntries = cfg.RingBytes
+	if n := vars["q_nsaved"].(uint32); n < NSaved {
+		// a smaller element per in-flight entry: raw bytes, no BTF type
+		inf := spec.Maps["q_inflight"]
+		inf.ValueSize, inf.Key, inf.Value = 8*n, nil, nil
+	}
 	// the verifier log is fetched only when a load fails: --explain quotes its reason
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{})
 	if err != nil {
@@ -258,6 +274,8 @@ func (p *Prog) attach(obj object) error {
 			} else {
 				l, err = ex.Uretprobe(p.Cfg.Symbol, prog, nil)
 			}
+		case "raw_tp":
+			l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: prog})
 		default:
 			l, err = link.Tracepoint(a.group, a.name, prog, nil)
 		}
