@@ -40,7 +40,11 @@ type Options struct {
 	Mode     string        // "optimizer" (default) or "mvsf_only"
 	Out      io.Writer     // rows; nil: discarded
 	Format   string        // table (default), json, csv
-	Explain  io.Writer     // nil: no plan printed
+	Explain  io.Writer     // nil: no plan printed; else also BPF run-time statistics (they cost every BPF program on the machine two clock reads per run)
+
+	// OnLoaded, when set, is called once the chosen plan is loaded and
+	// attached, before events are read.
+	OnLoaded func()
 
 	// Plot, when set, draws the first numeric aggregate per group to this
 	// PNG (lines over windows, or bars).
@@ -155,6 +159,9 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	}
 	prog, p := ch.Prog, ch.Chosen
 	defer prog.Close()
+	if opt.OnLoaded != nil {
+		opt.OnLoaded()
+	}
 	if opt.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opt.Duration)

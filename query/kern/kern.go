@@ -192,7 +192,7 @@ func (c *Config) vars() (map[string]any, error) {
 		"q_nfull": full, "q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
 		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_need_args": b2u(c.NeedArgs), "q_nsaved": saved,
 		"q_wake_bytes": wake,
-		"q_ncl": uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
+		"q_ncl":        uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
 		"q_cl_nv": nv, "q_cl_mask": mask, "q_cl_val": vals,
 		"q_nproj": uint32(len(c.Proj)), "q_proj": proj,
 		"q_nkey": uint32(len(c.Keys)), "q_key": keys,
