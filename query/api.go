@@ -230,6 +230,7 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 	}
 	var rec ringbuf.Record
 	slots := make([]uint64, kern.NSlot+1)
+	proj := p.Kernel.Emit == kern.EmitProj // projected records carry no kind slot
 	// read processes records until the ring is empty at deadline; unless
 	// draining (hooks detached), it also returns once deadline has passed.
 	read := func(deadline time.Time, drain bool) (bool, error) {
@@ -252,7 +253,11 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 			for i := 0; i < n; i++ {
 				slots[i] = binary.LittleEndian.Uint64(rec.RawSample[8*i:])
 			}
-			eng.Record(slots[0], slots[1:n], p.Kernel.Proj)
+			if proj {
+				eng.Record(kern.KindProj, slots[:n], p.Kernel.Proj)
+			} else {
+				eng.Record(slots[0], slots[1:n], p.Kernel.Proj)
+			}
 			if eng.Done() {
 				return true, nil
 			}

@@ -40,7 +40,7 @@
 #define Q_KIND_FULL 0
 #define Q_KIND_ENTER 1
 #define Q_KIND_EXIT 2
-#define Q_KIND_PROJ 3
+#define Q_KIND_PROJ 3 /* implied by q_emit: not written to the ring */
 
 enum { Q_OP_EQ, Q_OP_NE, Q_OP_LT, Q_OP_LE, Q_OP_GT, Q_OP_GE, Q_OP_ULT, Q_OP_ULE, Q_OP_UGT, Q_OP_UGE };
 
@@ -249,19 +249,20 @@ static __always_inline void q_emit_full(__u64 *r, __u32 kind)
 	bpf_ringbuf_submit(o, q_flags(8 * (q_nfull + 1)));
 }
 
+/* A projected record is only its slots: a plan that projects emits nothing
+ * else, so user space knows the kind. */
 static __always_inline void q_emit_proj(__u64 *r)
 {
-	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * (q_nproj + 1), 0);
+	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * q_nproj, 0);
 	if (!o) {
 		q_count(Q_ST_LOST_RB);
 		return;
 	}
-	o[0] = Q_KIND_PROJ;
 #pragma unroll
 	for (int i = 0; i < Q_MAXPROJ; i++)
 		if (i < q_nproj)
-			o[i + 1] = r[q_proj[i] & Q_SMASK];
-	bpf_ringbuf_submit(o, q_flags(8 * (q_nproj + 1)));
+			o[i] = r[q_proj[i] & Q_SMASK];
+	bpf_ringbuf_submit(o, q_flags(8 * q_nproj));
 }
 
 static __always_inline int q_log2(__u64 v)

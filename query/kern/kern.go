@@ -43,7 +43,7 @@ const (
 	KindFull  = 0
 	KindEnter = 1
 	KindExit  = 2
-	KindProj  = 3
+	KindProj  = 3 // projected: implied by the plan, no kind slot in the ring
 )
 
 // Op is a filter comparison (q_cl_op).

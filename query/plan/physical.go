@@ -264,7 +264,7 @@ func Estimate(q *sema.Query, p *Physical, rate float64) {
 		b := 8.0 * float64(k.FullSlots+1)
 		per += emits * (costRing + b*costRingByte + costUser + b*costUserByte)
 	case kern.EmitProj:
-		b := 8.0 * float64(len(k.Proj)+1)
+		b := 8.0 * float64(len(k.Proj))
 		per += emits * (costRing + b*costRingByte + costUser + b*costUserByte)
 	case kern.EmitAgg:
 		per += sel * costAgg
