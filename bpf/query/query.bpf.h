@@ -75,6 +75,9 @@ const volatile __u32 q_aggslot = 0;
 const volatile __u32 q_agg_signed = 0;
 const volatile __u32 q_hist = 0; /* 1: keep the log2 histogram */
 
+/* q_agg's key and value sizes are cut at load to the epoch plus q_nkey
+ * slots, and to count..max without the histogram unless q_hist: helpers
+ * read only the map's sizes, and the verifier prunes the hist branch. */
 struct q_aggkey {
 	__u64 epoch;
 	__u64 k[Q_MAXKEY];

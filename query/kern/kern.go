@@ -5,6 +5,7 @@
 package kern
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -228,6 +229,15 @@ func Load(cfg Config) (*Prog, error) {
 		}
 	}
 	spec.Maps["q_rb"].MaxEntries = cfg.RingBytes
+	if cfg.Emit == EmitAgg {
+		// hash only the epoch and the plan's key slots, and keep the 64
+		// histogram buckets only when asked: raw bytes, no BTF types
+		agg := spec.Maps["q_agg"]
+		agg.KeySize, agg.Key, agg.Value = uint32(8*(1+len(cfg.Keys))), nil, nil
+		if !cfg.Hist {
+			agg.ValueSize = uint32(binary.Size(aggSmall{}))
+		}
+	}
 	if n := vars["q_nsaved"].(uint32); n < NSaved {
 		// a smaller element per in-flight entry: raw bytes, no BTF type
 		inf := spec.Maps["q_inflight"]
@@ -305,16 +315,15 @@ func (p *Prog) Stats() [stN]uint64 {
 	return out
 }
 
-// AggKey and AggVal mirror struct q_aggkey / q_aggval.
-type AggKey struct {
-	Epoch uint64
-	K     [MaxKey]uint64
-}
-
+// AggVal mirrors struct q_aggval (q_agg's key is the epoch and the plan's
+// key slots: struct q_aggkey cut to the map's key size).
 type AggVal struct {
 	Count, Sum, Min, Max uint64
 	Hist                 [NHist]uint64
 }
+
+// aggSmall is q_agg's value when the plan keeps no histogram.
+type aggSmall struct{ Count, Sum, Min, Max uint64 }
 
 // Partial is one key's per-CPU partial aggregates.
 type Partial struct {
@@ -339,15 +348,37 @@ func (p *Prog) SwapEpoch() ([]Partial, error) {
 func (p *Prog) drain(epoch uint64) ([]Partial, error) {
 	m := p.coll.Maps["q_agg"]
 	var out []Partial
-	var k AggKey
-	var per []AggVal
+	var k []byte // the epoch, then one slot per key (the map's key size)
+	var big []AggVal
+	var small []aggSmall
+	var keys [][]byte
 	it := m.Iterate()
-	var keys []AggKey
-	for it.Next(&k, &per) {
-		if k.Epoch != epoch {
+	for {
+		var ok bool
+		if p.Cfg.Hist {
+			ok = it.Next(&k, &big)
+		} else {
+			ok = it.Next(&k, &small)
+		}
+		if !ok {
+			break
+		}
+		if len(k) < 8 || binary.LittleEndian.Uint64(k) != epoch {
 			continue
 		}
-		out = append(out, Partial{K: k.K, Per: append([]AggVal(nil), per...)})
+		pt := Partial{}
+		for i := 0; i < MaxKey && 8*(i+2) <= len(k); i++ {
+			pt.K[i] = binary.LittleEndian.Uint64(k[8*(i+1):])
+		}
+		if p.Cfg.Hist {
+			pt.Per = append([]AggVal(nil), big...)
+		} else {
+			pt.Per = make([]AggVal, len(small))
+			for i, v := range small {
+				pt.Per[i] = AggVal{Count: v.Count, Sum: v.Sum, Min: v.Min, Max: v.Max}
+			}
+		}
+		out = append(out, pt)
 		keys = append(keys, k)
 	}
 	if err := it.Err(); err != nil {
