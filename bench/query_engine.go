@@ -15,7 +15,7 @@ type engineOptions struct {
 	Mode     string // "optimizer" or "mvsf_only"
 	Out      io.Writer
 	Format   string // table|json|csv
-	Explain  io.Writer
+	OnLoaded func() // the plan is attached: start the workload
 }
 
 type engineResult struct {
@@ -28,7 +28,7 @@ type engineResult struct {
 // runQuery runs one query through the compiler.
 func runQuery(ctx context.Context, sql string, o engineOptions) (*engineResult, error) {
 	r, err := query.Run(ctx, sql, query.Options{Duration: o.Duration, Mode: o.Mode,
-		Out: o.Out, Format: o.Format, Explain: o.Explain})
+		Out: o.Out, Format: o.Format, OnLoaded: o.OnLoaded})
 	if r == nil {
 		return nil, err
 	}

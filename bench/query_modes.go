@@ -295,19 +295,6 @@ type errSkip struct{ why string }
 
 func (e errSkip) Error() string { return e.why }
 
-// signalWriter closes ready on its first write: the query API prints its
-// plan once the plan is loaded.
-type signalWriter struct {
-	once  sync.Once
-	ready chan struct{}
-	buf   bytes.Buffer
-}
-
-func (w *signalWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.ready) })
-	return w.buf.Write(p)
-}
-
 // jsonRows parses Q1's --format json output, one object per line.
 type jsonRows struct {
 	rest []byte
@@ -367,7 +354,7 @@ func jsonUint(v any) (uint64, bool) {
 	return 0, false
 }
 
-// engineWarmup is how long to wait for the plan when the API prints none.
+// engineWarmup is how long to wait for OnLoaded before starting anyway.
 const engineWarmup = 5 * time.Second
 
 func startEngine(ctx context.Context, mode, q string, cg *queryref.Cgroup, out string) (stopFunc, error) {
@@ -386,8 +373,11 @@ func startEngine(ctx context.Context, mode, q string, cg *queryref.Cgroup, out s
 	} else {
 		opt.Out, opt.Format = rows, "json"
 	}
-	explain := &signalWriter{ready: make(chan struct{})}
-	opt.Explain = explain
+	// Not --explain: its BPF run-time statistics would slow every program
+	// on the machine, the hand-written reference's too.
+	ready := make(chan struct{})
+	var once sync.Once
+	opt.OnLoaded = func() { once.Do(func() { close(ready) }) }
 	qctx, cancel := context.WithCancel(ctx)
 	type result struct {
 		res *engineResult
@@ -406,7 +396,7 @@ func startEngine(ctx context.Context, mode, q string, cg *queryref.Cgroup, out s
 		return nil, err
 	}
 	select {
-	case <-explain.ready:
+	case <-ready:
 	case <-time.After(engineWarmup):
 	case res := <-done:
 		return fail(fmt.Errorf("%s ended before the workload: %v", mode, res.err))

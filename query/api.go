@@ -40,7 +40,11 @@ type Options struct {
 	Mode     string        // "optimizer" (default) or "mvsf_only"
 	Out      io.Writer     // rows; nil: discarded
 	Format   string        // table (default), json, csv
-	Explain  io.Writer     // nil: no plan printed
+	Explain  io.Writer     // nil: no plan printed; else also BPF run-time statistics (they cost every BPF program on the machine two clock reads per run)
+
+	// OnLoaded, when set, is called once the chosen plan is loaded and
+	// attached, before events are read.
+	OnLoaded func()
 
 	// Plot, when set, draws the first numeric aggregate per group to this
 	// PNG (lines over windows, or bars).
@@ -155,6 +159,9 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	}
 	prog, p := ch.Prog, ch.Chosen
 	defer prog.Close()
+	if opt.OnLoaded != nil {
+		opt.OnLoaded()
+	}
 	if opt.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opt.Duration)
@@ -223,6 +230,7 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 	}
 	var rec ringbuf.Record
 	slots := make([]uint64, kern.NSlot+1)
+	proj := p.Kernel.Emit == kern.EmitProj // projected records carry no kind slot
 	// read processes records until the ring is empty at deadline; unless
 	// draining (hooks detached), it also returns once deadline has passed.
 	read := func(deadline time.Time, drain bool) (bool, error) {
@@ -245,7 +253,11 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 			for i := 0; i < n; i++ {
 				slots[i] = binary.LittleEndian.Uint64(rec.RawSample[8*i:])
 			}
-			eng.Record(slots[0], slots[1:n], p.Kernel.Proj)
+			if proj {
+				eng.Record(kern.KindProj, slots[:n], p.Kernel.Proj)
+			} else {
+				eng.Record(slots[0], slots[1:n], p.Kernel.Proj)
+			}
 			if eng.Done() {
 				return true, nil
 			}

@@ -20,6 +20,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/cistern-ebpf/cistern/query/sema"
 )
 
 // Query picks what the reference computes.
@@ -243,9 +245,10 @@ func (t *Tracer) Stats() (Stats, error) {
 	return Stats{Events: sum[0], Lost: sum[1], NoStart: sum[2], Full: sum[3]}, nil
 }
 
-// SyscallName is nr's x86_64 name, or "sys_<nr>" for numbers it lacks.
+// SyscallName is nr's x86_64 name (the query schema's table), or
+// "sys_<nr>" for numbers it lacks.
 func SyscallName(nr uint32) string {
-	if s, ok := syscallNames[nr]; ok {
+	if s, ok := sema.SyscallNames[uint64(nr)]; ok {
 		return s
 	}
 	return "sys_" + strconv.FormatUint(uint64(nr), 10)
@@ -253,9 +256,9 @@ func SyscallName(nr uint32) string {
 
 // SyscallNumber is the inverse of SyscallName.
 func SyscallNumber(name string) (uint32, bool) {
-	for nr, s := range syscallNames {
+	for nr, s := range sema.SyscallNames {
 		if s == name {
-			return nr, true
+			return uint32(nr), true
 		}
 	}
 	if v, ok := strings.CutPrefix(name, "sys_"); ok {

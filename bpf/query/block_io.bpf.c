@@ -47,9 +47,11 @@ int q_block_complete(struct trace_event_raw_block_rq_completion *ctx)
 	struct q_saved *e = q_exit_lookup(r);
 	if (!e)
 		return 0;
+	/* slots the plan did not keep stay as the completion read them */
 #pragma unroll
 	for (int i = 0; i < 10; i++)
-		r[i] = e->s[i];
+		if (i < q_nsaved)
+			r[i] = e->s[i];
 	bpf_map_delete_elem(&q_inflight, &r[Q_JKEY]);
 	r[15] = now - r[0];
 	q_event(r);

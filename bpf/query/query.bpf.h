@@ -40,7 +40,7 @@
 #define Q_KIND_FULL 0
 #define Q_KIND_ENTER 1
 #define Q_KIND_EXIT 2
-#define Q_KIND_PROJ 3
+#define Q_KIND_PROJ 3 /* implied by q_emit: not written to the ring */
 
 enum { Q_OP_EQ, Q_OP_NE, Q_OP_LT, Q_OP_LE, Q_OP_GT, Q_OP_GE, Q_OP_ULT, Q_OP_ULE, Q_OP_UGT, Q_OP_UGE };
 
@@ -52,7 +52,13 @@ const volatile __u32 q_join = 0;      /* 1: join entry/exit in the kernel */
 const volatile __u32 q_self = 0;      /* our own tgid: never observed */
 const volatile __u32 q_need_comm = 1;
 const volatile __u32 q_need_cgroup = 1;
-const volatile __u32 q_wake_mask = 0; /* wake the reader every (mask+1) records */
+/* Entry slots the join keeps (q_inflight's value size is set to match):
+ * the plan's, not all Q_NSAVED. */
+const volatile __u32 q_nsaved = Q_NSAVED;
+const volatile __u32 q_need_args = 1; /* syscalls: read arg0-5 (a probe read) */
+/* Wake the reader when the waiting ring bytes cross this; it also polls on a
+ * short deadline, so a crossing missed under concurrency only delays it. */
+const volatile __u32 q_wake_bytes = 0;
 const volatile __u32 q_nfull = Q_NSLOT; /* slots a whole record carries */
 const volatile __u32 q_ncl = 0;
 const volatile __u32 q_cl_slot[Q_MAXCL] = {};
@@ -69,6 +75,9 @@ const volatile __u32 q_aggslot = 0;
 const volatile __u32 q_agg_signed = 0;
 const volatile __u32 q_hist = 0; /* 1: keep the log2 histogram */
 
+/* q_agg's key and value sizes are cut at load to the epoch plus q_nkey
+ * slots, and to count..max without the histogram unless q_hist: helpers
+ * read only the map's sizes, and the verifier prunes the hist branch. */
 struct q_aggkey {
 	__u64 epoch;
 	__u64 k[Q_MAXKEY];
@@ -216,14 +225,13 @@ static __always_inline int q_filter(__u64 *r, int entry_only)
 	return 1;
 }
 
-static __always_inline __u64 q_flags(void)
+/* q_flags: one wake-up per q_wake_bytes of records (a wake-up per record
+ * batch costs an irq_work and a reader context switch on the traced CPU). */
+static __always_inline __u64 q_flags(__u32 bytes)
 {
-	__u32 which = Q_ST_EMITTED;
-	__u64 *c = bpf_map_lookup_elem(&q_stats, &which);
-	if (!c)
-		return 0;
-	*c += 1;
-	return (*c & q_wake_mask) == 0 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	q_count(Q_ST_EMITTED);
+	__u64 avail = bpf_ringbuf_query(&q_rb, BPF_RB_AVAIL_DATA);
+	return avail >= q_wake_bytes && avail < q_wake_bytes + bytes + 8 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void q_emit_full(__u64 *r, __u32 kind)
@@ -241,22 +249,23 @@ static __always_inline void q_emit_full(__u64 *r, __u32 kind)
 	for (int i = 0; i < Q_NSLOT; i++)
 		if (i < q_nfull)
 			o[i + 1] = r[i];
-	bpf_ringbuf_submit(o, q_flags());
+	bpf_ringbuf_submit(o, q_flags(8 * (q_nfull + 1)));
 }
 
+/* A projected record is only its slots: a plan that projects emits nothing
+ * else, so user space knows the kind. */
 static __always_inline void q_emit_proj(__u64 *r)
 {
-	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * (q_nproj + 1), 0);
+	__u64 *o = bpf_ringbuf_reserve(&q_rb, 8 * q_nproj, 0);
 	if (!o) {
 		q_count(Q_ST_LOST_RB);
 		return;
 	}
-	o[0] = Q_KIND_PROJ;
 #pragma unroll
 	for (int i = 0; i < Q_MAXPROJ; i++)
 		if (i < q_nproj)
-			o[i + 1] = r[q_proj[i] & Q_SMASK];
-	bpf_ringbuf_submit(o, q_flags());
+			o[i] = r[q_proj[i] & Q_SMASK];
+	bpf_ringbuf_submit(o, q_flags(8 * q_nproj));
 }
 
 static __always_inline int q_log2(__u64 v)
@@ -342,8 +351,39 @@ static __always_inline void q_enter(__u64 *r)
 	if (!q_filter(r, 1))
 		return;
 	r[0] = bpf_ktime_get_ns();
+	/* Only this thread (join key) writes its entry: after the first, it is
+	 * rewritten in place. An update would swap in a fresh LRU element and
+	 * free the old one on every call. */
+	struct q_saved *e = bpf_map_lookup_elem(&q_inflight, &r[Q_JKEY]);
+	if (e) {
+#pragma unroll
+		for (int i = 0; i < Q_NSAVED; i++)
+			if (i < q_nsaved)
+				e->s[i] = r[i];
+		return;
+	}
 	if (bpf_map_update_elem(&q_inflight, &r[Q_JKEY], r, BPF_ANY))
 		q_count(Q_ST_LOST_JOIN);
+}
+
+/* q_restore copies the saved entry slots below n into r (the rest: 0). */
+static __always_inline void q_restore(__u64 *r, struct q_saved *e, int n)
+{
+#pragma unroll
+	for (int i = 0; i < Q_NSAVED; i++)
+		if (i < n)
+			r[i] = i < q_nsaved ? e->s[i] : 0;
+}
+
+/* q_take returns the current thread's saved entry half, or NULL when none
+ * is in flight, and marks it taken (slot 0, the entry time, becomes 0:
+ * cheaper than a delete, and the element is reused by the next entry). */
+static __always_inline struct q_saved *q_take(__u64 key)
+{
+	struct q_saved *e = bpf_map_lookup_elem(&q_inflight, &key);
+	if (!e || e->s[0] == 0)
+		return NULL;
+	return e;
 }
 
 /* q_exit_lookup returns the saved entry half (kernel join) or NULL; without

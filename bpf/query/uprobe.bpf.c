@@ -34,15 +34,12 @@ int q_uprobe_exit(struct pt_regs *ctx)
 	if (!r)
 		return 0;
 	if (q_join) {
-		__u64 key = (__u32)bpf_get_current_pid_tgid();
-		struct q_saved *e = bpf_map_lookup_elem(&q_inflight, &key);
+		struct q_saved *e = q_take((__u32)bpf_get_current_pid_tgid());
 		if (!e)
 			return 0;
 		__u64 now = bpf_ktime_get_ns();
-#pragma unroll
-		for (int i = 0; i < 13; i++)
-			r[i] = e->s[i];
-		bpf_map_delete_elem(&q_inflight, &key);
+		q_restore(r, e, 13);
+		e->s[0] = 0;
 		r[13] = ctx->ax;
 		r[14] = now;
 		r[15] = now - r[0];

@@ -36,6 +36,7 @@ type Engine struct {
 	emitted  int64
 	pending  map[uint64]*[kern.NSaved]uint64
 	kbuf     []byte
+	vbuf     []Value
 	plot     *plotter
 	matched  uint64
 	rnd      uint64
@@ -122,17 +123,23 @@ func (e *Engine) Row(r *Rec) {
 		}
 		return
 	}
-	vals := make([]Value, len(e.q.Items))
-	for i, it := range e.q.Items {
-		vals[i] = e.en.eval(it.Expr, r, nil)
-	}
 	if len(e.q.Order) == 0 {
+		// streamed: the row is written at once, so its values are reused
+		vals := e.vbuf[:0]
+		for _, it := range e.q.Items {
+			vals = append(vals, e.en.eval(it.Expr, r, nil))
+		}
+		e.vbuf = vals
 		e.w.row(vals)
 		e.emitted++
 		if e.q.Limit > 0 && e.emitted >= e.q.Limit {
 			e.done = true
 		}
 		return
+	}
+	vals := make([]Value, len(e.q.Items))
+	for i, it := range e.q.Items {
+		vals[i] = e.en.eval(it.Expr, r, nil)
 	}
 	keys := make([]Value, len(e.q.Order))
 	for i, o := range e.q.Order {

@@ -3,6 +3,7 @@ package exec
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/csv"
 	"strings"
 	"testing"
 
@@ -111,5 +112,32 @@ func TestTableOutputAndEmptyAggregate(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 2 || strings.Fields(lines[1])[0] != "0" || strings.Fields(lines[1])[1] != "NULL" {
 		t.Fatalf("got %q", out.String())
+	}
+}
+
+// TestCSVFieldsMatchEncodingCSV checks the in-place CSV formatting against
+// encoding/csv on fields that need quoting and fields that do not.
+func TestCSVFieldsMatchEncodingCSV(t *testing.T) {
+	vals := []Value{intV(-42), floatV(1.5), {k: kStr, s: "plain"}, {k: kStr, s: `a,"b"`},
+		{k: kStr, s: " lead"}, {k: kStr, s: "two\nlines"}, {k: kStr, s: ""}, {k: kStr, s: `\.`}, {}, boolV(true)}
+	var want bytes.Buffer
+	cw := csv.NewWriter(&want)
+	rec := make([]string, len(vals))
+	for i, v := range vals {
+		rec[i] = v.text()
+	}
+	if err := cw.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	cw.Flush()
+	var got []byte
+	for i, v := range vals {
+		if i > 0 {
+			got = append(got, ',')
+		}
+		got = v.appendCSV(got)
+	}
+	if string(got)+"\n" != want.String() {
+		t.Fatalf("got %q, encoding/csv %q", got, want.String())
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // writer prints output rows in one of the formats.
@@ -17,6 +20,7 @@ type writer struct {
 	w       *bufio.Writer
 	csv     *csv.Writer
 	started bool
+	csvLine []byte // the CSV row being formatted, reused
 }
 
 func newWriter(out io.Writer, format string, names []string) *writer {
@@ -61,12 +65,19 @@ func (wr *writer) row(vals []Value) error {
 			if err := wr.csv.Write(wr.names); err != nil {
 				return err
 			}
+			wr.csv.Flush() // into wr.w, before the rows
 		}
-		rec := make([]string, len(vals))
+		// formatted in place: a streamed query writes millions of rows
+		b := wr.csvLine[:0]
 		for i, v := range vals {
-			rec[i] = v.text()
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = v.appendCSV(b)
 		}
-		return wr.csv.Write(rec)
+		wr.csvLine = append(b, '\n')
+		_, err := wr.w.Write(wr.csvLine)
+		return err
 	}
 	if !wr.started {
 		wr.started = true
@@ -113,4 +124,32 @@ func (wr *writer) flush() error {
 		}
 	}
 	return wr.w.Flush()
+}
+
+// appendCSV appends v as one CSV field, quoted as encoding/csv would.
+func (v Value) appendCSV(b []byte) []byte {
+	switch v.k {
+	case kInt:
+		return strconv.AppendInt(b, v.i, 10)
+	case kFloat:
+		return strconv.AppendFloat(b, v.f, 'f', -1, 64)
+	}
+	s := v.text()
+	if !csvNeedsQuotes(s) {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	b = append(b, strings.ReplaceAll(s, `"`, `""`)...)
+	return append(b, '"')
+}
+
+func csvNeedsQuotes(s string) bool {
+	if s == "" {
+		return false
+	}
+	if s == `\.` || strings.ContainsAny(s, ",\"\r\n") {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(s)
+	return unicode.IsSpace(r)
 }

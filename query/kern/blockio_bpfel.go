@@ -38,14 +38,16 @@ const (
 	blockIoVarQ_join           = "q_join"
 	blockIoVarQ_key            = "q_key"
 	blockIoVarQ_ncl            = "q_ncl"
+	blockIoVarQ_needArgs       = "q_need_args"
 	blockIoVarQ_needCgroup     = "q_need_cgroup"
 	blockIoVarQ_needComm       = "q_need_comm"
 	blockIoVarQ_nfull          = "q_nfull"
 	blockIoVarQ_nkey           = "q_nkey"
 	blockIoVarQ_nproj          = "q_nproj"
+	blockIoVarQ_nsaved         = "q_nsaved"
 	blockIoVarQ_proj           = "q_proj"
 	blockIoVarQ_self           = "q_self"
-	blockIoVarQ_wakeMask       = "q_wake_mask"
+	blockIoVarQ_wakeBytes      = "q_wake_bytes"
 )
 
 // loadBlockIo returns the embedded CollectionSpec for blockIo.
@@ -124,14 +126,16 @@ type blockIoVariableSpecs struct {
 	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
 	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
 	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.VariableSpec `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // blockIoObjects contains all objects after they have been loaded into the kernel.
@@ -192,14 +196,16 @@ type blockIoVariables struct {
 	Q_join       *ebpf.Variable `ebpf:"q_join"`
 	Q_key        *ebpf.Variable `ebpf:"q_key"`
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
 	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.Variable `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // blockIoPrograms contains all programs after they have been loaded into the kernel.

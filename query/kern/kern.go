@@ -5,6 +5,7 @@
 package kern
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +44,7 @@ const (
 	KindFull  = 0
 	KindEnter = 1
 	KindExit  = 2
-	KindProj  = 3
+	KindProj  = 3 // projected: implied by the plan, no kind slot in the ring
 )
 
 // Op is a filter comparison (q_cl_op).
@@ -97,7 +98,9 @@ type Config struct {
 	NeedComm   bool
 	NeedCgroup bool
 	FullSlots  int    // slots a whole record carries (EmitFull); 0: all
-	WakeMask   uint32 // wake the reader every WakeMask+1 records
+	NeedArgs   bool   // syscalls: read arg0-arg5 at entry
+	Saved      int    // Join: entry slots kept per key (0..Saved-1); 0: NSaved
+	WakeBytes  uint32 // wake the reader when this many ring bytes wait; 0: RingBytes/8, at most 256 KiB
 	RingBytes  uint32 // power of two, >= 4096
 	Binary     string // uprobe only
 	Symbol     string
@@ -105,7 +108,7 @@ type Config struct {
 
 type attach struct {
 	prog  string
-	group string // tracepoint group, or "uprobe"/"uretprobe"
+	group string // tracepoint group, or "raw_tp", "uprobe"/"uretprobe"
 	name  string
 }
 
@@ -117,7 +120,7 @@ type object struct {
 
 // Objects are the templates by table.
 var objects = map[string]object{
-	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_syscalls", "sys_enter"}, {"q_sys_exit", "raw_syscalls", "sys_exit"}}, true},
+	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_tp", "sys_enter"}, {"q_sys_exit", "raw_tp", "sys_exit"}}, true},
 	"uprobe":       {loadUprobe, []attach{{"q_uprobe_enter", "uprobe", ""}, {"q_uprobe_exit", "uretprobe", ""}}, true},
 	"sched_switch": {loadSchedSwitch, []attach{{"q_sched_switch", "sched", "sched_switch"}}, false},
 	"process_exec": {loadProcessExec, []attach{{"q_process_exec", "sched", "sched_process_exec"}}, false},
@@ -174,14 +177,23 @@ func (c *Config) vars() (map[string]any, error) {
 	for i, s := range c.Keys {
 		keys[i] = uint32(s)
 	}
+	wake := c.WakeBytes
+	if wake == 0 {
+		wake = min(c.RingBytes/8, 256<<10)
+	}
+	saved := uint32(c.Saved)
+	if saved == 0 || saved > NSaved {
+		saved = NSaved
+	}
 	full := uint32(c.FullSlots)
 	if full == 0 || full > NSlot {
 		full = NSlot
 	}
 	return map[string]any{
 		"q_nfull": full, "q_emit": uint32(c.Emit), "q_join": b2u(c.Join), "q_self": uint32(os.Getpid()),
-		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_wake_mask": c.WakeMask,
-		"q_ncl": uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
+		"q_need_comm": b2u(c.NeedComm), "q_need_cgroup": b2u(c.NeedCgroup), "q_need_args": b2u(c.NeedArgs), "q_nsaved": saved,
+		"q_wake_bytes": wake,
+		"q_ncl":        uint32(len(c.Clauses)), "q_cl_slot": slot, "q_cl_op": op, "q_cl_enter": enter,
 		"q_cl_nv": nv, "q_cl_mask": mask, "q_cl_val": vals,
 		"q_nproj": uint32(len(c.Proj)), "q_proj": proj,
 		"q_nkey": uint32(len(c.Keys)), "q_key": keys,
@@ -200,6 +212,9 @@ func Load(cfg Config) (*Prog, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = 1 << 22
+	}
 	vars, err := cfg.vars()
 	if err != nil {
 		return nil, err
@@ -213,10 +228,21 @@ func Load(cfg Config) (*Prog, error) {
 			return nil, fmt.Errorf("kern: set %s: %w", name, err)
 		}
 	}
-	if cfg.RingBytes == 0 {
-		cfg.RingBytes = 1 << 22
-	}
 	spec.Maps["q_rb"].MaxEntries = cfg.RingBytes
+	if cfg.Emit == EmitAgg {
+		// hash only the epoch and the plan's key slots, and keep the 64
+		// histogram buckets only when asked: raw bytes, no BTF types
+		agg := spec.Maps["q_agg"]
+		agg.KeySize, agg.Key, agg.Value = uint32(8*(1+len(cfg.Keys))), nil, nil
+		if !cfg.Hist {
+			agg.ValueSize = uint32(binary.Size(aggSmall{}))
+		}
+	}
+	if n := vars["q_nsaved"].(uint32); n < NSaved {
+		// a smaller element per in-flight entry: raw bytes, no BTF type
+		inf := spec.Maps["q_inflight"]
+		inf.ValueSize, inf.Key, inf.Value = 8*n, nil, nil
+	}
 	// the verifier log is fetched only when a load fails: --explain quotes its reason
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{})
 	if err != nil {
@@ -258,6 +284,8 @@ func (p *Prog) attach(obj object) error {
 			} else {
 				l, err = ex.Uretprobe(p.Cfg.Symbol, prog, nil)
 			}
+		case "raw_tp":
+			l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: prog})
 		default:
 			l, err = link.Tracepoint(a.group, a.name, prog, nil)
 		}
@@ -287,16 +315,15 @@ func (p *Prog) Stats() [stN]uint64 {
 	return out
 }
 
-// AggKey and AggVal mirror struct q_aggkey / q_aggval.
-type AggKey struct {
-	Epoch uint64
-	K     [MaxKey]uint64
-}
-
+// AggVal mirrors struct q_aggval (q_agg's key is the epoch and the plan's
+// key slots: struct q_aggkey cut to the map's key size).
 type AggVal struct {
 	Count, Sum, Min, Max uint64
 	Hist                 [NHist]uint64
 }
+
+// aggSmall is q_agg's value when the plan keeps no histogram.
+type aggSmall struct{ Count, Sum, Min, Max uint64 }
 
 // Partial is one key's per-CPU partial aggregates.
 type Partial struct {
@@ -321,15 +348,37 @@ func (p *Prog) SwapEpoch() ([]Partial, error) {
 func (p *Prog) drain(epoch uint64) ([]Partial, error) {
 	m := p.coll.Maps["q_agg"]
 	var out []Partial
-	var k AggKey
-	var per []AggVal
+	var k []byte // the epoch, then one slot per key (the map's key size)
+	var big []AggVal
+	var small []aggSmall
+	var keys [][]byte
 	it := m.Iterate()
-	var keys []AggKey
-	for it.Next(&k, &per) {
-		if k.Epoch != epoch {
+	for {
+		var ok bool
+		if p.Cfg.Hist {
+			ok = it.Next(&k, &big)
+		} else {
+			ok = it.Next(&k, &small)
+		}
+		if !ok {
+			break
+		}
+		if len(k) < 8 || binary.LittleEndian.Uint64(k) != epoch {
 			continue
 		}
-		out = append(out, Partial{K: k.K, Per: append([]AggVal(nil), per...)})
+		pt := Partial{}
+		for i := 0; i < MaxKey && 8*(i+2) <= len(k); i++ {
+			pt.K[i] = binary.LittleEndian.Uint64(k[8*(i+1):])
+		}
+		if p.Cfg.Hist {
+			pt.Per = append([]AggVal(nil), big...)
+		} else {
+			pt.Per = make([]AggVal, len(small))
+			for i, v := range small {
+				pt.Per[i] = AggVal{Count: v.Count, Sum: v.Sum, Min: v.Min, Max: v.Max}
+			}
+		}
+		out = append(out, pt)
 		keys = append(keys, k)
 	}
 	if err := it.Err(); err != nil {

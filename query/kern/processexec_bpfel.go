@@ -37,14 +37,16 @@ const (
 	processExecVarQ_join         = "q_join"
 	processExecVarQ_key          = "q_key"
 	processExecVarQ_ncl          = "q_ncl"
+	processExecVarQ_needArgs     = "q_need_args"
 	processExecVarQ_needCgroup   = "q_need_cgroup"
 	processExecVarQ_needComm     = "q_need_comm"
 	processExecVarQ_nfull        = "q_nfull"
 	processExecVarQ_nkey         = "q_nkey"
 	processExecVarQ_nproj        = "q_nproj"
+	processExecVarQ_nsaved       = "q_nsaved"
 	processExecVarQ_proj         = "q_proj"
 	processExecVarQ_self         = "q_self"
-	processExecVarQ_wakeMask     = "q_wake_mask"
+	processExecVarQ_wakeBytes    = "q_wake_bytes"
 )
 
 // loadProcessExec returns the embedded CollectionSpec for processExec.
@@ -122,14 +124,16 @@ type processExecVariableSpecs struct {
 	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
 	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
 	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.VariableSpec `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // processExecObjects contains all objects after they have been loaded into the kernel.
@@ -190,14 +194,16 @@ type processExecVariables struct {
 	Q_join       *ebpf.Variable `ebpf:"q_join"`
 	Q_key        *ebpf.Variable `ebpf:"q_key"`
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
 	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.Variable `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // processExecPrograms contains all programs after they have been loaded into the kernel.

@@ -37,14 +37,16 @@ const (
 	processExitVarQ_join         = "q_join"
 	processExitVarQ_key          = "q_key"
 	processExitVarQ_ncl          = "q_ncl"
+	processExitVarQ_needArgs     = "q_need_args"
 	processExitVarQ_needCgroup   = "q_need_cgroup"
 	processExitVarQ_needComm     = "q_need_comm"
 	processExitVarQ_nfull        = "q_nfull"
 	processExitVarQ_nkey         = "q_nkey"
 	processExitVarQ_nproj        = "q_nproj"
+	processExitVarQ_nsaved       = "q_nsaved"
 	processExitVarQ_proj         = "q_proj"
 	processExitVarQ_self         = "q_self"
-	processExitVarQ_wakeMask     = "q_wake_mask"
+	processExitVarQ_wakeBytes    = "q_wake_bytes"
 )
 
 // loadProcessExit returns the embedded CollectionSpec for processExit.
@@ -122,14 +124,16 @@ type processExitVariableSpecs struct {
 	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
 	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
 	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.VariableSpec `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // processExitObjects contains all objects after they have been loaded into the kernel.
@@ -190,14 +194,16 @@ type processExitVariables struct {
 	Q_join       *ebpf.Variable `ebpf:"q_join"`
 	Q_key        *ebpf.Variable `ebpf:"q_key"`
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
 	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.Variable `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // processExitPrograms contains all programs after they have been loaded into the kernel.

@@ -37,14 +37,16 @@ const (
 	tcpStateVarQ_join       = "q_join"
 	tcpStateVarQ_key        = "q_key"
 	tcpStateVarQ_ncl        = "q_ncl"
+	tcpStateVarQ_needArgs   = "q_need_args"
 	tcpStateVarQ_needCgroup = "q_need_cgroup"
 	tcpStateVarQ_needComm   = "q_need_comm"
 	tcpStateVarQ_nfull      = "q_nfull"
 	tcpStateVarQ_nkey       = "q_nkey"
 	tcpStateVarQ_nproj      = "q_nproj"
+	tcpStateVarQ_nsaved     = "q_nsaved"
 	tcpStateVarQ_proj       = "q_proj"
 	tcpStateVarQ_self       = "q_self"
-	tcpStateVarQ_wakeMask   = "q_wake_mask"
+	tcpStateVarQ_wakeBytes  = "q_wake_bytes"
 )
 
 // loadTcpState returns the embedded CollectionSpec for tcpState.
@@ -122,14 +124,16 @@ type tcpStateVariableSpecs struct {
 	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
 	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
 	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.VariableSpec `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // tcpStateObjects contains all objects after they have been loaded into the kernel.
@@ -190,14 +194,16 @@ type tcpStateVariables struct {
 	Q_join       *ebpf.Variable `ebpf:"q_join"`
 	Q_key        *ebpf.Variable `ebpf:"q_key"`
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
 	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.Variable `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // tcpStatePrograms contains all programs after they have been loaded into the kernel.

@@ -38,14 +38,16 @@ const (
 	uprobeVarQ_join         = "q_join"
 	uprobeVarQ_key          = "q_key"
 	uprobeVarQ_ncl          = "q_ncl"
+	uprobeVarQ_needArgs     = "q_need_args"
 	uprobeVarQ_needCgroup   = "q_need_cgroup"
 	uprobeVarQ_needComm     = "q_need_comm"
 	uprobeVarQ_nfull        = "q_nfull"
 	uprobeVarQ_nkey         = "q_nkey"
 	uprobeVarQ_nproj        = "q_nproj"
+	uprobeVarQ_nsaved       = "q_nsaved"
 	uprobeVarQ_proj         = "q_proj"
 	uprobeVarQ_self         = "q_self"
-	uprobeVarQ_wakeMask     = "q_wake_mask"
+	uprobeVarQ_wakeBytes    = "q_wake_bytes"
 )
 
 // loadUprobe returns the embedded CollectionSpec for uprobe.
@@ -124,14 +126,16 @@ type uprobeVariableSpecs struct {
 	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
 	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
 	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
 	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.VariableSpec `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // uprobeObjects contains all objects after they have been loaded into the kernel.
@@ -192,14 +196,16 @@ type uprobeVariables struct {
 	Q_join       *ebpf.Variable `ebpf:"q_join"`
 	Q_key        *ebpf.Variable `ebpf:"q_key"`
 	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
 	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
 	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
 	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
 	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
 	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
 	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
 	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeMask   *ebpf.Variable `ebpf:"q_wake_mask"`
+	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // uprobePrograms contains all programs after they have been loaded into the kernel.

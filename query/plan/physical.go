@@ -49,9 +49,9 @@ const (
 func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 	a := analyse(q)
 	joined := q.Table.Joined
-	base := kern.Config{Object: q.Table.Object, Binary: q.Binary, Symbol: q.Symbol, RingBytes: 1 << 22, WakeMask: 63}
+	base := kern.Config{Object: q.Table.Object, Binary: q.Binary, Symbol: q.Symbol, RingBytes: 1 << 22}
 	mvsf := &Physical{Name: "mvsf", Kernel: base, Residual: q.Where}
-	mvsf.Kernel.Emit, mvsf.Kernel.NeedComm, mvsf.Kernel.NeedCgroup = kern.EmitFull, true, true
+	mvsf.Kernel.Emit, mvsf.Kernel.NeedComm, mvsf.Kernel.NeedCgroup, mvsf.Kernel.NeedArgs = kern.EmitFull, true, true, true
 	// every event crosses: room for bursts while user space is descheduled
 	mvsf.Kernel.RingBytes = 1 << 26
 	mvsf.Kernel.FullSlots = q.Table.Width()
@@ -153,6 +153,22 @@ func Candidates(q *sema.Query, mvsfOnly bool) []*Physical {
 		}
 		k.NeedComm = needSlot(slots, 4) || needSlot(cls, 4)
 		k.NeedCgroup = needSlot(slots, 3) || needSlot(cls, 3)
+		if joined {
+			// the join keeps only the entry slots the plan reads or filters on
+			firstExit := kern.NSaved
+			for _, s := range q.Table.Exit {
+				firstExit = min(firstExit, s)
+			}
+			k.Saved = 1 // slot 0: the entry time
+			for _, s := range append(append([]int{}, slots...), cls...) {
+				if s < firstExit {
+					k.Saved = max(k.Saved, s+1)
+				}
+			}
+		}
+		for s := 7; s <= 12; s++ { // arg0-arg5 of syscalls
+			k.NeedArgs = k.NeedArgs || needSlot(slots, s) || needSlot(cls, s)
+		}
 		p.Name = strings.Join(name, "+")
 		p.UserOps = append(p.UserOps, a.userOps(len(residual) > 0, v.agg)...)
 		out = append(out, p)
@@ -248,7 +264,7 @@ func Estimate(q *sema.Query, p *Physical, rate float64) {
 		b := 8.0 * float64(k.FullSlots+1)
 		per += emits * (costRing + b*costRingByte + costUser + b*costUserByte)
 	case kern.EmitProj:
-		b := 8.0 * float64(len(k.Proj)+1)
+		b := 8.0 * float64(len(k.Proj))
 		per += emits * (costRing + b*costRingByte + costUser + b*costUserByte)
 	case kern.EmitAgg:
 		per += sel * costAgg

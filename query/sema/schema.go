@@ -128,7 +128,7 @@ var Tables = func() map[string]*Table {
 	ts := []*Table{
 		{Name: "syscalls", Object: "syscalls", Joined: true, Exit: []int{13, 14}, Doc: "every system call, entry and exit joined per thread (raw_syscalls)",
 			Cols: append(append(append(common("enter_ns", true),
-				&Column{Name: "syscall", Type: TStr, Slot: 6, R: REnum, Enum: syscallNames, Enter: true, Doc: "name (x86_64 table)"},
+				&Column{Name: "syscall", Type: TStr, Slot: 6, R: REnum, Enum: SyscallNames, Enter: true, Doc: "name (x86_64 table)"},
 				&Column{Name: "nr", Type: TInt, Slot: 6, R: RInt, Enter: true, Doc: "syscall number"}),
 				args()...), joinedTail("enter_ns", "exit_ns")...)},
 		{Name: "uprobe", Object: "uprobe", Joined: true, Exit: []int{13, 14}, Doc: "uprobe('<binary or library>', '<symbol>'): calls joined with their returns per thread",

@@ -2,8 +2,8 @@
 
 package sema
 
-// syscallNames maps x86_64 syscall numbers to names.
-var syscallNames = map[uint64]string{
+// SyscallNames maps x86_64 syscall numbers to names.
+var SyscallNames = map[uint64]string{
 	0:   "read",
 	1:   "write",
 	2:   "open",
