@@ -3,7 +3,7 @@
  * threads or processes scan. Entries they insert go to the scan list, all
  * others to the get list; victims come from the scan list first and from
  * the get list only when it is empty. Each list runs approximate LFU as
- * lfu.bpf.c does: a per-list hand samples GS_SAMPLES entries, and the nr
+ * lfu.bpf.c does: a per-list hand samples EVICT_SAMPLES entries, and the nr
  * lowest hit counts (pdata, saturating; ties: the first walked) are
  * proposed. The get list's hand goes round it; the scan list's hand starts
  * at its oldest end at every evict(): a scan reads each entry once, and its
@@ -16,7 +16,6 @@
 #include "vmlinux.h"
 #include "cistern/evict.bpf.h"
 
-#define GS_SAMPLES 8
 #define GS_MAX_SCANNERS 64
 
 struct {
@@ -38,26 +37,7 @@ static __always_inline __u32 qid(__u32 q)
 	return q;
 }
 
-struct gs_sample {
-	__u32 n;
-	__u32 slot[GS_SAMPLES];
-	__u32 score[GS_SAMPLES];
-};
-
-static long sample_cb(__u32 slot, struct evict_iter *it)
-{
-	struct gs_sample *s = it->data;
-	struct evict_node *nd = evict_node(slot);
-	__u32 i = s->n;
-
-	if (i >= GS_SAMPLES)
-		return EVICT_ITER_STOP;
-	s->slot[i] = slot;
-	s->score[i] = nd ? nd->pdata : 0;
-	s->n = i + 1;
-	return EVICT_ITER_CONTINUE;
-}
-EVICT_ITERATOR(sample_iter, sample_cb)
+EVICT_ITERATOR(sample_iter, evict_sample_pdata)
 
 static int evict_policy_init(void)
 {
@@ -102,58 +82,19 @@ static void evict_policy_removed(__u32 slot)
 		gs_hand[1] = evict_prev(slot);
 }
 
-struct gs_pick {
-	struct gs_sample *s;
-	struct evict_ctx *ctx;
-	__u32 best;
-	__u32 bscore;
-};
-
-static long scan_cb(__u64 i, void *arg)
-{
-	struct gs_pick *p = arg;
-	__u32 j = i & (GS_SAMPLES - 1);
-
-	if (p->s->slot[j] == EVICT_NIL)
-		return 0;
-	if (p->best == EVICT_NIL || p->s->score[j] < p->bscore) {
-		p->best = j;
-		p->bscore = p->s->score[j];
-	}
-	return 0;
-}
-
-/* One proposal: the lowest score not taken yet (taken: slot EVICT_NIL). */
-static long pick_cb(__u64 k, void *arg)
-{
-	struct gs_pick *p = arg;
-	__u32 b;
-
-	p->best = EVICT_NIL;
-	bpf_loop(p->s->n, scan_cb, p, 0);
-	b = p->best;
-	if (b >= GS_SAMPLES)
-		return 1;
-	if (evict_propose(p->ctx, p->s->slot[b]))
-		return 1;
-	p->s->slot[b] = EVICT_NIL;
-	return 0;
-}
-
 struct gs_round {
 	struct evict_ctx *ctx;
 	__u32 walked[2]; /* entries of each list sampled in this evict() */
 };
 
 /* Proposes up to the still missing candidates from list h (0 get, 1 scan):
- * one sample of up to GS_SAMPLES entries from its hand. A list is walked
+ * one sample of up to EVICT_SAMPLES entries from its hand. A list is walked
  * at most once round per evict(), so nothing is proposed twice. Returns
  * how many entries it sampled. */
 static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 {
-	struct gs_sample s = {};
+	struct evict_sample s = {};
 	struct evict_iter it = { .data = &s };
-	struct gs_pick p = { .s = &s, .best = EVICT_NIL };
 	struct evict_ctx *ctx;
 	__u32 q, len, max, want;
 
@@ -166,14 +107,14 @@ static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 	if (r->walked[h] >= len || ctx->n >= ctx->nr)
 		return 0;
 	max = len - r->walked[h];
-	if (max > GS_SAMPLES)
-		max = GS_SAMPLES;
-	it.ctx = p.ctx = ctx;
+	if (max > EVICT_SAMPLES)
+		max = EVICT_SAMPLES;
+	it.ctx = ctx;
 	evict_list_iterate(&it, q, gs_hand[h], EVICT_TOWARDS_HEAD, 1, max, sample_iter);
 	gs_hand[h] = it.cur;
 	r->walked[h] += s.n;
 	want = ctx->nr - ctx->n;
-	bpf_loop(want < s.n ? want : s.n, pick_cb, &p, 0);
+	evict_propose_lowest(ctx, &s, want);
 	return s.n;
 }
 

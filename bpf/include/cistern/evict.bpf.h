@@ -54,6 +54,9 @@
  *   delete slot (the next slot was read before the call). With wrap set,
  *   walking off one end continues at the other. start EVICT_NIL means the
  *   end the walk starts from (tail when walking towards the head).
+ *   Batch scoring: evict_sample_pdata fills a struct evict_sample (up to
+ *   EVICT_SAMPLES entries scored by pdata) during a walk, and
+ *   evict_propose_lowest(ctx, &sample, want) proposes the lowest scores.
  *
  * WRITING A POLICY (bpf/evict/lru.bpf.c is the shortest complete one;
  * bpf/examples/evictbig.bpf.c and examples/evictbig show one loaded from
@@ -438,6 +441,85 @@ struct evict_iter {
 							: evict_list_head(list_)); \
 		bpf_loop((max), cb, (itp), 0);                                \
 	})
+
+/* ---- batch scoring: sample entries, propose the lowest scores ---- */
+
+/* A sample of up to EVICT_SAMPLES entries and their scores (approximate
+ * LFU and GET-SCAN score by the node's pdata, their use count). */
+#define EVICT_SAMPLES 8
+
+struct evict_sample {
+	__u32 n;
+	__u32 slot[EVICT_SAMPLES];
+	__u32 score[EVICT_SAMPLES];
+};
+
+/* evict_sample_pdata: an EVICT_ITERATOR callback that adds each slot it
+ * visits, scored by its pdata, to the struct evict_sample in it->data:
+ *   EVICT_ITERATOR(sample_iter, evict_sample_pdata)
+ *   struct evict_sample s = {}; struct evict_iter it = { .data = &s };
+ *   evict_list_iterate(&it, list, hand, EVICT_TOWARDS_HEAD, 1, max, sample_iter); */
+static __always_inline long evict_sample_pdata(__u32 slot, struct evict_iter *it)
+{
+	struct evict_sample *s = it->data;
+	struct evict_node *nd = evict_node(slot);
+	__u32 i = s->n;
+
+	if (i >= EVICT_SAMPLES)
+		return EVICT_ITER_STOP;
+	s->slot[i] = slot;
+	s->score[i] = nd ? nd->pdata : 0;
+	s->n = i + 1;
+	return EVICT_ITER_CONTINUE;
+}
+
+struct evict_pick {
+	struct evict_sample *s;
+	struct evict_ctx *ctx;
+	__u32 best;
+	__u32 bscore;
+};
+
+static long evict_pick_scan_cb(__u64 i, void *arg)
+{
+	struct evict_pick *p = arg;
+	__u32 j = i & (EVICT_SAMPLES - 1);
+
+	if (p->s->slot[j] == EVICT_NIL)
+		return 0;
+	if (p->best == EVICT_NIL || p->s->score[j] < p->bscore) {
+		p->best = j;
+		p->bscore = p->s->score[j];
+	}
+	return 0;
+}
+
+/* One proposal: the lowest score not taken yet (taken ones are marked by a
+ * slot of EVICT_NIL); ties go to the first sampled. */
+static long evict_pick_cb(__u64 k, void *arg)
+{
+	struct evict_pick *p = arg;
+	__u32 b;
+
+	p->best = EVICT_NIL;
+	bpf_loop(p->s->n, evict_pick_scan_cb, p, 0);
+	b = p->best;
+	if (b >= EVICT_SAMPLES)
+		return 1;
+	if (evict_propose(p->ctx, p->s->slot[b]))
+		return 1;
+	p->s->slot[b] = EVICT_NIL;
+	return 0;
+}
+
+/* Proposes up to want of the sample's entries, lowest score first (a
+ * selection in two bounded loops: at most EVICT_SAMPLES^2 steps). */
+static __always_inline void evict_propose_lowest(struct evict_ctx *ctx, struct evict_sample *s, __u32 want)
+{
+	struct evict_pick p = { .s = s, .ctx = ctx, .best = EVICT_NIL };
+
+	bpf_loop(want < s->n ? want : s->n, evict_pick_cb, &p, 0);
+}
 
 /* ---- the cache ---- */
 
