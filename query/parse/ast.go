@@ -13,6 +13,8 @@ type span struct{ P, E Pos }
 
 func (s span) Span() (Pos, Pos) { return s.P, s.E }
 
+func (s *span) setSpan(n span) { *s = n }
+
 type (
 	// IntLit is an integer literal.
 	IntLit struct {

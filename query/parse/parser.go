@@ -489,41 +489,11 @@ func (p *parser) primary() (Expr, error) {
 	return nil, p.errAt(t, "expected an expression, found %s", describe(t))
 }
 
-// widen returns e with its span covering the surrounding parentheses.
+// widen makes e's span cover the surrounding parentheses. e was just
+// parsed and nothing else refers to it, so it is changed in place.
 func widen(e Expr, s, en Pos) Expr {
-	switch x := e.(type) {
-	case *IntLit:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Col:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Binary:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Unary:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Call:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *In:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Between:
-		c := *x
-		c.span = span{s, en}
-		return &c
-	case *Like:
-		c := *x
-		c.span = span{s, en}
-		return &c
+	if x, ok := e.(interface{ setSpan(span) }); ok {
+		x.setSpan(span{s, en})
 	}
 	return e
 }
