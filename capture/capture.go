@@ -139,19 +139,25 @@ func Open(opt Options) (*Capture, error) {
 	return c, nil
 }
 
-func (c *Capture) openPlain() (err error) {
-	c.Transport = TransportPlain
-	spec, err := loadPlain()
-	if err != nil {
-		return err
-	}
+// prepare sets what both transports' objects share: the channel's sizes,
+// the protocol tag of the records and the process selection.
+func (c *Capture) prepare(spec *ebpf.CollectionSpec) error {
 	if err := c.Opt.Accum.Apply(spec); err != nil {
 		return err
 	}
 	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
 		return err
 	}
-	if err := c.setSelection(spec); err != nil {
+	return c.setSelection(spec)
+}
+
+func (c *Capture) openPlain() (err error) {
+	c.Transport = TransportPlain
+	spec, err := loadPlain()
+	if err != nil {
+		return err
+	}
+	if err := c.prepare(spec); err != nil {
 		return err
 	}
 	var objs plainObjects
@@ -218,13 +224,7 @@ func (c *Capture) openTLS() (err error) {
 	if err != nil {
 		return err
 	}
-	if err := opt.Accum.Apply(spec); err != nil {
-		return err
-	}
-	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
-		return err
-	}
-	if err := c.setSelection(spec); err != nil {
+	if err := c.prepare(spec); err != nil {
 		return err
 	}
 	var objs tlsObjects
