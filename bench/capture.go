@@ -432,6 +432,14 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 		return captureResult{}, err
 	}
 	defer c.Close()
+	return measureCapture(pb, c, func(q capture.Query) bool { return benchQuery(q.Query) }, pb.result)
+}
+
+// measureCapture resumes the stopped workload pb under the open capture c,
+// counts the captured queries that count accepts, and fills in the
+// channel's figures; result reads the workload's own count and rate.
+func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query) bool,
+	result func(error) (sent, rate float64, err error)) (captureResult, error) {
 	var r captureResult
 	cpu0, t0 := selfCPU(), time.Now()
 	if err := pb.resume(); err != nil {
@@ -441,7 +449,7 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 	pbErr, err := drain(pb, func() error {
 		qs, err := c.Next(100 * time.Millisecond)
 		for _, q := range qs {
-			if benchQuery(q.Query) {
+			if count(q) {
 				r.captured++
 			}
 		}
@@ -451,7 +459,7 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 		return r, err
 	}
 	wall, cpu := time.Since(t0), selfCPU()-cpu0
-	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+	if r.sent, r.tps, err = result(pbErr); err != nil {
 		return r, err
 	}
 	st, err := c.Stats()

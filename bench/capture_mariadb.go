@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/capture"
@@ -119,38 +118,5 @@ func runSysbench(ctx context.Context, b *mariadbBench, traced bool, ring uint32,
 		return captureResult{}, err
 	}
 	defer c.Close()
-	var r captureResult
-	cpu0, t0 := selfCPU(), time.Now()
-	if err := pb.resume(); err != nil {
-		pb.kill()
-		return r, err
-	}
-	pbErr, err := drain(pb, func() error {
-		qs, err := c.Next(100 * time.Millisecond)
-		for _, q := range qs {
-			if sysbenchQuery(q.Query) && q.Error == "" {
-				r.captured++
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return r, err
-	}
-	wall, cpu := time.Since(t0), selfCPU()-cpu0
-	if r.sent, r.tps, err = result(pbErr); err != nil {
-		return r, err
-	}
-	st, err := c.Stats()
-	if err != nil {
-		return r, err
-	}
-	r.lostEvents = float64(st.LostRecords + st.BusyDrops + st.NoConn + st.Faults)
-	r.lostByte = float64(st.LostBytes)
-	r.badBytes = float64(c.BadBytes())
-	r.ringPer = st.RingPerPayload()
-	r.eventsPS = float64(st.Records) / wall.Seconds()
-	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
-	r.ok = true
-	return r, nil
+	return measureCapture(pb, c, func(q capture.Query) bool { return sysbenchQuery(q.Query) && q.Error == "" }, result)
 }
