@@ -181,12 +181,25 @@ func TestWindowedJSON(t *testing.T) {
 }
 
 // TestLimitStopsStreaming: a streaming query ends as soon as LIMIT rows
-// are out.
+// are out. A child makes the syscalls: the query never sees its own
+// process, and a quiet CI container may have no other busy process.
 func TestLimitStopsStreaming(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out bytes.Buffer
 	start := time.Now()
-	res, err := Run(context.Background(), "SELECT pid, syscall FROM syscalls LIMIT 3", Options{Duration: 20 * time.Second, Out: &out})
+	child := exec.Command("sh", "-c", "while :; do sleep 0.05; done")
+	opt := Options{Duration: 20 * time.Second, Out: &out, OnLoaded: func() {
+		if err := child.Start(); err != nil {
+			t.Error(err)
+		}
+	}}
+	defer func() {
+		if child.Process != nil {
+			child.Process.Kill()
+			child.Wait()
+		}
+	}()
+	res, err := Run(context.Background(), "SELECT pid, syscall FROM syscalls LIMIT 3", opt)
 	if err != nil {
 		t.Fatal(err)
 	}
