@@ -20,7 +20,7 @@ const pageSize = 4096
 
 // Config describes one agent.
 type Config struct {
-	Dir      string // files watched: the regular files under Dir when the agent starts
+	Dir      string // files watched: the regular files under Dir, also those created later
 	Cgroup   string // memory cgroup (see OpenCgroup)
 	Limit    int64  // > 0: create the cgroup with this limit
 	Policy   string // one of Policies()
@@ -97,9 +97,10 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, policies[cfg.Policy].access, cfg.AccessSample); err != nil {
 		return nil, err
 	}
-	capacity := a.tr.pages
+	// The cgroup's cache never exceeds its limit, whatever files appear.
+	capacity := a.tr.spanPages()
 	if a.limit > 0 {
-		capacity = min(capacity, a.limit/pageSize)
+		capacity = a.limit / pageSize
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
 	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity)); err != nil {
@@ -130,7 +131,7 @@ func (a *Agent) setWatermarks() {
 func (a *Agent) Cgroup() *Cgroup { return a.cg }
 
 // Files is how many files the agent watches.
-func (a *Agent) Files() int { return len(a.tr.files) }
+func (a *Agent) Files() int { return int(a.tr.nfiles.Load()) }
 
 // AddScanPID registers a process or thread id as a scanner (get-scan).
 func (a *Agent) AddScanPID(pid int) error {
@@ -344,7 +345,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 	f := a.fds[vs[0].File]
 	if f == nil {
 		var err error
-		if f, err = os.Open(a.tr.files[vs[0].File]); err != nil {
+		if f, err = os.Open(a.tr.path(vs[0].File)); err != nil {
 			a.failOpen.Add(uint64(len(vs)))
 			return 0
 		}

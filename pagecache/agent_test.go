@@ -183,6 +183,64 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	}
 }
 
+// TestAgentWatchesNewFiles starts the agent on a directory of one file,
+// then creates a subdirectory of 48 files while it runs and reads them in
+// a 32 MiB cgroup: the new files are registered (a rename keeps its id)
+// and the agent evicts their pages.
+func TestAgentWatchesNewFiles(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	writeFiles(t, dir, 1, 1<<20)
+	a, err := Start(Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-new-%d", os.Getpid()), Limit: 32 << 20, Policy: "mru"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	files := writeFiles(t, filepath.Join(dir, "new"), 48, 1<<20)
+	moved := filepath.Join(dir, "new", "renamed")
+	if err := os.Rename(files[47], moved); err != nil {
+		t.Fatal(err)
+	}
+	files[47] = moved
+	for deadline := time.Now().Add(5 * time.Second); a.Files() != 49; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("watching %d files, want 49", a.Files())
+		}
+	}
+	readInCgroup(t, a.Cgroup(), files...)
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["files_added_while_running"] != 48 || st["watch_errors"] != 0 {
+		t.Errorf("files added %d, watch errors %d", st["files_added_while_running"], st["watch_errors"])
+	}
+	var newPages int64
+	for id, n := range a.evictedPages {
+		if id > 1 {
+			newPages += n
+		}
+	}
+	if newPages < 8*256 || st["not_evicted_open_failed"] != 0 {
+		t.Errorf("the agent evicted %d pages of the new files (open failed %d): %v", newPages, st["not_evicted_open_failed"], st)
+	}
+}
+
 // TestAgentGetScanEvictsScanFirst reads an 8 MiB hot file, then lets a
 // registered scanner read 96 MiB, in a 64 MiB cgroup under GET-SCAN: the
 // scanner's folios are the victims, so the hot file stays cached (LFU

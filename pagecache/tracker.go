@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
@@ -17,13 +20,23 @@ import (
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
 var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own"}
 
-// tracker is the loaded tracepoint object, its links and ring buffer.
+// tracker is the loaded tracepoint object, its links and ring buffer, and
+// the inotify watch whose goroutine registers files created under the
+// directory while the agent runs (at once: a file is usually created
+// before its first write, and its pages count from then on).
 type tracker struct {
 	coll  *ebpf.Collection
 	links []link.Link
 	rd    *ringbuf.Reader
-	files map[uint32]string // file id -> path
-	pages int64             // pages the watched files span
+	w     *fsnotify.Watcher
+	done  chan struct{} // the watch goroutine has ended
+
+	mu    sync.Mutex         // files, ids, pages
+	files map[uint32]string  // file id -> path (the latest name seen)
+	ids   map[fileKey]uint32 // a hard link or a rename keeps its id
+	pages int64              // pages the watched files spanned when registered
+
+	nfiles, added, watchErrors atomic.Uint64
 }
 
 // fileKey mirrors struct pc_file_key.
@@ -66,11 +79,17 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 	if err != nil {
 		return nil, fmt.Errorf("load page-cache tracker: %w", err)
 	}
-	t := &tracker{coll: coll, files: map[uint32]string{}}
+	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
+	if t.w, err = fsnotify.NewWatcher(); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
+	}
 	if err := t.addDir(dir); err != nil {
 		t.Close()
-		return nil, err
+		return nil, fmt.Errorf("--dir %s: %w", dir, err)
 	}
+	t.done = make(chan struct{})
+	go t.watch()
 	rd, err := ringbuf.NewReader(coll.Maps["pc_events"])
 	if err != nil {
 		t.Close()
@@ -92,48 +111,123 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 	return t, nil
 }
 
-// addDir registers every regular file under dir (hard links once).
+// addDir registers every regular file under dir (hard links once) and
+// watches every directory for new ones. Directories it cannot read or
+// watch are skipped and counted (watch_errors).
 func (t *tracker) addDir(dir string) error {
-	m := t.coll.Maps["pc_files"]
-	seen := map[fileKey]bool{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path == dir {
 				return err
 			}
+			t.watchErrors.Add(1)
 			return nil // unreadable below dir: not watched
 		}
-		if !d.Type().IsRegular() {
+		if d.IsDir() {
+			if err := t.w.Add(path); err != nil {
+				if path == dir {
+					return err
+				}
+				t.watchErrors.Add(1)
+			}
 			return nil
 		}
-		var st unix.Stat_t
-		if unix.Lstat(path, &st) != nil {
-			return nil
+		if d.Type().IsRegular() {
+			return t.addFile(path)
 		}
-		k := fileKey{Ino: st.Ino, Dev: kernelDev(st.Dev)}
-		if seen[k] {
-			return nil
-		}
-		seen[k] = true
-		id := uint32(len(t.files) + 1)
-		if err := m.Put(k, id); err != nil {
-			return fmt.Errorf("watch %s: %w (at most %d files)", path, err, m.MaxEntries())
-		}
-		t.files[id] = path
-		t.pages += (st.Size + 4095) / 4096
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("--dir %s: %w", dir, err)
+}
+
+// spanPages is how many pages the files registered so far span.
+func (t *tracker) spanPages() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pages
+}
+
+// path is the name of file id ("" if unknown).
+func (t *tracker) path(id uint32) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.files[id]
+}
+
+// addFile registers one regular file (t.mu held); a file already known
+// (another link, or renamed) only takes the new name.
+func (t *tracker) addFile(path string) error {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
 	}
-	if len(t.files) == 0 {
-		return fmt.Errorf("--dir %s has no regular files to watch", dir)
+	k := fileKey{Ino: st.Ino, Dev: kernelDev(st.Dev)}
+	if id, ok := t.ids[k]; ok {
+		t.files[id] = path
+		return nil
 	}
+	m := t.coll.Maps["pc_files"]
+	id := uint32(len(t.files) + 1)
+	if err := m.Put(k, id); err != nil {
+		return fmt.Errorf("watch %s: %w (at most %d files)", path, err, m.MaxEntries())
+	}
+	t.ids[k] = id
+	t.files[id] = path
+	t.pages += (st.Size + 4095) / 4096
+	t.nfiles.Store(uint64(len(t.files)))
 	return nil
 }
 
+// watch registers what is created (or moved in) under the directory until
+// the watcher closes. Pages a file gained before it was registered are not
+// tracked (the kernel reclaims them as usual).
+func (t *tracker) watch() {
+	defer close(t.done)
+	for {
+		select {
+		case ev, ok := <-t.w.Events:
+			if !ok {
+				return
+			}
+			if !ev.Has(fsnotify.Create) {
+				continue // removals: the kernel's deletes reach the policy
+			}
+			var st unix.Stat_t
+			if unix.Lstat(ev.Name, &st) != nil {
+				continue
+			}
+			n := t.nfiles.Load()
+			var err error
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				err = t.addDir(ev.Name) // with files made before the watch took
+			} else {
+				t.mu.Lock()
+				err = t.addFile(ev.Name)
+				t.mu.Unlock()
+			}
+			if err != nil {
+				t.watchErrors.Add(1)
+			}
+			t.added.Add(t.nfiles.Load() - n)
+		case _, ok := <-t.w.Errors: // a queue overflow loses creations
+			if !ok {
+				return
+			}
+			t.watchErrors.Add(1)
+		}
+	}
+}
+
 func (t *tracker) stats() (map[string]uint64, error) {
-	return percpu.Sum(t.coll.Maps["pc_track_stats"], trackStatNames)
+	st, err := percpu.Sum(t.coll.Maps["pc_track_stats"], trackStatNames)
+	if err != nil {
+		return nil, err
+	}
+	st["files_watched"] = t.nfiles.Load()
+	st["files_added_while_running"] = t.added.Load()
+	st["watch_errors"] = t.watchErrors.Load()
+	return st, nil
 }
 
 // Close detaches the tracepoints first, so nothing is left behind.
@@ -143,6 +237,12 @@ func (t *tracker) Close() error {
 		errs = append(errs, l.Close())
 	}
 	t.links = nil
+	if t.w != nil {
+		errs = append(errs, t.w.Close())
+		if t.done != nil {
+			<-t.done
+		}
+	}
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())
 	}
