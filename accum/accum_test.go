@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -137,6 +138,43 @@ func TestContextChangeFlushes(t *testing.T) {
 	}
 }
 
+// TestSegmentTimes: the turns of one batch keep their own times. A request,
+// 3 ms later an answer in two reads 2 ms apart: the answer's segment ends
+// about 5 ms after the request, has several fragments (its first time is
+// a bound), and the request's single fragment is exact.
+func TestSegmentTimes(t *testing.T) {
+	d := open(t, Config{FlushSize: 4096, Latency: time.Second})
+	var mono unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	before := uint64(mono.Nano())
+	d.Write(6, 1, 1, Write, 0, []byte("request"))
+	time.Sleep(3 * time.Millisecond)
+	d.Write(6, 1, 1, Read, 0, []byte("answer, part one;"))
+	time.Sleep(2 * time.Millisecond)
+	d.Write(6, 1, 1, Read, 0, []byte(" part two"))
+	d.Close(6)
+	rec, err := d.Reader.Read(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Segments) != 2 {
+		t.Fatalf("%d segments, want 2: %+v", len(rec.Segments), rec)
+	}
+	q, a := rec.Segments[0], rec.Segments[1]
+	if !q.FirstExact || !q.LastExact || q.FirstNS != q.LastNS || q.FirstNS < before || q.FirstNS != rec.FirstNS {
+		t.Errorf("request segment %+v (record first %d, before %d)", q, rec.FirstNS, before)
+	}
+	if a.FirstExact || !a.LastExact || string(a.Data) != "answer, part one; part two" {
+		t.Errorf("answer segment %+v", a)
+	}
+	if lat := time.Duration(a.LastNS - q.FirstNS); lat < 5*time.Millisecond || lat > 50*time.Millisecond {
+		t.Errorf("request to end of answer %v, want about 5 ms", lat)
+	}
+	if a.LastNS > rec.LastNS || rec.LastNS-a.LastNS >= 1000 {
+		t.Errorf("answer ends at %d, record at %d: the segment time is the last fragment's, to the microsecond", a.LastNS, rec.LastNS)
+	}
+}
+
 func TestTimerFlush(t *testing.T) {
 	lat := 20 * time.Millisecond
 	d := open(t, Config{FlushSize: 1024, Latency: lat})
@@ -197,14 +235,21 @@ func TestSmallRingLossIsCountedAndDetected(t *testing.T) {
 	t.Logf("ring 4 KiB: %d records lost (%d bytes), all %d seen as gaps; %d bytes received", st.LostRecords, st.LostBytes, missing, got)
 }
 
-// Ring bytes per payload byte for 20-byte request/response fragments.
-func TestOverhead20ByteFragments(t *testing.T) {
-	for _, f := range []uint32{1024, 4096} {
+// Ring bytes per payload byte for small request/response fragments, every
+// one a turn: 100 bytes (a short query or answer) must stay within 1.2; 20
+// bytes, the worst case, pays the 4-byte segment header (0.2) plus the
+// records' share, within 1.3.
+func TestOverheadSmallFragments(t *testing.T) {
+	for _, tc := range []struct {
+		flush, size uint32
+		max         float64
+	}{{1024, 20, 1.3}, {4096, 20, 1.3}, {1024, 100, 1.2}, {4096, 100, 1.2}} {
+		f := tc.flush
 		d := open(t, Config{FlushSize: f, Latency: time.Second, RingSize: 8 << 20})
 		r := rand.New(rand.NewPCG(1, 2))
 		var want [2][]byte
 		for i := range 4000 {
-			frag := make([]byte, 20)
+			frag := make([]byte, tc.size)
 			for j := range frag {
 				frag[j] = byte(r.Uint32())
 			}
@@ -227,10 +272,11 @@ func TestOverhead20ByteFragments(t *testing.T) {
 		if !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[1], want[1]) {
 			t.Fatal("streams differ")
 		}
-		naive := float64(8+1024+48) / 20 // one 1 KiB record + metadata per fragment
-		t.Logf("flush %d: %d records for 4000 fragments, %.3f ring bytes per payload byte (naive 1 KiB/fragment: %.1f)", f, st.Records, st.RingPerPayload(), naive)
-		if st.RingPerPayload() > 1.2 {
-			t.Fatalf("ring bytes per payload byte %.3f > 1.2", st.RingPerPayload())
+		naive := float64(8+1024+48) / float64(tc.size) // one 1 KiB record + metadata per fragment
+		t.Logf("flush %d, %d-byte fragments: %d records for 4000 fragments, %.3f ring bytes per payload byte (naive 1 KiB/fragment: %.1f)",
+			f, tc.size, st.Records, st.RingPerPayload(), naive)
+		if st.RingPerPayload() > tc.max {
+			t.Fatalf("ring bytes per payload byte %.3f > %.1f", st.RingPerPayload(), tc.max)
 		}
 		d.Shutdown()
 	}

@@ -30,10 +30,26 @@ const (
 // RecordHeader is sizeof(struct accum_rec).
 const RecordHeader = 48
 
-// Segment is a run of bytes in one direction.
+// SegmentHeader is ACCUM_SEG_HDR: length and direction, then the time of
+// the segment's last fragment (and whether it had several).
+const SegmentHeader = 4
+
+const (
+	segMulti   = 0x8000 // ACCUM_SEG_MULTI
+	segTimeSat = 0x7fff // ACCUM_SEG_TSAT: "at least this late"
+)
+
+// Segment is a run of bytes in one direction. LastNS is the monotonic time
+// of its last fragment, to the microsecond; FirstNS that of its first when
+// the segment is one fragment, else the time of the segment before it in
+// the record (or the record's FirstNS): a bound, and FirstExact is false.
+// A segment more than 32 ms into its batch has LastNS = the record's
+// LastNS, and LastExact false.
 type Segment struct {
-	Dir  Direction
-	Data []byte
+	Dir                   Direction
+	Data                  []byte
+	FirstNS, LastNS       uint64
+	FirstExact, LastExact bool
 }
 
 // Record is one batch (struct accum_rec and its segments).
@@ -73,17 +89,27 @@ func ParseRecordInto(b []byte, r *Record) error {
 		return fmt.Errorf("accum record says %d bytes of segments, has %d", n, len(b)-RecordHeader)
 	}
 	p := b[RecordHeader : RecordHeader+int(n)]
+	prev := r.FirstNS
 	for len(p) > 0 {
-		if len(p) < 2 {
+		if len(p) < SegmentHeader {
 			return fmt.Errorf("accum record %d of connection %d: truncated segment header", r.Seq, r.ConnID)
 		}
-		h := le.Uint16(p)
+		h, tm := le.Uint16(p), le.Uint16(p[2:])
 		l := int(h & 0x7fff)
-		if l > len(p)-2 {
-			return fmt.Errorf("accum record %d of connection %d: segment of %d bytes, %d left", r.Seq, r.ConnID, l, len(p)-2)
+		if l > len(p)-SegmentHeader {
+			return fmt.Errorf("accum record %d of connection %d: segment of %d bytes, %d left", r.Seq, r.ConnID, l, len(p)-SegmentHeader)
 		}
-		r.Segments = append(r.Segments, Segment{Dir: Direction(h >> 15), Data: p[2 : 2+l]})
-		p = p[2+l:]
+		s := Segment{Dir: Direction(h >> 15), Data: p[SegmentHeader : SegmentHeader+l],
+			FirstNS: prev, LastNS: r.FirstNS + uint64(tm&segTimeSat)*1000, LastExact: tm&segTimeSat != segTimeSat}
+		if !s.LastExact {
+			s.LastNS = r.LastNS
+		}
+		if tm&segMulti == 0 {
+			s.FirstNS, s.FirstExact = s.LastNS, s.LastExact
+		}
+		prev = s.LastNS
+		r.Segments = append(r.Segments, s)
+		p = p[SegmentHeader+l:]
 	}
 	return nil
 }

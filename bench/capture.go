@@ -68,6 +68,7 @@ func benchQuery(q string) bool { return strings.Contains(q, "FROM pgbench_accoun
 type captureResult struct {
 	sent, tps            float64
 	captured             float64
+	exact                float64 // captured queries whose latency is exact
 	lostEvents, lostByte float64
 	ringPer, eventsPS    float64
 	cpuPct               float64
@@ -150,6 +151,7 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
 			if mode != "naive" && mode != "naive_4m" {
 				rep.Set(mode, "protocol_bytes_skipped", r.badBytes)
+				rep.Set(mode, "latency_exact_pct", 100*r.exact/max(r.captured, 1))
 			}
 		}
 		if mode == "bpftrace" {
@@ -451,6 +453,9 @@ func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query
 		for _, q := range qs {
 			if count(q) {
 				r.captured++
+				if q.LatencyExact {
+					r.exact++
+				}
 			}
 		}
 		return err

@@ -343,8 +343,9 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	}
 	bad0 := pc.bad()
 	out := c.out[:0]
-	for i, seg := range rec.Segments {
-		ft := fragTimes{first: rec.FirstNS, last: rec.LastNS, opens: i == 0, closes: i == len(rec.Segments)-1}
+	for _, seg := range rec.Segments {
+		// A segment's bytes carry the times of its first and last fragment.
+		ft := fragTimes{first: seg.FirstNS, last: seg.LastNS, opens: seg.FirstExact, closes: seg.LastExact}
 		out = pc.feed(out, seg.Dir, seg.Data, ft, rec.PID)
 	}
 	c.out = out

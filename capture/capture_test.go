@@ -71,6 +71,11 @@ func checkCapturePsql(t *testing.T, pg *servers.Postgres, sslmode string, opt Op
 		if q.PID != got[0].PID || q.PID == 0 || q.Protocol != "postgres" || q.LatencyUS <= 0 {
 			t.Errorf("query %d: pid %d protocol %s latency %v", i, q.PID, q.Protocol, q.LatencyUS)
 		}
+		// A query is one write and its answer ends a turn: both ends carry
+		// their own segment times, whatever the batching.
+		if !q.LatencyExact || q.LatencyUS > 5e6 {
+			t.Errorf("query %d: latency %v us, exact %v", i, q.LatencyUS, q.LatencyExact)
+		}
 	}
 	if !strings.Contains(got[4].Error, "42P01") {
 		t.Errorf("error of %q: %q, want SQLSTATE 42P01", got[4].Query, got[4].Error)

@@ -107,11 +107,12 @@ func (p *pgConn) lost() {
 func isFrontendType(t byte) bool { return strings.IndexByte("QPBEDCSHXFdcfp", t) >= 0 }
 func isBackendType(t byte) bool  { return strings.IndexByte("RSKZTDCEINnt12s3AGHWdcv", t) >= 0 }
 
-// fragTimes are the timestamps of the batch a fragment came in: first is
-// exact for the batch's first byte, last for its last byte.
+// fragTimes are the timestamps of the bytes handed to a parser (a segment:
+// the fragments of one direction in a row): first is exact for its first
+// byte when opens, last for its last byte when closes.
 type fragTimes struct {
 	first, last   uint64
-	opens, closes bool // the fragment is the batch's first / last segment
+	opens, closes bool
 }
 
 // feed parses the bytes b of direction dir that arrived in a batch with

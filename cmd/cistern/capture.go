@@ -50,9 +50,10 @@ query (PostgreSQL: simple and extended protocol; MySQL/MariaDB: COM_QUERY,
 COM_STMT_PREPARE/EXECUTE; raw: one record per request/response
 exchange, the request's first 256 bytes as the query and the answer's size
 in bytes as rows): time, pid, query text, latency, rows, error, and
-user and database when the connection's start was seen. Latency is
-measured at batch granularity: latency_exact says whether the query opened
-its batch and its answer closed one; otherwise it is an upper bound.
+user and database when the connection's start was seen. Latency comes
+from per-turn times inside each batch (microseconds): latency_exact is
+false when the query was written in pieces or its answer's end is not a
+turn's end (the value is then a bound).
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.
 
 Selection: --pid P captures P and every process it has forked or forks

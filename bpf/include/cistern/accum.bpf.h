@@ -20,10 +20,14 @@
  *   accum_stats  PERCPU_ARRAY of enum accum_stat counters.
  *   accum_sweeper ARRAY[1] with the bpf_timer of the latency bound.
  *
- *   A batch is a sequence of segments: a 2-byte header (bit 15 direction,
- *   bits 0..14 length) and that many bytes. Consecutive fragments in the same
- *   direction extend the open segment; a change of direction opens a new one,
- *   so a request/response exchange stays in one batch for 2 bytes per turn.
+ *   A batch is a sequence of segments: a 4-byte header (bit 15 direction,
+ *   bits 0..14 length; bit 15 "several fragments", bits 0..14 the time of
+ *   the last fragment in microseconds after the record's first_ns) and that
+ *   many bytes. Consecutive fragments in the same direction extend the open
+ *   segment; a change of direction opens a new one, so a request/response
+ *   exchange stays in one batch for 4 bytes per turn and each turn keeps
+ *   its own time (a batch-wide first/last time made query latencies only
+ *   as exact as the batching).
  *
  * THE BOUNDS PROOF
  *   The loader sets accum_flush_size = F (a power of two, 64..16384) in
@@ -34,7 +38,7 @@
  *   so off + n <= 2F - 1 < 2F: in bounds whatever the verifier believes of
  *   fill and n. At run time the masks change nothing: fill < F whenever we
  *   copy (a batch is flushed as soon as it reaches F) and n <= F - fill. A
- *   segment header is written at fill & (F - 1) too (2 bytes, <= F + 1). A
+ *   segment header is written at fill & (F - 1) too (4 bytes, <= F + 3). A
  *   flush outputs sizeof(accum_rec) + (fill & (2F - 1)) bytes from the
  *   header, <= 48 + 2F - 1: within the value. The verifier never has to
  *   relate fill to n, which it cannot do.
@@ -334,6 +338,7 @@ __attribute__((noinline)) int accum_step(__u64 id, __u64 src, __u32 left, __u32 
 {
 	__u32 F = accum_flush_size, fill, off, n, dir = how & 1;
 	struct accum_conn *c;
+	__u64 now, t;
 	long r;
 
 	if (!left)
@@ -348,16 +353,22 @@ __attribute__((noinline)) int accum_step(__u64 id, __u64 src, __u32 left, __u32 
 			return -ACCUM_EINVAL;
 	}
 	fill = c->fill;
+	now = bpf_ktime_get_ns();
+	if (!c->payload)
+		c->rec.first_ns = now;
+	t = (now - c->rec.first_ns) / 1000;
+	if (t > ACCUM_SEG_TSAT)
+		t = ACCUM_SEG_TSAT;
 	if (!c->seg_open || c->seg_dir != dir) {
-		off = fill & (F - 1);
-		c->buf[off] = 0;
-		c->buf[off + 1] = dir ? (ACCUM_SEG_DIR >> 8) : 0;
 		if (!fill)
 			c->rec.dir = dir;
 		c->seg_off = fill;
 		c->seg_len = 0;
 		c->seg_open = 1;
 		c->seg_dir = dir;
+		off = fill & (F - 1);
+		c->buf[off] = 0; /* length 0 until the copy below lands */
+		c->buf[off + 1] = dir ? (ACCUM_SEG_DIR >> 8) : 0;
 		fill += ACCUM_SEG_HDR;
 		c->fill = fill;
 	}
@@ -386,15 +397,19 @@ __attribute__((noinline)) int accum_step(__u64 id, __u64 src, __u32 left, __u32 
 		accum_stat_add(ACCUM_STAT_LOST_BYTES, left);
 		return -ACCUM_EFAULT;
 	}
+	/* The header is (re)written whole with every fragment: length and
+	 * last time grow, and a fault above may have left it half written. */
+	if (c->seg_len)
+		t |= ACCUM_SEG_MULTI;
 	c->seg_len += n;
 	off = c->seg_off & (F - 1);
 	c->buf[off] = c->seg_len & 0xff;
 	c->buf[off + 1] = ((c->seg_len >> 8) & 0x7f) | (dir ? (ACCUM_SEG_DIR >> 8) : 0);
+	c->buf[off + 2] = t & 0xff;
+	c->buf[off + 3] = t >> 8;
 	c->fill = fill + n;
-	if (!c->payload)
-		c->rec.first_ns = bpf_ktime_get_ns();
 	c->payload += n;
-	c->rec.last_ns = bpf_ktime_get_ns();
+	c->rec.last_ns = now;
 	if (how & 4)
 		c->rec.flags |= ACCUM_F_CHUNK;
 	if ((how & 4) || c->fill >= F)

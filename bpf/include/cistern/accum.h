@@ -12,10 +12,17 @@
 #define ACCUM_MIN_FLUSH 64
 #define ACCUM_MAX_FLUSH 16384
 
-/* Segment header inside a batch: little-endian u16, bit 15 the direction,
- * bits 0..14 the length of the bytes that follow. */
-#define ACCUM_SEG_HDR 2
+/* Segment header inside a batch, two little-endian u16: bit 15 the
+ * direction and bits 0..14 the length of the bytes that follow; then bit 15
+ * set when more than one fragment made the segment, and bits 0..14 the time
+ * of its last fragment in microseconds after the record's first_ns
+ * (ACCUM_SEG_TSAT: that late or later, not exact). So each turn of a
+ * request/response exchange keeps its own time in a shared batch: a
+ * one-fragment request its exact start, an answer its exact end. */
+#define ACCUM_SEG_HDR 4
 #define ACCUM_SEG_DIR 0x8000
+#define ACCUM_SEG_MULTI 0x8000
+#define ACCUM_SEG_TSAT 0x7fff
 
 enum accum_dir {
 	ACCUM_DIR_WRITE = 0, /* egress: the process sent these bytes */
