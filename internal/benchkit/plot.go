@@ -3,6 +3,7 @@ package benchkit
 import (
 	"errors"
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ func BarChart(path, title, ylabel string, groups []string, series []BarSeries) e
 		if err != nil {
 			return fmt.Errorf("bar chart %q: series %q: %w", title, s.Name, err)
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = seriesColor(i)
 		b.LineStyle.Width = 0
 		p.Add(b)
 		leg.Add(s.Name, b)
@@ -87,6 +88,28 @@ func BarChart(path, title, ylabel string, groups []string, series []BarSeries) e
 		}
 	}
 	return render(path, p, leg, names, fit)
+}
+
+// moreColors follow plotutil's palette, so that a chart of up to 14 series
+// (the CBUF round trips have 10) never gives two bars one colour.
+var moreColors = []color.Color{
+	color.RGBA{R: 0x1f, G: 0x2f, B: 0x6f, A: 0xff}, // navy
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}, // brown
+	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, // grey
+	color.RGBA{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}, // olive
+	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}, // cyan
+	color.RGBA{R: 0x00, G: 0x00, B: 0x00, A: 0xff}, // black
+	color.RGBA{R: 0xff, G: 0x00, B: 0xcc, A: 0xff}, // magenta
+}
+
+// seriesColor is series i's colour: plotutil's palette, then moreColors;
+// beyond both, colours repeat (lines then differ by dashes).
+func seriesColor(i int) color.Color {
+	n := len(plotutil.DefaultColors)
+	if i < n {
+		return plotutil.Color(i)
+	}
+	return moreColors[(i-n)%len(moreColors)]
 }
 
 // LineChart draws one line per series to a PNG at path, with markers when
@@ -112,11 +135,11 @@ func LineChart(path, title, xlabel, ylabel string, series []Series) error {
 		if err != nil {
 			return fmt.Errorf("line chart %q: series %q: %w", title, s.Name, err)
 		}
-		line.Color = plotutil.Color(i)
+		line.Color = seriesColor(i)
 		line.Width = vg.Points(1.5)
 		// Colours repeat after a palette's worth of series; dashes then
 		// keep lines apart.
-		line.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		line.Dashes = plotutil.Dashes(i / (len(plotutil.DefaultColors) + len(moreColors)))
 		p.Add(line)
 		thumbs := []plot.Thumbnailer{line}
 		if len(xys) <= lineMarkersUpTo {
