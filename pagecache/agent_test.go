@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,6 +184,26 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	}
 }
 
+// startAgent starts an agent and runs it; stop ends Run and returns its
+// error (Close is left to the test's cleanup).
+func startAgent(t *testing.T, cfg Config) (a *Agent, stop func() error) {
+	t.Helper()
+	a, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	return a, func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+}
+
 // TestAgentWatchesNewFiles starts the agent on a directory of one file,
 // then creates a subdirectory of 48 files while it runs and reads them in
 // a 32 MiB cgroup: the new files are registered (a rename keeps its id)
@@ -191,20 +212,8 @@ func TestAgentWatchesNewFiles(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "w")
 	writeFiles(t, dir, 1, 1<<20)
-	a, err := Start(Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-new-%d", os.Getpid()), Limit: 32 << 20, Policy: "mru"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	a, stop := startAgent(t, Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-new-%d", os.Getpid()), Limit: 32 << 20, Policy: "mru"})
+	defer stop()
 	files := writeFiles(t, filepath.Join(dir, "new"), 48, 1<<20)
 	moved := filepath.Join(dir, "new", "renamed")
 	if err := os.Rename(files[47], moved); err != nil {
@@ -218,11 +227,9 @@ func TestAgentWatchesNewFiles(t *testing.T) {
 	}
 	readInCgroup(t, a.Cgroup(), files...)
 	time.Sleep(100 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil
 	st, err := a.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -252,15 +259,9 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
 	// A wide headroom: the scanner fills the cache at disk speed, and the
 	// agent must stay ahead of it on a busy machine.
-	a, err := Start(Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gs-%d", os.Getpid()),
+	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gs-%d", os.Getpid()),
 		Limit: 64 << 20, Headroom: 32 << 20, Policy: "get-scan"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	defer stop()
 	readInCgroup(t, a.Cgroup(), hot)
 
 	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, scan)
@@ -279,8 +280,7 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := a.Stats()
