@@ -68,6 +68,14 @@ type Capture struct {
 	cgroup                Cgroup
 	out                   []Query // Next's result, reused
 	clock                 int64   // wall minus monotonic, ns
+
+	// tls transport: what rescan needs to attach libraries found later.
+	tls                *tlsObjects
+	uprobeOpts         *link.UprobeOptions
+	libs               map[libFile]bool // attached (or failed: not retried)
+	pidSeen            map[int]time.Time
+	lastScan, lastFull time.Time
+	nLibs, nLibErrors  atomic.Uint64
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -212,13 +220,12 @@ func (c *Capture) openTLS() (err error) {
 	if err != nil {
 		return err
 	}
-	if len(libs) == 0 {
-		if opt.PID != 0 {
-			_, err := FindLibSSL(opt.PID)
-			return err
-		}
-		return fmt.Errorf("%s: no process maps libssl.so.3 (use the plain transport for unencrypted traffic)", opt.selectionString())
+	if len(libs) == 0 && opt.PID != 0 {
+		_, err := FindLibSSL(opt.PID)
+		return err
 	}
+	// A cgroup or the whole machine may have no TLS user yet: the rescans
+	// attach to the libraries of processes that come later.
 	c.LibSSL = strings.Join(libs, ", ")
 	spec, err := loadTls()
 	if err != nil {
@@ -250,10 +257,16 @@ func (c *Capture) openTLS() (err error) {
 	if opt.perPID() {
 		uo.PID = opt.PID
 	}
+	c.tls, c.uprobeOpts, c.libs, c.pidSeen = &objs, uo, map[libFile]bool{}, map[int]time.Time{}
+	c.lastScan, c.lastFull = time.Now(), time.Now()
 	for _, lib := range libs {
 		if err := c.attachTLS(lib, &objs, uo); err != nil {
 			return err
 		}
+		if id, ok := libFileOf(lib); ok {
+			c.libs[id] = true
+		}
+		c.nLibs.Add(1)
 	}
 	return c.newReader(objs.AccumRing)
 }
@@ -326,6 +339,7 @@ func clockOffset() int64 {
 // completed (possibly none), in a slice the next call reuses.
 // os.ErrDeadlineExceeded: nothing arrived.
 func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
+	c.rescan()
 	gaps := len(c.Reader.Streams.Gaps)
 	rec, err := c.Reader.Read(timeout)
 	if err != nil {
@@ -383,6 +397,7 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"records":                st.Records, "ring_bytes": st.RingBytes, "payload_bytes": st.PayloadBytes,
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
+		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 	}, nil
 }
 

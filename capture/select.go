@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -172,31 +173,92 @@ func (c *Capture) targets() ([]int, error) {
 	return []int{c.Opt.PID}, nil
 }
 
+// libFile identifies a library file whatever path it is reached by.
+type libFile struct{ dev, ino uint64 }
+
+func libFileOf(path string) (libFile, bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return libFile{}, false
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	return libFile{sys.Dev, sys.Ino}, true
+}
+
 // libSSLs are the distinct libssl.so.3 files the selected processes map.
 func (c *Capture) libSSLs() ([]string, error) {
 	pids, err := c.targets()
 	if err != nil {
 		return nil, err
 	}
-	type fileID struct{ dev, ino uint64 }
-	seen := map[fileID]bool{}
+	seen := map[libFile]bool{}
 	var libs []string
 	for _, pid := range pids {
 		lib, err := FindLibSSL(pid)
 		if err != nil {
 			continue
 		}
-		st, err := os.Stat(lib)
-		if err != nil {
-			continue
-		}
-		sys := st.Sys().(*syscall.Stat_t)
-		if id := (fileID{sys.Dev, sys.Ino}); !seen[id] {
+		if id, ok := libFileOf(lib); ok && !seen[id] {
 			seen[id] = true
 			libs = append(libs, lib)
 		}
 	}
 	return libs, nil
+}
+
+// Library rescans: uprobes follow a library file, so every process mapping
+// an attached libssl is traced from its start; only another copy of the
+// library (a container image, a bundled build) needs a new attachment. A
+// process is looked at while it is young (the loader maps libraries just
+// after exec, a dlopen may come later) and again on each full pass.
+const (
+	rescanEvery   = 250 * time.Millisecond
+	rescanYoung   = 2 * time.Second
+	rescanFullGap = 5 * time.Second
+)
+
+// rescan attaches the uprobes to any libssl.so.3 a selected process maps
+// that is not attached yet (tls transport, not a single process).
+func (c *Capture) rescan() {
+	now := time.Now()
+	if c.tls == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
+		return
+	}
+	c.lastScan = now
+	full := now.Sub(c.lastFull) >= rescanFullGap
+	if full {
+		c.lastFull = now
+	}
+	pids, err := c.targets()
+	if err != nil {
+		return
+	}
+	alive := make(map[int]time.Time, len(pids))
+	for _, pid := range pids {
+		first, ok := c.pidSeen[pid]
+		if !ok {
+			first = now
+		}
+		alive[pid] = first
+		if !full && ok && now.Sub(first) > rescanYoung {
+			continue
+		}
+		lib, err := FindLibSSL(pid)
+		if err != nil {
+			continue
+		}
+		id, ok := libFileOf(lib)
+		if !ok || c.libs[id] {
+			continue
+		}
+		c.libs[id] = true
+		if err := c.attachTLS(lib, c.tls, c.uprobeOpts); err != nil {
+			c.nLibErrors.Add(1)
+			continue
+		}
+		c.nLibs.Add(1)
+	}
+	c.pidSeen = alive // forget the processes that are gone
 }
 
 // setSelection writes the selection into the spec's frozen .rodata.

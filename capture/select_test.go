@@ -1,10 +1,15 @@
 package capture
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/internal/servers"
@@ -80,5 +85,97 @@ func TestSelectionErrors(t *testing.T) {
 	}
 	if _, err := ResolveCgroup("no/such/cgroup/here"); err == nil {
 		t.Error("ResolveCgroup of a missing directory: no error")
+	}
+}
+
+// TestCaptureLibraryMappedLater: a TLS capture of an empty cgroup starts
+// with no library; psql then runs in the cgroup with its own copy of
+// libssl.so.3 (another file, as in a container image). The rescan attaches
+// to the copy while psql sleeps in its first query, and the next query is
+// captured from psql itself.
+func TestCaptureLibraryMappedLater(t *testing.T) {
+	testenv.RequireRoot(t)
+	roots := mounts.MountPoints("cgroup2")
+	if len(roots) == 0 {
+		t.Skip("skipped: no cgroup v2 hierarchy mounted")
+	}
+	tc, err := servers.NewTLSCert()
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Remove)
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54351, Conf: tc.PostgresConf()})
+	sys, err := FindLibSSL(os.Getpid())
+	if err != nil { // this test binary does not map libssl: find psql's
+		out, lerr := exec.Command("sh", "-c", "ldd "+pg.Bin("psql")+" | awk '/libssl.so.3/ {print $3}'").Output()
+		if lerr != nil || len(strings.TrimSpace(string(out))) == 0 {
+			t.Skipf("skipped: cannot find psql's libssl.so.3: %v", lerr)
+		}
+		sys = strings.TrimSpace(string(out))
+	}
+	libDir := t.TempDir()
+	data, err := os.ReadFile(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(libDir, "libssl.so.3"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cg := filepath.Join(roots[0], "cistern-capture-lib-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skipf("skipped: cannot create a cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(cg) })
+
+	c, err := Open(Options{Cgroup: cg, Transport: TransportTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.LibSSL != "" {
+		t.Fatalf("empty cgroup, yet attached to %s", c.LibSSL)
+	}
+	conn := fmt.Sprintf("sslmode=require host=127.0.0.1 port=%d user=postgres dbname=postgres", pg.Opt.Port)
+	psql := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		pg.Bin("psql"), "-X", "-q", conn, "-c", "SELECT pg_sleep(2);", "-c", "SELECT 'after the rescan' AS late;")
+	psql.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir)
+	if err := psql.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- psql.Wait() }()
+	var got []Query
+	exited := false
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+		qs, err := c.Next(100 * time.Millisecond)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+		got = append(got, qs...)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("psql: %v", err)
+			}
+			exited, end = true, time.Now().Add(time.Second) // drain the rest
+		default:
+		}
+	}
+	if !exited {
+		psql.Process.Kill()
+		t.Fatal("psql did not finish in 20 s")
+	}
+	cn, _ := c.Counters()
+	found := false
+	for _, q := range got {
+		t.Logf("captured: pid %d %q", q.PID, q.Query)
+		if q.Query == "SELECT 'after the rescan' AS late;" && int(q.PID) == psql.Process.Pid {
+			found = true
+		}
+	}
+	if !found || cn["libraries_attached"] != 1 || cn["library_attach_errors"] != 0 {
+		t.Fatalf("the later query of psql (pid %d) through its own libssl copy: found %v; counters %v", psql.Process.Pid, found, cn)
 	}
 }

@@ -131,6 +131,9 @@ when the capture starts.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			via := cp.LibSSL
+			if via == "" {
+				via = "libssl.so.3 (none mapped yet: attached as processes map it)"
+			}
 			if cp.Transport == capture.TransportPlain {
 				via = "socket syscalls (plaintext)"
 			}
