@@ -115,7 +115,13 @@ func demoCapture(cmd *cobra.Command) error {
 		return err
 	}
 	for _, q := range run.Queries {
-		line := fmt.Sprintf("  %-60s rows %-4d", q.Query, q.Rows)
+		// One record carried all five exchanges; each still has its own
+		// latency, from the per-turn times inside the batch.
+		exact := "exact"
+		if !q.LatencyExact {
+			exact = "bound"
+		}
+		line := fmt.Sprintf("  %-60s rows %-4d %8.0f us (%s)", q.Query, q.Rows, q.LatencyUS, exact)
 		if q.Error != "" {
 			line += "  " + q.Error
 		}
