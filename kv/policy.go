@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/internal/thread"
 )
 
 // DefaultDrainInterval is how often the drainer applies queued events.
@@ -88,6 +89,9 @@ func (s *Server) StartDrainer(interval time.Duration, errf func(error)) {
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(p.done)
+		// Fills use the reserve until the next drain: the drainer must not
+		// wait behind the load generator or the server for its CPU.
+		defer thread.Urgent()()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
-	"runtime"
 	"sort"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/thread"
 )
 
 const pageSize = 4096
@@ -152,9 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var rec ringbuf.Record
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	unix.Setpriority(unix.PRIO_PROCESS, 0, -10)
+	defer thread.Urgent()()
 	// The tracker does not report the deletes this thread's own
 	// evictions cause: their folios already left the policy.
 	self := a.tr.coll.Variables["pc_self_tid"]
