@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -124,8 +126,9 @@ func KVTrace(ctx context.Context, opt KVTraceOptions) (*benchkit.Report, error) 
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p, err)
 		}
-		for k, v := range st {
-			rep.Set(p, k, v)
+		rep.Set(p, "kernel_hit_ratio", st["kernel_hit_ratio"]) // the headline column first
+		for _, k := range slices.Sorted(maps.Keys(st)) {       // then a stable order
+			rep.Set(p, k, st[k])
 		}
 		kernel.Values = append(kernel.Values, st["kernel_hit_ratio"])
 		off := 0.0
