@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/query/plan"
 )
 
 // loaded signals the first write to Explain: the plan is attached.
@@ -237,5 +238,31 @@ func TestTCPStates(t *testing.T) {
 	if !strings.Contains(out, "bash,127.0.0.1,127.0.0.1,"+itoa(port)+",CLOSE,SYN_SENT") ||
 		!strings.Contains(out, "SYN_SENT,ESTABLISHED") {
 		t.Fatalf("no connection states for port %d:\n%s", port, out)
+	}
+}
+
+// TestSampledSelectivity: while dd makes one-byte reads and writes, the
+// optimizer's sample measures how many syscalls pass comm = 'dd' AND
+// syscall = 'write' (at most half: dd alternates; other processes only
+// lower it) instead of using its defaults (0.05 x 0.05).
+func TestSampledSelectivity(t *testing.T) {
+	testenv.RequireRoot(t)
+	q, err := Compile("SELECT pid FROM syscalls WHERE comm = 'dd' AND syscall = 'write'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=1", "status=none", "count=100000000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(50 * time.Millisecond) // past dd's start-up syscalls
+	s, _, err := plan.SampleHooks(q, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sample: %+v", s)
+	if !s.Selective() || s.Sel > 0.51 || s.Sel < 0.1 || s.EnterSel < s.Sel {
+		t.Fatalf("sample %+v: want measured selectivities, 0.1 <= Sel <= 0.5 <= EnterSel", s)
 	}
 }

@@ -45,7 +45,11 @@
 enum { Q_OP_EQ, Q_OP_NE, Q_OP_LT, Q_OP_LE, Q_OP_GT, Q_OP_GE, Q_OP_ULT, Q_OP_ULE, Q_OP_UGT, Q_OP_UGE };
 
 /* q_stats slots (per CPU) */
-enum { Q_ST_EVENTS, Q_ST_MATCHED, Q_ST_LOST_RB, Q_ST_LOST_AGG, Q_ST_LOST_JOIN, Q_ST_EMITTED, Q_ST_N };
+/* Q_ST_ENTRIES counts entry halves, in the optimizer's sampling run only
+ * (q_emit = Q_EMIT_NONE): with the join on, EVENTS then counts the pairs
+ * whose entry passed the entry-time clauses, so EVENTS/ENTRIES and
+ * MATCHED/ENTRIES are the sampled selectivities. */
+enum { Q_ST_EVENTS, Q_ST_MATCHED, Q_ST_LOST_RB, Q_ST_LOST_AGG, Q_ST_LOST_JOIN, Q_ST_EMITTED, Q_ST_ENTRIES, Q_ST_N };
 
 const volatile __u32 q_emit = Q_EMIT_FULL;
 const volatile __u32 q_join = 0;      /* 1: join entry/exit in the kernel */
@@ -341,6 +345,8 @@ static __always_inline void q_event(__u64 *r)
  * q_begin_at): the clock is read only for entries that pass the filter. */
 static __always_inline void q_enter(__u64 *r)
 {
+	if (q_emit == Q_EMIT_NONE) /* a constant: pruned from every real plan */
+		q_count(Q_ST_ENTRIES);
 	if (!q_join) {
 		if (q_emit != Q_EMIT_NONE) {
 			r[0] = bpf_ktime_get_ns();

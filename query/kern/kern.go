@@ -71,6 +71,7 @@ const (
 	StLostAgg
 	StLostJoin
 	StEmitted
+	StEntries // entry halves, counted only when nothing is emitted (sampling)
 	stN
 )
 

@@ -225,11 +225,13 @@ func (a *analysis) userOps(where, aggInKernel bool) []string {
 	return append(ops, "project")
 }
 
-// Estimate fills p.Cost for rate events per second (for entry/exit
-// tables, completed pairs per second).
-func Estimate(q *sema.Query, p *Physical, rate float64) {
+// Estimate fills p.Cost for the sampled event rate (for entry/exit tables,
+// completed pairs per second) and, when the sample saw enough events, its
+// selectivities; otherwise each pushed clause counts with its default.
+func Estimate(q *sema.Query, p *Physical, smp Sample) {
 	a := analyse(q)
 	k := &p.Kernel
+	rate := max(smp.Rate, 1) // an idle hook still ranks plans by per-event cost
 	halves := 1.0
 	if q.Table.Joined {
 		halves = 2
@@ -245,10 +247,14 @@ func Estimate(q *sema.Query, p *Physical, rate float64) {
 	sel, enterSel := 1.0, 1.0
 	if len(k.Clauses) > 0 {
 		per += costClause * float64(len(k.Clauses))
-		for _, pu := range a.push {
-			sel *= pu.sel
-			if pu.clauses[0].Enter {
-				enterSel *= pu.sel
+		if smp.Selective() {
+			sel, enterSel = smp.Sel, smp.EnterSel
+		} else {
+			for _, pu := range a.push {
+				sel *= pu.sel
+				if pu.clauses[0].Enter {
+					enterSel *= pu.sel
+				}
 			}
 		}
 	}
@@ -272,42 +278,82 @@ func Estimate(q *sema.Query, p *Physical, rate float64) {
 	p.Cost = rate * per
 }
 
-// Rates caches sampled event rates per hook.
-var rates = struct {
-	sync.Mutex
-	m map[string]rateSample
-}{m: map[string]rateSample{}}
-
-type rateSample struct {
-	rate float64
-	at   time.Time
+// Sample is what the optimizer measured of a query's hooks: events per
+// second and, when the query has pushable clauses, the fraction of events
+// that pass them all (Sel) and that pass the entry-time ones (EnterSel).
+type Sample struct {
+	Rate          float64
+	Events        uint64 // events the sample saw
+	Sel, EnterSel float64
+	Filtered      bool // the sample ran the pushed clauses
 }
 
-// SampleRate measures how many events per second the query's hooks see,
-// by loading the MVSF read with emission off for window; it is cached for
-// a minute per hook.
-func SampleRate(q *sema.Query, window time.Duration) (float64, bool, error) {
-	key := q.Table.Object + "\x00" + q.Binary + "\x00" + q.Symbol
-	rates.Lock()
-	s, ok := rates.m[key]
-	rates.Unlock()
-	if ok && time.Since(s.at) < time.Minute {
-		return s.rate, true, nil
+// minSampleEvents is how many events a sample needs before its
+// selectivities replace the defaults.
+const minSampleEvents = 100
+
+// Selective says whether s's selectivities are measured, not defaults.
+func (s Sample) Selective() bool { return s.Filtered && s.Events >= minSampleEvents }
+
+// samples caches samples per hook and clause set.
+var samples = struct {
+	sync.Mutex
+	m map[string]sampleAt
+}{m: map[string]sampleAt{}}
+
+type sampleAt struct {
+	s  Sample
+	at time.Time
+}
+
+// SampleHooks measures, for window, how many events per second the query's
+// hooks see and how many pass its pushed clauses: it loads the plan that
+// filters in the kernel with emission off (nothing crosses to user space).
+// Cached for a minute per hook and clause set.
+func SampleHooks(q *sema.Query, window time.Duration) (Sample, bool, error) {
+	cfg := kern.Config{Object: q.Table.Object, Binary: q.Binary, Symbol: q.Symbol}
+	for _, p := range Candidates(q, false) {
+		if len(p.Kernel.Clauses) > 0 && p.Kernel.Emit != kern.EmitAgg {
+			cfg = p.Kernel // any filtering plan: the clauses and what they read
+			break
+		}
 	}
-	p, err := kern.Load(kern.Config{Object: q.Table.Object, Binary: q.Binary, Symbol: q.Symbol, Emit: kern.EmitNone, RingBytes: 4096})
+	cfg.Emit, cfg.RingBytes, cfg.Proj, cfg.Keys = kern.EmitNone, 4096, nil, nil
+	cfg.Join = cfg.Join && len(cfg.Clauses) > 0 // the join only to filter
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%v", q.Table.Object, q.Binary, q.Symbol, cfg.Clauses)
+	samples.Lock()
+	c, ok := samples.m[key]
+	samples.Unlock()
+	if ok && time.Since(c.at) < time.Minute {
+		return c.s, true, nil
+	}
+	p, err := kern.Load(cfg)
 	if err != nil {
-		return 0, false, err
+		return Sample{}, false, err
 	}
 	start := time.Now()
 	time.Sleep(window)
-	st := p.Stats()
+	p.Detach() // the counters hold still while they are read
 	el := time.Since(start)
+	st := p.Stats()
 	p.Close()
-	r := float64(st[kern.StEvents]) / el.Seconds()
-	rates.Lock()
-	rates.m[key] = rateSample{r, time.Now()}
-	rates.Unlock()
-	return r, false, nil
+	s := Sample{Events: st[kern.StEvents], Filtered: len(cfg.Clauses) > 0}
+	switch {
+	case cfg.Join: // EVENTS: pairs whose entry passed; every entry has a pair
+		s.Events = st[kern.StEntries]
+		if s.Events > 0 {
+			s.EnterSel = float64(st[kern.StEvents]) / float64(s.Events)
+			s.Sel = float64(st[kern.StMatched]) / float64(s.Events)
+		}
+	case s.Events > 0:
+		s.Sel = float64(st[kern.StMatched]) / float64(s.Events)
+		s.EnterSel = 1
+	}
+	s.Rate = float64(s.Events) / el.Seconds()
+	samples.Lock()
+	samples.m[key] = sampleAt{s, time.Now()}
+	samples.Unlock()
+	return s, false, nil
 }
 
 // Choice is the optimizer's outcome.
@@ -315,7 +361,7 @@ type Choice struct {
 	Plans  []*Physical // in the order tried (cost order)
 	Chosen *Physical
 	Prog   *kern.Prog
-	Rate   float64
+	Sample Sample
 	Cached bool
 }
 
@@ -326,18 +372,14 @@ func Choose(q *sema.Query, mvsfOnly bool, sample time.Duration, refuse map[strin
 	cands := Candidates(q, mvsfOnly)
 	ch := &Choice{}
 	if !mvsfOnly {
-		r, cached, err := SampleRate(q, sample)
+		s, cached, err := SampleHooks(q, sample)
 		if err != nil {
-			return nil, fmt.Errorf("sample event rate: %w", err)
+			return nil, fmt.Errorf("sample the hooks: %w", err)
 		}
-		ch.Rate, ch.Cached = r, cached
-	}
-	rate := ch.Rate
-	if rate < 1 {
-		rate = 1 // an idle hook still ranks plans by per-event cost
+		ch.Sample, ch.Cached = s, cached
 	}
 	for _, p := range cands {
-		Estimate(q, p, rate)
+		Estimate(q, p, ch.Sample)
 		p.Outcome = "not tried: a cheaper plan loaded"
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Cost < cands[j].Cost })
@@ -389,7 +431,17 @@ func (ch *Choice) Explain(w io.Writer, q *sema.Query) {
 		if ch.Cached {
 			how = "sampled within the last minute"
 		}
-		fmt.Fprintf(w, "event rate: %.0f/s (%s)\n", ch.Rate, how)
+		fmt.Fprintf(w, "event rate: %.0f/s (%s)\n", ch.Sample.Rate, how)
+		switch s := ch.Sample; {
+		case s.Selective():
+			fmt.Fprintf(w, "selectivity: %.4f of %d sampled events pass the pushed clauses", s.Sel, s.Events)
+			if q.Table.Joined {
+				fmt.Fprintf(w, " (%.4f pass those checked at entry)", s.EnterSel)
+			}
+			fmt.Fprintln(w)
+		case s.Filtered:
+			fmt.Fprintf(w, "selectivity: defaults (the sample saw %d events, fewer than %d)\n", s.Events, minSampleEvents)
+		}
 	}
 	if ch.Chosen != nil {
 		fmt.Fprintf(w, "chosen plan: %s\n", ch.Chosen.Name)

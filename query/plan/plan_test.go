@@ -75,7 +75,7 @@ func TestCostsOrderPushdownFirst(t *testing.T) {
 	q := compile(t, "SELECT pid, MAX(latency_ns) FROM syscalls WHERE comm = 'fio' GROUP BY pid")
 	ps := Candidates(q, false)
 	for _, p := range ps {
-		Estimate(q, p, 1e6)
+		Estimate(q, p, Sample{Rate: 1e6})
 	}
 	var mvsf, agg *Physical
 	for _, p := range ps {
