@@ -82,6 +82,7 @@ func CheckQueryOptions(o QueryOptions) error { o.defaults(); return o.check() }
 type queryAcc struct {
 	iops, perCPU, wallDrop, cpuDrop   []float64
 	events, lost, preads, workloadIOs uint64
+	plan                              string // the optimizer's choice (last round)
 }
 
 // Query runs the query benchmark and returns its report.
@@ -161,6 +162,9 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 				a.lost += r.lost
 				a.preads += r.preads
 				a.workloadIOs += fr.totalIOs
+				if r.plan != "" {
+					a.plan = r.plan
+				}
 			}
 		}
 	}
@@ -203,6 +207,9 @@ func Query(ctx context.Context, opt QueryOptions) (*benchkit.Report, error) {
 			row := map[string]any{"probe_effect_pct": p, "probe_effect_wall_pct": benchkit.Median(a.wallDrop),
 				"iops": benchkit.Median(a.iops), "reads_per_cpu_s": benchkit.Median(a.perCPU),
 				"events": a.events, "lost_events": a.lost}
+			if a.plan != "" {
+				row["plan"] = a.plan
+			}
 			if q == "q2" {
 				row["workload_syscalls"] = a.workloadIOs
 				row["events_pread64"] = a.preads
@@ -271,7 +278,10 @@ func drop(base, got float64) float64 {
 }
 
 // tracedOne is one traced run's counts.
-type tracedOne struct{ events, lost, preads uint64 }
+type tracedOne struct {
+	events, lost, preads uint64
+	plan                 string
+}
 
 // tracedRun attaches mode for q, runs fio, and collects what the mode saw.
 func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, out string, runtime time.Duration) (tracedOne, fioResult, error) {
@@ -293,7 +303,7 @@ func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, o
 	if err != nil {
 		return tracedOne{}, fr, err
 	}
-	one := tracedOne{events: r.events, lost: r.lost}
+	one := tracedOne{events: r.events, lost: r.lost, plan: r.plan}
 	if q == "q2" {
 		// Every mode's events are the rows it wrote.
 		if one.events, one.preads, err = q2Count(out, fr.mainPID); err != nil {
