@@ -110,6 +110,14 @@ func (g *gen) pred(depth int) string {
 			if len(l) > 3 {
 				l = l[:1+g.pick(3)]
 			}
+			// '_' is LIKE's one-character wildcard, which the engine does
+			// not take ('prefix%' only): cut the prefix before it.
+			if i := strings.IndexByte(l, '_'); i >= 0 {
+				l = l[:i]
+			}
+			if l == "" {
+				return c.Name + " = " + g.strLit(c)
+			}
 			not := ""
 			if g.pick(4) == 0 {
 				not = "NOT "
