@@ -13,13 +13,7 @@ import (
 // checks that every statement it sent is captured with its outcome.
 func TestCapturePsqlOverTLS(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Remove)
+	tc := testenv.TLSCert(t)
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54347, Conf: tc.PostgresConf()})
 	checkCapturePsql(t, pg, "sslmode=require", Options{})
 }

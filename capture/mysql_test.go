@@ -130,13 +130,7 @@ func testMySQLParser(t *testing.T, deprecate bool, split int) {
 // captured statements against the issued ones.
 func TestCaptureMariaDB(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Remove)
+	tc := testenv.TLSCert(t)
 	m, err := servers.StartMariaDB(servers.MariaDBOptions{Port: 53308, TLS: tc})
 	if servers.IsNotInstalled(err) {
 		t.Skipf("skipped: %v", err)

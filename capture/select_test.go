@@ -22,13 +22,7 @@ import (
 // BPF must keep it out, or every query would be captured twice.
 func TestCaptureServerChildrenTLS(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Remove)
+	tc := testenv.TLSCert(t)
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54349, Conf: tc.PostgresConf()})
 	pid, err := pg.PID()
 	if err != nil {
@@ -99,14 +93,8 @@ func TestCaptureLibraryMappedLater(t *testing.T) {
 	if len(roots) == 0 {
 		t.Skip("skipped: no cgroup v2 hierarchy mounted")
 	}
-	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Remove)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54351, Conf: tc.PostgresConf()})
+	tc := testenv.TLSCert(t)
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54352, Conf: tc.PostgresConf()})
 	sys, err := FindLibSSL(os.Getpid())
 	if err != nil { // this test binary does not map libssl: find psql's
 		out, lerr := exec.Command("sh", "-c", "ldd "+pg.Bin("psql")+" | awk '/libssl.so.3/ {print $3}'").Output()

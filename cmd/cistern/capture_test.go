@@ -41,13 +41,7 @@ func TestCaptureUsage(t *testing.T) {
 // the JSON records.
 func TestCaptureCLIServerJSON(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Remove)
+	tc := testenv.TLSCert(t)
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54351, Conf: tc.PostgresConf()})
 	pid, err := pg.PID()
 	if err != nil {

@@ -64,6 +64,21 @@ func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 	return m
 }
 
+// TLSCert makes a CA and a server certificate for the test (removed
+// after); it skips the test when openssl is not installed.
+func TLSCert(t testing.TB) *servers.TLSCert {
+	t.Helper()
+	tc, err := servers.NewTLSCert()
+	if err != nil {
+		if servers.IsNotInstalled(err) {
+			t.Skipf("skipped: %v", err)
+		}
+		t.Fatalf("tls certificate: %v", err)
+	}
+	t.Cleanup(tc.Remove)
+	return tc
+}
+
 // Postgres starts a real PostgreSQL for the test and stops it after.
 func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 	t.Helper()
