@@ -421,7 +421,8 @@ func TestNonPowerOfTwoMaxBlocks(t *testing.T) {
 		t.Skip("skipped: needs clang-19 to build pool.bpf.c with CISTERN_POOL_MAX_BLOCKS=6 (make deps)")
 	}
 	obj := filepath.Join(t.TempDir(), "pool6.o")
-	out, err := exec.Command(clang, "-O2", "-g", "-Wall", "-mcpu=v3", "-I../bpf/include", "-target", "bpfel",
+	// vmlinux.h first: the tree's copy exists only after `make generate`.
+	out, err := exec.Command(clang, "-O2", "-g", "-Wall", "-mcpu=v3", "-I"+testenv.VmlinuxInclude(t), "-I../bpf/include", "-target", "bpfel",
 		"-DCISTERN_POOL_MAX_BLOCKS=6", "-c", "../bpf/pool/pool.bpf.c", "-o", obj).CombinedOutput()
 	if err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)

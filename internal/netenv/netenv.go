@@ -44,11 +44,13 @@ func (p *Pair) ClientNSName() string { return "cistern-" + p.Name + "-cli" }
 // NewPair creates the namespaces "cistern-<name>-srv" and "cistern-<name>-cli"
 // with a veth between them, addresses 10.200.<subnet>.1 (server) and .2
 // (client), both ends up, and loopback up in each namespace.
-func NewPair(name string, opt Options) (p *Pair, err error) {
+func NewPair(name string, opt Options) (_ *Pair, err error) {
 	if len(name) > 8 {
 		return nil, fmt.Errorf("netenv: name %q longer than 8 characters", name)
 	}
-	p = &Pair{
+	// p is not the named result: `return nil, err` must not clear it before
+	// the deferred clean-up runs.
+	p := &Pair{
 		Name:     name,
 		ServerNS: -1, ClientNS: -1,
 		ServerIf: "cs" + name + "s",
@@ -189,6 +191,9 @@ func Command(nsName, name string, args ...string) *exec.Cmd {
 
 // Close deletes both namespaces; the veth goes with them.
 func (p *Pair) Close() error {
+	if p == nil {
+		return nil
+	}
 	var errs []error
 	for _, h := range []netns.NsHandle{p.ServerNS, p.ClientNS} {
 		if h >= 0 {
