@@ -14,6 +14,7 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netns"
 )
 
@@ -123,7 +124,7 @@ func moveAndConfigure(ifname string, ns netns.NsHandle, ip net.IP) error {
 	if err := netlink.LinkSetNsFd(l, int(ns)); err != nil {
 		return fmt.Errorf("netenv: move %s: %w", ifname, err)
 	}
-	h, err := netlink.NewHandleAt(ns)
+	h, err := routeHandle(ns)
 	if err != nil {
 		return err
 	}
@@ -142,8 +143,15 @@ func moveAndConfigure(ifname string, ns netns.NsHandle, ip net.IP) error {
 	return h.LinkSetUp(l)
 }
 
+// routeHandle opens rtnetlink only: a handle for every family also opens
+// NETLINK_XFRM, which fails with "protocol not supported" on kernels where
+// xfrm_user is a module not loaded (Debian's 6.1 and 6.12 cloud kernels).
+func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	return netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+}
+
 func linkInfo(ns netns.NsHandle, ifname string) (int, net.HardwareAddr, error) {
-	h, err := netlink.NewHandleAt(ns)
+	h, err := routeHandle(ns)
 	if err != nil {
 		return 0, nil, err
 	}
