@@ -14,8 +14,8 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Pair is a server namespace and a client namespace joined by a veth pair.
