@@ -113,21 +113,6 @@ func monoNs() int64 {
 	return ts.Nano()
 }
 
-// countingWriter counts output lines (rows, plus a header in table/csv).
-type countingWriter struct {
-	w     io.Writer
-	lines int
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	for _, b := range p {
-		if b == '\n' {
-			c.lines++
-		}
-	}
-	return c.w.Write(p)
-}
-
 // Run compiles, loads, runs until ctx is done or opt.Duration passes, and
 // writes rows to opt.Out.
 func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
@@ -181,8 +166,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 			opt.OnMetrics(addr)
 		}
 	}
-	cw := &countingWriter{w: opt.Out}
-	eng := exec.New(q, p.Residual, cw, opt.Format)
+	eng := exec.New(q, p.Residual, opt.Out, opt.Format)
 	if opt.Plot != "" {
 		if err := eng.EnablePlot(); err != nil {
 			return nil, cli.UsageError{Err: err}
@@ -193,10 +177,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	st := prog.Stats()
 	res.LostEvents = st[kern.StLostRB] + st[kern.StLostAgg] + st[kern.StLostJoin]
 	res.Events = eng.Matched()
-	res.Rows = cw.lines
-	if opt.Format != "json" && res.Rows > 0 {
-		res.Rows-- // the header
-	}
+	res.Rows = eng.Rows()
 	if opt.Explain != nil {
 		for _, rs := range prog.RunStats() {
 			fmt.Fprintf(opt.Explain, "measured: %s ran %d times, %.0f ns per run (BPF run-time statistics)\n", rs.Prog, rs.Runs, rs.NsPerRun)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,72 @@ func TestFallbackWhenRefused(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || lines[0] != "n" || lines[1] < "1000" && len(lines[1]) < 4 {
 		t.Errorf("csv output %q", out)
+	}
+}
+
+// histBar is one bar line of the table format: range, count, bar of 52.
+var histBar = regexp.MustCompile(`^(\(\.\.\., 0\]|\[1\]|\[(\d+[KMGTPE]?), (\d+[KMGTPE]?)\)) +(\d+) \|(@*)( *)\|$`)
+
+// TestHistTableThroughKernel: dd's one-byte reads, histogrammed by the
+// plan the optimizer picks (the kernel's per-CPU histograms when it
+// aggregates there), print as bpftrace-style bars in the table format:
+// a header naming the group, then consecutive buckets whose counts add up
+// to the group's COUNT(*), the largest bar 52 columns wide. JSON has the
+// same buckets as numbers.
+func TestHistTableThroughKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	const n = 5000
+	sql := "SELECT comm, syscall, COUNT(*) AS calls, HIST(latency_ns) AS lat FROM syscalls WHERE comm = 'dd' AND syscall = 'read' AND arg2 = 1 GROUP BY comm, syscall"
+	res, out, explain := during(t, sql, Options{Format: "table"}, func() { dd(t, n) })
+	t.Logf("plan %s\n%s", res.Plan, out)
+	if !strings.Contains(res.Plan, "agg") {
+		t.Logf("the optimizer did not aggregate in the kernel:\n%s", explain)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	m := regexp.MustCompile(`^comm=dd  syscall=read  calls=(\d+)$`).FindStringSubmatch(lines[0])
+	if m == nil || len(lines) < 3 || lines[1] != "lat:" {
+		t.Fatalf("want a block headed comm=dd  syscall=read  calls=N, then lat:, got\n%s", out)
+	}
+	calls, _ := strconv.ParseUint(m[1], 10, 64)
+	if calls < n && res.LostEvents == 0 {
+		t.Errorf("calls = %d, want >= %d", calls, n)
+	}
+	var sum uint64
+	full, prevHi := false, ""
+	for _, l := range lines[2:] {
+		b := histBar.FindStringSubmatch(l)
+		if b == nil || len(b[5])+len(b[6]) != 52 {
+			t.Fatalf("not a bar line: %q\n%s", l, out)
+		}
+		if b[2] != "" && prevHi != "" && b[2] != prevHi {
+			t.Fatalf("bucket %q does not follow the previous one (up to %s): gaps must be printed\n%s", l, prevHi, out)
+		}
+		prevHi = b[3]
+		c, _ := strconv.ParseUint(b[4], 10, 64)
+		sum += c
+		full = full || len(b[5]) == 52
+	}
+	if sum != calls || !full || res.Rows != 1 {
+		t.Fatalf("bucket counts add up to %d, want %d; a full bar: %v; rows %d\n%s", sum, calls, full, res.Rows, out)
+	}
+
+	res, out, _ = during(t, sql, Options{Format: "json"}, func() { dd(t, n) })
+	var row struct {
+		Calls uint64
+		Lat   []struct{ Min, Max, Count uint64 }
+	}
+	if err := json.Unmarshal([]byte(out), &row); err != nil || len(row.Lat) == 0 {
+		t.Fatalf("json %q: %v", out, err)
+	}
+	sum = 0
+	for _, b := range row.Lat {
+		sum += b.Count
+		if b.Min > b.Max || (b.Min > 0 && b.Max != 2*b.Min-1) {
+			t.Fatalf("bucket %+v is not a log2 bucket: %s", b, out)
+		}
+	}
+	if sum != row.Calls || res.Rows != 1 {
+		t.Fatalf("JSON buckets add up to %d, calls %d, rows %d: %s", sum, row.Calls, res.Rows, out)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // --explain, then the same query MVSF-only for comparison.
 func demoQuery(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
-	sql := "SELECT syscall, COUNT(*) AS calls, MAX(latency_ns) AS max_ns FROM syscalls GROUP BY syscall ORDER BY calls DESC LIMIT 8"
+	sql := "SELECT syscall, COUNT(*) AS calls, MAX(latency_ns) AS worst FROM syscalls GROUP BY syscall ORDER BY calls DESC LIMIT 8"
 	fmt.Fprintf(out, "$ cistern query %q --duration 3s --explain\n", sql)
 	stop := make(chan struct{})
 	defer close(stop)

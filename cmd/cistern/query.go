@@ -36,7 +36,8 @@ join and partial aggregation into the kernel when that is cheaper.
   SELECT <expr [AS name], ...> FROM <table> [WHERE ...] [GROUP BY ...]
     [WINDOW <n>s|<n>ms] [HAVING ...] [ORDER BY ... [ASC|DESC]] [LIMIT n]
 
-Aggregates: COUNT(*), COUNT(x), SUM, MIN, MAX, AVG, HIST (log2 buckets),
+Aggregates: COUNT(*), COUNT(x), SUM, MIN, MAX, AVG, HIST (log2 buckets,
+drawn as bars in the table format; numbers in JSON and CSV),
 QUANTILE(x, 0.99) (exact up to 65536 values per group, then sampled),
 COUNT(DISTINCT x) (exact, kept in user space). Without WINDOW, aggregates
 are printed at the end of --duration or on Ctrl-C. 'cistern query --schema'

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"math/rand"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -59,6 +61,29 @@ func TestQueryCSVRun(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "chosen plan: agg") {
 		t.Fatalf("explain:\n%s", stderr)
+	}
+}
+
+// TestQueryHistWindowedTable: a windowed HIST and QUANTILE query through
+// the binary, in the table format, while dd makes one-byte reads: each
+// window's blocks are headed by its end time, the group's line carries
+// the quantile with a unit, and the histogram is bars.
+func TestQueryHistWindowedTable(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	dd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=1", "status=none", "count=100000000")
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { dd.Process.Kill(); dd.Wait() }()
+	out, stderr, code := run(bin, "query", "SELECT syscall, QUANTILE(latency_ns, 0.99) AS p99, HIST(latency_ns) AS lat FROM syscalls WHERE comm = 'dd' AND syscall = 'read' GROUP BY syscall WINDOW 300ms", "--duration", "1s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	windows := regexp.MustCompile(`(?m)^window ending \d\d:\d\d:\d\d\.\d{3}\nsyscall=read  p99=\d+(\.\d\d)?(ns|us|ms|s)\nlat:\n`).FindAllStringIndex(out, -1)
+	bars := regexp.MustCompile(`(?m)^(\[1\]|\[\d+[KM]?, \d+[KM]?\)) +\d+ \|@{52}\|$`).FindAllString(out, -1)
+	if len(windows) < 2 || len(bars) < len(windows) {
+		t.Fatalf("want blocks per window (%d) each with a full bar (%d):\n%s", len(windows), len(bars), out)
 	}
 }
 

@@ -46,18 +46,25 @@ type Engine struct {
 // New builds the user half; where is the residual WHERE (nil: none).
 func New(q *sema.Query, where parse.Expr, out io.Writer, format string) *Engine {
 	var names []string
+	var kinds []colKind
 	if q.Window > 0 {
 		names = append(names, "window_end_ns")
+		kinds = append(kinds, colClock)
 	}
 	for _, it := range q.Items {
 		names = append(names, it.Name)
+		kinds = append(kinds, itemKind(q, it))
 	}
-	return &Engine{q: q, en: env{q}, where: where, w: newWriter(out, format, names), windowed: q.Window > 0,
+	return &Engine{q: q, en: env{q}, where: where, w: newWriter(out, format, names, kinds, q.Window > 0), windowed: q.Window > 0,
 		groups: map[string]*group{}, pending: map[uint64]*[kern.NSaved]uint64{}, rnd: 1}
 }
 
 // Matched counts rows that passed the user-side WHERE.
 func (e *Engine) Matched() uint64 { return e.matched }
+
+// Rows counts the rows written (a table's header, and the lines of its
+// histogram blocks, are not rows).
+func (e *Engine) Rows() int { return e.w.rows }
 
 // Done reports that LIMIT was reached on a streaming query.
 func (e *Engine) Done() bool { return e.done }

@@ -96,7 +96,7 @@ func TestKernelPartialsMerge(t *testing.T) {
 	if err := e.Window(123); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"window_end_ns":123,"pid":77,"n":3,"lo":1,"hi":6,"s":11,"h":{"4":2}}`
+	want := `{"window_end_ns":123,"pid":77,"n":3,"lo":1,"hi":6,"s":11,"h":[{"min":4,"max":7,"count":2}]}`
 	if strings.TrimSpace(out.String()) != want {
 		t.Fatalf("got  %s\nwant %s", out.String(), want)
 	}

@@ -261,7 +261,9 @@ func (v Value) appendKey(b []byte) []byte {
 	return b
 }
 
-// text renders v for table and CSV output.
+// text renders v for CSV output (the table format renders through
+// writer.cell): a histogram as [lower bound:count …], its non-empty
+// buckets.
 func (v Value) text() string {
 	switch v.k {
 	case kNull:
@@ -315,13 +317,7 @@ func (v Value) jsonValue() any {
 	case kBool:
 		return v.i != 0
 	case kHist:
-		m := map[string]uint64{}
-		for i, n := range v.h {
-			if n > 0 {
-				m[histLabel(i)] = n
-			}
-		}
-		return m
+		return histJSON(v.h)
 	}
 	return nil
 }

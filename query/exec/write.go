@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -15,20 +16,46 @@ import (
 // writer prints output rows in one of the formats.
 type writer struct {
 	format  string
-	names   []string
+	names   []string // JSON keys and CSV header
+	tnames  []string // table header: window_end for window_end_ns
+	kinds   []colKind
 	widths  []int
 	w       *bufio.Writer
 	csv     *csv.Writer
 	started bool
 	csvLine []byte // the CSV row being formatted, reused
+	rows    int    // rows written
+
+	windowed   bool                  // column 0 is window_end_ns
+	blocks     bool                  // table with histograms: a block per row
+	wall       func(int64) time.Time // CLOCK_MONOTONIC ns to wall clock
+	lastWindow int64                 // the window whose blocks are being written
 }
 
-func newWriter(out io.Writer, format string, names []string) *writer {
-	wr := &writer{format: format, names: names, w: bufio.NewWriterSize(out, 64<<10)}
+// newWriter writes rows of the columns names; kinds says how the table
+// format renders each (nil: all plain); windowed, that column 0 is
+// window_end_ns.
+func newWriter(out io.Writer, format string, names []string, kinds []colKind, windowed bool) *writer {
+	wr := &writer{format: format, names: names, w: bufio.NewWriterSize(out, 64<<10), windowed: windowed}
 	if format == "csv" {
 		wr.csv = csv.NewWriter(wr.w)
 	}
-	for _, n := range names {
+	wr.kinds = make([]colKind, len(names))
+	copy(wr.kinds, kinds)
+	if windowed {
+		wr.kinds[0] = colClock // whatever kinds says
+		wr.wall = monoToWall()
+	}
+	wr.tnames = append([]string(nil), names...)
+	for i, k := range wr.kinds {
+		switch k {
+		case colClock:
+			wr.tnames[i] = strings.TrimSuffix(names[i], "_ns")
+		case colHist:
+			wr.blocks = format == "table"
+		}
+	}
+	for _, n := range wr.tnames {
 		w := len(n)
 		if w < 10 {
 			w = 10
@@ -39,6 +66,7 @@ func newWriter(out io.Writer, format string, names []string) *writer {
 }
 
 func (wr *writer) row(vals []Value) error {
+	wr.rows++
 	switch wr.format {
 	case "json":
 		var b strings.Builder
@@ -79,13 +107,17 @@ func (wr *writer) row(vals []Value) error {
 		_, err := wr.w.Write(wr.csvLine)
 		return err
 	}
+	if wr.blocks {
+		wr.block(vals)
+		return nil
+	}
 	if !wr.started {
 		wr.started = true
-		wr.line(wr.names)
+		wr.line(wr.tnames)
 	}
 	s := make([]string, len(vals))
 	for i, v := range vals {
-		s[i] = v.text()
+		s[i] = wr.cell(i, v)
 	}
 	wr.line(s)
 	return nil
@@ -94,12 +126,12 @@ func (wr *writer) row(vals []Value) error {
 // fit widens table columns to the values of a batch (before the header
 // is printed: a stream keeps the widths it started with).
 func (wr *writer) fit(rows [][]Value) {
-	if wr.format != "table" || wr.started {
+	if wr.format != "table" || wr.started || wr.blocks {
 		return
 	}
 	for _, r := range rows {
 		for i, v := range r {
-			if n := len(v.text()); i < len(wr.widths) && n > wr.widths[i] && n <= 48 {
+			if n := len(wr.cell(i, v)); i < len(wr.widths) && n > wr.widths[i] && n <= 48 {
 				wr.widths[i] = n
 			}
 		}
