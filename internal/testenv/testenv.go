@@ -14,6 +14,16 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/servers"
 )
 
+// NeedServers skips a test that talks to a real server (memcached,
+// PostgreSQL, MariaDB) when CISTERN_SKIP_SERVERS=1: the fast kernel matrix
+// runs the tests that need none, `make kernel-matrix FULL=1` runs them all.
+func NeedServers(t testing.TB) {
+	t.Helper()
+	if os.Getenv("CISTERN_SKIP_SERVERS") == "1" {
+		t.Skip("skipped: needs a real server; CISTERN_SKIP_SERVERS=1 (the fast kernel matrix) leaves server tests to the full run")
+	}
+}
+
 // RequireRoot skips the test, naming the capability, unless run as root.
 func RequireRoot(t testing.TB) {
 	t.Helper()
@@ -53,6 +63,7 @@ func NetPair(t testing.TB, name string) *netenv.Pair {
 // Memcached starts a real memcached for the test and stops it after.
 func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 	t.Helper()
+	NeedServers(t)
 	m, err := servers.StartMemcached(opt)
 	if err != nil {
 		if servers.IsNotInstalled(err) {
@@ -68,6 +79,7 @@ func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 // after); it skips the test when openssl is not installed.
 func TLSCert(t testing.TB) *servers.TLSCert {
 	t.Helper()
+	NeedServers(t)
 	tc, err := servers.NewTLSCert()
 	if err != nil {
 		if servers.IsNotInstalled(err) {
@@ -82,6 +94,7 @@ func TLSCert(t testing.TB) *servers.TLSCert {
 // Postgres starts a real PostgreSQL for the test and stops it after.
 func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 	t.Helper()
+	NeedServers(t)
 	p, err := servers.StartPostgres(opt)
 	if err != nil {
 		if servers.IsNotInstalled(err) {
