@@ -193,26 +193,33 @@ func checkNativePeer(cmd *cobra.Command, ifindex int, iface string) error {
 }
 
 // watchDriver publishes the interface's drop counters for 'cistern kv
-// stats' every second and warns, at most every 10 s, while XDP_TX replies
-// are being dropped by the driver.
+// stats' every second and warns, at most every 10 s each, while XDP_TX
+// replies are being dropped by the driver, and while the veth peer that
+// native mode relies on runs no XDP program (with only GRO on the peer,
+// the veth loses XDP_TX frames without counting them).
 func watchDriver(ctx context.Context, cmd *cobra.Command, srv *kv.Server, iface string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var warned uint64
-	var lastWarn time.Time
+	var lastDrop, lastPeer time.Time
+	watchPeer := srv.XDPMode == "native" && srv.Link.Peer != nil
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		c, err := srv.PublishDriverCounters()
-		if err != nil {
-			continue
+		if c, err := srv.PublishDriverCounters(); err == nil {
+			if n := c["driver_xdp_tx_errors"]; n > warned && time.Since(lastDrop) >= 10*time.Second {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: %s dropped %d XDP_TX replies so far (driver_xdp_tx_errors): on a veth, the peer must run an XDP program, or restart with --xdp-mode auto\n", iface, n)
+				warned, lastDrop = n, time.Now()
+			}
 		}
-		if n := c["driver_xdp_tx_errors"]; n > warned && time.Since(lastWarn) >= 10*time.Second {
-			fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: %s dropped %d XDP_TX replies so far (driver_xdp_tx_errors): on a veth, the peer must run an XDP program, or restart with --xdp-mode auto\n", iface, n)
-			warned, lastWarn = n, time.Now()
+		if watchPeer && time.Since(lastPeer) >= 10*time.Second {
+			if li, err := kv.InspectLink(srv.Link.Ifindex); err == nil && li.Peer != nil && li.Peer.Err == nil && !li.Peer.Delivers() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: the veth peer of %s (%s) no longer runs an XDP program: replies sent with XDP_TX are lost; give it one again, or restart with --xdp-mode auto\n", iface, li.Peer)
+				lastPeer = time.Now()
+			}
 		}
 	}
 }

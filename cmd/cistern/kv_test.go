@@ -306,7 +306,8 @@ func TestKVServeVethXDPMode(t *testing.T) {
 	}
 	s.stop(t)
 	t.Logf("serve's stderr: %s", strings.TrimSpace(s.stderr.String()))
-	if !strings.Contains(s.stderr.String(), "dropped") || !strings.Contains(s.stderr.String(), "driver_xdp_tx_errors") {
-		t.Errorf("serve did not warn about the dropped replies: %q", s.stderr.String())
+	if !strings.Contains(s.stderr.String(), "dropped") || !strings.Contains(s.stderr.String(), "driver_xdp_tx_errors") ||
+		!strings.Contains(s.stderr.String(), "no longer runs an XDP program") {
+		t.Errorf("serve did not warn about the dropped replies and the peer: %q", s.stderr.String())
 	}
 }
