@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // getsOnce sends each GET once (no resend) and counts the replies that
@@ -182,5 +186,73 @@ func TestSumXDPTxErrors(t *testing.T) {
 	}
 	if _, ok := sumXDPTxErrors(map[string]uint64{"rx_packets": 1}); ok {
 		t.Error("no such statistic: want absent")
+	}
+}
+
+// TestInspectLink reads a veth whose peer is in the same namespace (with no
+// XDP program, generic XDP, then native XDP on the peer: only the last
+// delivers native XDP_TX), and a device that is no veth (loopback); the
+// cross-namespace peer is covered by the tests above.
+func TestInspectLink(t *testing.T) {
+	pair := testenv.NetPair(t, "kvinsp")
+	err := netenv.Do(pair.ServerNS, func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "kvinspa"}, PeerName: "kvinspb"}); err != nil {
+			return err
+		}
+		a, err := netlink.LinkByName("kvinspa")
+		if err != nil {
+			return err
+		}
+		b, err := netlink.LinkByName("kvinspb")
+		if err != nil {
+			return err
+		}
+		li, err := InspectLink(a.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		if li.Name != "kvinspa" || li.Kind != "veth" || li.Peer == nil {
+			return fmt.Errorf("veth: %+v", li)
+		}
+		if p := li.Peer; p.Err != nil || p.NetnsID != -1 || p.Ifindex != b.Attrs().Index || p.Delivers() {
+			return fmt.Errorf("same-namespace peer: %+v", *p)
+		}
+		// Generic XDP on the peer does not make native XDP_TX deliver;
+		// driver mode does.
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}})
+		if err != nil {
+			return err
+		}
+		defer prog.Close()
+		for _, m := range []struct {
+			flags    link.XDPAttachFlags
+			attached uint8
+			delivers bool
+		}{{link.XDPGenericMode, 2, false}, {link.XDPDriverMode, xdpAttachedDrv, true}} {
+			l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: b.Attrs().Index, Flags: m.flags})
+			if err != nil {
+				return err
+			}
+			li, err = InspectLink(a.Attrs().Index)
+			l.Close()
+			if err != nil {
+				return err
+			}
+			if p := li.Peer; p.XDPAttached != m.attached || p.Delivers() != m.delivers {
+				return fmt.Errorf("peer with XDP flags %v: %+v", m.flags, *p)
+			}
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if li, err = InspectLink(lo.Attrs().Index); err != nil || li.Kind != "" || li.Peer != nil {
+			return fmt.Errorf("lo: %+v %v", li, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
