@@ -259,8 +259,8 @@ func (s *Server) Attach(ifindex int, mode XDPMode) error {
 		l, err = native()
 		s.XDPMode, s.XDPReason = "native", "auto"
 		if err != nil {
+			s.XDPMode, s.XDPReason = "generic", fmt.Sprintf("auto: native XDP failed: %v", err)
 			l, err = generic()
-			s.XDPMode, s.XDPReason = "generic", "auto: the driver has no native XDP"
 		}
 	default:
 		_, err := ParseXDPMode(string(mode))
