@@ -218,8 +218,11 @@ func runKVMode(ctx context.Context, rep *benchkit.Report, pair *netenv.Pair, mod
 		}
 		defer srv.Close()
 		var peer link.Link
-		native := opt.Native || strings.HasSuffix(mode, "-native")
-		err = netenv.Do(pair.ServerNS, func() error { return srv.Attach(pair.ServerIfindex, !native) })
+		xdpMode := kv.XDPGeneric
+		if opt.Native || strings.HasSuffix(mode, "-native") {
+			xdpMode = kv.XDPNative // the client end gets an XDP_PASS program below
+		}
+		err = netenv.Do(pair.ServerNS, func() error { return srv.Attach(pair.ServerIfindex, xdpMode) })
 		if err == nil && srv.XDPMode == "native" {
 			err = netenv.Do(pair.ClientNS, func() (err error) {
 				peer, err = srv.AttachPeerPass(pair.ClientIfindex)

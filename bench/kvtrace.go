@@ -176,7 +176,7 @@ func kvTraceRun(ctx context.Context, pair *netenv.Pair, cfg kv.Config, p string,
 		return nil, err
 	}
 	defer srv.Close()
-	if err := netenv.Do(pair.ServerNS, func() error { return srv.Attach(pair.ServerIfindex, true) }); err != nil {
+	if err := netenv.Do(pair.ServerNS, func() error { return srv.Attach(pair.ServerIfindex, kv.XDPGeneric) }); err != nil {
 		return nil, err
 	}
 	var drainErr error

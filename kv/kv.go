@@ -134,10 +134,15 @@ type Server struct {
 	Cfg   Config
 	objs  kernObjects
 	links []link.Link
-	// XDPMode is "native" or "generic" once attached.
-	XDPMode string
-	pinned  string
-	policy  *policyState // --policy, else nil
+	// XDPMode is "native" or "generic" once attached; XDPReason says why.
+	XDPMode   string
+	XDPReason string
+	// Link is the interface Attach inspected (kind, veth peer).
+	Link      LinkInfo
+	pinned    string
+	policy    *policyState // --policy, else nil
+	driver    *driverStats // the interface's drop counters, after Attach
+	driverMap *ebpf.Map    // where PublishDriverCounters writes them, after Pin
 }
 
 // Policies are the names Config.Policy accepts.
@@ -212,22 +217,57 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 	return s, nil
 }
 
-// Attach puts the XDP program on ifindex (native when the driver supports
-// it, else generic), the big-reply path on its TCX ingress and the fill
-// program on its TCX egress.
-func (s *Server) Attach(ifindex int, forceGeneric bool) error {
-	var l link.Link
-	var err error
-	if !forceGeneric {
-		l, err = link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPDriverMode})
-		s.XDPMode = "native"
+// Attach puts the XDP program on ifindex, the big-reply path on its TCX
+// ingress and the fill program on its TCX egress; it runs in the
+// interface's network namespace. mode is XDPAuto (generic on a veth, else
+// native when the driver supports it, else generic), XDPNative (no
+// fallback; on a veth the caller checks the peer first, see
+// VethPeer.Delivers) or XDPGeneric. XDPMode and XDPReason say what was
+// chosen and why.
+func (s *Server) Attach(ifindex int, mode XDPMode) error {
+	if mode == "" {
+		mode = XDPAuto
 	}
-	if forceGeneric || err != nil {
-		l, err = link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPGenericMode})
-		s.XDPMode = "generic"
+	li, err := InspectLink(ifindex)
+	if err != nil {
+		return err
+	}
+	s.Link = li
+	native := func() (link.Link, error) {
+		return link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPDriverMode})
+	}
+	generic := func() (link.Link, error) {
+		return link.AttachXDP(link.XDPOptions{Program: s.objs.KvXdp, Interface: ifindex, Flags: link.XDPGenericMode})
+	}
+	var l link.Link
+	switch mode {
+	case XDPGeneric:
+		l, err = generic()
+		s.XDPMode, s.XDPReason = "generic", "asked for"
+	case XDPNative:
+		l, err = native()
+		s.XDPMode, s.XDPReason = "native", "asked for"
+		if err != nil {
+			return fmt.Errorf("attach native XDP to %s: %w (use --xdp-mode generic)", li.Name, err)
+		}
+	case XDPAuto:
+		if li.Kind == "veth" {
+			l, err = generic()
+			s.XDPMode, s.XDPReason = "generic", "auto: a veth delivers native XDP_TX replies only to a peer that runs an XDP program"
+			break
+		}
+		l, err = native()
+		s.XDPMode, s.XDPReason = "native", "auto"
+		if err != nil {
+			s.XDPMode, s.XDPReason = "generic", fmt.Sprintf("auto: native XDP failed: %v", err)
+			l, err = generic()
+		}
+	default:
+		_, err := ParseXDPMode(string(mode))
+		return err
 	}
 	if err != nil {
-		return fmt.Errorf("attach XDP to ifindex %d: %w", ifindex, err)
+		return fmt.Errorf("attach XDP to %s: %w", li.Name, err)
 	}
 	s.links = append(s.links, l)
 	for _, t := range []struct {
@@ -237,9 +277,13 @@ func (s *Server) Attach(ifindex int, forceGeneric bool) error {
 		l, err = link.AttachTCX(link.TCXOptions{Program: t.prog, Interface: ifindex, Attach: t.at})
 		if err != nil {
 			s.Close()
-			return fmt.Errorf("attach TCX %v to ifindex %d: %w", t.at, ifindex, err)
+			return fmt.Errorf("attach TCX %v to %s: %w", t.at, li.Name, err)
 		}
 		s.links = append(s.links, l)
+	}
+	if s.driver, err = openDriverStats(ifindex); err != nil {
+		s.Close()
+		return err
 	}
 	return nil
 }
@@ -258,13 +302,30 @@ func (s *Server) Pin(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for name, m := range s.maps() {
+	if s.driverMap == nil {
+		m, err := newDriverMap()
+		if err != nil {
+			return fmt.Errorf("driver counter map: %w", err)
+		}
+		s.driverMap = m
+	}
+	s.pinned = dir
+	for name, m := range s.pinnedMaps() {
 		if err := m.Pin(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("pin %s: %w", name, err)
 		}
 	}
-	s.pinned = dir
-	return nil
+	_, err := s.PublishDriverCounters()
+	return err
+}
+
+// pinnedMaps are the maps Pin pins: the BPF object's and the driver counters.
+func (s *Server) pinnedMaps() map[string]*ebpf.Map {
+	m := s.maps()
+	if s.driverMap != nil {
+		m[driverMapName] = s.driverMap
+	}
+	return m
 }
 
 func (s *Server) maps() map[string]*ebpf.Map {
@@ -282,12 +343,18 @@ func (s *Server) Close() error {
 	}
 	s.links = nil
 	if s.pinned != "" {
-		for name := range s.maps() {
+		for name := range s.pinnedMaps() {
 			os.Remove(filepath.Join(s.pinned, name))
 		}
 		os.Remove(s.pinned)
 		s.pinned = ""
 	}
+	if s.driverMap != nil {
+		s.driverMap.Close()
+		s.driverMap = nil
+	}
+	s.driver.close()
+	s.driver = nil
 	if s.policy != nil {
 		s.policy.close()
 		s.policy = nil

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
@@ -32,6 +33,8 @@ func entryMaxBlocks(valueSize uint32) int {
 
 // Stats is what `cistern kv stats --json` prints.
 type Stats struct {
+	// Counters are the kv_stats counters (StatNames) and, beside them, the
+	// interface's drop counters (DriverStatNames).
 	Counters map[string]uint64 `json:"counters"`
 	Pool     pool.Stats        `json:"pool"`
 	// KernelHitRatio = hits / (hits + misses).
@@ -43,18 +46,44 @@ type statMaps struct {
 	stats, entries, index, blocks, poolStats *ebpf.Map
 }
 
-// Stats reads the live counters and pool statistics.
+// Stats reads the live counters, the driver's drop counters and the pool
+// statistics.
 func (s *Server) Stats() (Stats, error) {
-	return readStats(statMaps{s.objs.KvStats, s.objs.KvEntries, s.objs.PoolIndex, s.objs.PoolBlocks, s.objs.PoolStats})
+	st, err := readStats(statMaps{s.objs.KvStats, s.objs.KvEntries, s.objs.PoolIndex, s.objs.PoolBlocks, s.objs.PoolStats})
+	if err != nil {
+		return st, err
+	}
+	dc, err := s.DriverCounters()
+	if err != nil {
+		return st, err
+	}
+	maps.Copy(st.Counters, dc)
+	return st, nil
 }
 
 // Counters reads only the per-CPU counters (cheap: for Prometheus scrapes).
 func (s *Server) Counters() (map[string]uint64, error) { return readCounters(s.objs.KvStats) }
 
+// CountersAndDriver is Counters with the driver's drop counters beside
+// them (DriverStatNames), for Prometheus.
+func (s *Server) CountersAndDriver() (map[string]uint64, error) {
+	c, err := s.Counters()
+	if err != nil {
+		return nil, err
+	}
+	dc, err := s.DriverCounters()
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(c, dc)
+	return c, nil
+}
+
 // PoolCounters reads the pool's per-CPU counters (allocations, frees, full, …).
 func (s *Server) PoolCounters() (map[string]uint64, error) { return pool.Counters(s.objs.PoolStats) }
 
-// PinnedStats reads statistics from maps pinned by `cistern kv serve`.
+// PinnedStats reads statistics from maps pinned by `cistern kv serve`; its
+// driver counters are the ones it last published (every second).
 func PinnedStats(dir string) (Stats, error) {
 	var m statMaps
 	for name, dst := range map[string]**ebpf.Map{
@@ -68,7 +97,12 @@ func PinnedStats(dir string) (Stats, error) {
 		defer mp.Close()
 		*dst = mp
 	}
-	return readStats(m)
+	st, err := readStats(m)
+	if err != nil {
+		return st, err
+	}
+	maps.Copy(st.Counters, pinnedDriverCounters(dir))
+	return st, nil
 }
 
 func readCounters(m *ebpf.Map) (map[string]uint64, error) { return percpu.Sum(m, StatNames) }

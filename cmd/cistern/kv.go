@@ -37,6 +37,7 @@ func newKVServeCmd() *cobra.Command {
 		iface     string
 		mcAddr    string
 		metricsAt string
+		xdpMode   string
 		generic   bool
 	)
 	c := &cobra.Command{
@@ -50,7 +51,13 @@ through; TCP writes invalidate the kernel copy before memcached sees them.
 (cistern cache replay's): the data path queues hits and fills, a drainer
 applies them every millisecond and evicts ahead of need, keeping 1/16 of
 the pool free.
-Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
+--xdp-mode auto (the default) attaches generic XDP on a veth, where native
+XDP_TX replies reach the peer only if the peer runs an XDP program of its
+own, and native XDP elsewhere (generic if the driver has none); native on a
+veth whose peer runs no XDP program is refused.
+Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit;
+driver_xdp_tx_errors and driver_tx_dropped are replies the interface
+dropped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.RequireRoot("cistern kv serve"); err != nil {
@@ -68,9 +75,24 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			if err := cfg.Validate(); err != nil {
 				return cli.UsageError{Err: err}
 			}
+			mode, err := kv.ParseXDPMode(xdpMode)
+			if err != nil {
+				return cli.UsageError{Err: err}
+			}
+			if generic {
+				if cmd.Flags().Changed("xdp-mode") && mode != kv.XDPGeneric {
+					return cli.Usagef("--generic and --xdp-mode %s contradict each other: give only --xdp-mode", mode)
+				}
+				mode = kv.XDPGeneric
+			}
 			l, err := netlink.LinkByName(iface)
 			if err != nil {
 				return cli.Usagef("--iface %s: no such interface", iface)
+			}
+			if mode == kv.XDPNative {
+				if err := checkNativePeer(cmd, l.Attrs().Index, iface); err != nil {
+					return err
+				}
 			}
 			if err := checkMemcached(host, portStr); err != nil {
 				return err
@@ -81,7 +103,7 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 				return err
 			}
 			defer srv.Close()
-			if err := srv.Attach(l.Attrs().Index, generic); err != nil {
+			if err := srv.Attach(l.Attrs().Index, mode); err != nil {
 				return err
 			}
 			if mountedNow, err := mounts.Ensure(mounts.BPFFS); err != nil {
@@ -100,7 +122,7 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			defer stop()
 			if metricsAt != "" {
 				addr, err := metrics.Serve(ctx, metricsAt,
-					metrics.NewCounterSet("cistern", "kv", srv.Counters),
+					metrics.NewCounterSet("cistern", "kv", srv.CountersAndDriver),
 					metrics.NewCounterSet("cistern", "kv_pool", srv.PoolCounters),
 					metrics.NewCounterSet("cistern", "kv_policy", srv.PolicyCounters))
 				if err != nil {
@@ -113,8 +135,9 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 			if policy == "" {
 				policy = "fifo ring"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
-				cfg.Mode, policy, iface, srv.XDPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
+				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			go watchDriver(ctx, cmd, srv, iface)
 			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
 			<-ctx.Done()
 			st, err := srv.Stats()
@@ -142,8 +165,63 @@ Counters: 'cistern kv stats --json', Prometheus at --metrics, and on exit.`,
 	f.DurationVar(&cfg.FillTTL, "fill-ttl", 0, "expire values filled from GET replies after this long (0: never)")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy when the pool is full: "+strings.Join(kv.Policies(), "|")+" (default: the built-in FIFO ring)")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9101)")
-	f.BoolVar(&generic, "generic", false, "force generic XDP even where the driver supports native")
+	f.StringVar(&xdpMode, "xdp-mode", string(kv.XDPAuto), "auto (generic on a veth, else native when the driver has it), native or generic")
+	f.BoolVar(&generic, "generic", false, "same as --xdp-mode generic")
+	f.MarkDeprecated("generic", "use --xdp-mode generic")
 	return c
+}
+
+// checkNativePeer refuses --xdp-mode native on a veth whose peer runs no
+// XDP program: the veth driver would drop every reply sent with XDP_TX
+// (or, with only GRO on the peer, lose it without counting it). A peer that
+// cannot be read gets a warning; the drop counters then tell.
+func checkNativePeer(cmd *cobra.Command, ifindex int, iface string) error {
+	li, err := kv.InspectLink(ifindex)
+	if err != nil {
+		return err
+	}
+	p := li.Peer
+	switch {
+	case p == nil || p.Delivers():
+		return nil
+	case p.Err == nil:
+		return cli.Usagef("--xdp-mode native on %s: its veth peer (%s) runs no XDP program, so the veth driver would drop every reply sent with XDP_TX; use --xdp-mode auto (generic on a veth) or attach an XDP program to the peer first", iface, p)
+	default:
+		fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: cannot see whether the veth peer of %s (%s) runs an XDP program (%v); without one, every reply sent with XDP_TX is dropped (watch driver_xdp_tx_errors; --xdp-mode auto avoids it)\n", iface, p, p.Err)
+		return nil
+	}
+}
+
+// watchDriver publishes the interface's drop counters for 'cistern kv
+// stats' every second and warns, at most every 10 s each, while XDP_TX
+// replies are being dropped by the driver, and while the veth peer that
+// native mode relies on runs no XDP program (with only GRO on the peer,
+// the veth loses XDP_TX frames without counting them).
+func watchDriver(ctx context.Context, cmd *cobra.Command, srv *kv.Server, iface string) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var warned uint64
+	var lastDrop, lastPeer time.Time
+	watchPeer := srv.XDPMode == "native" && srv.Link.Peer != nil
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if c, err := srv.PublishDriverCounters(); err == nil {
+			if n := c["driver_xdp_tx_errors"]; n > warned && time.Since(lastDrop) >= 10*time.Second {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: %s dropped %d XDP_TX replies so far (driver_xdp_tx_errors): on a veth, the peer must run an XDP program, or restart with --xdp-mode auto\n", iface, n)
+				warned, lastDrop = n, time.Now()
+			}
+		}
+		if watchPeer && time.Since(lastPeer) >= 10*time.Second {
+			if li, err := kv.InspectLink(srv.Link.Ifindex); err == nil && li.Peer != nil && li.Peer.Err == nil && !li.Peer.Delivers() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: the veth peer of %s (%s) no longer runs an XDP program: replies sent with XDP_TX are lost; give it one again, or restart with --xdp-mode auto\n", iface, li.Peer)
+				lastPeer = time.Now()
+			}
+		}
+	}
 }
 
 // checkMemcached fails clearly when nothing answers at host:port.

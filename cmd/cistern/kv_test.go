@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// syncBuf is a bytes.Buffer a running command writes while the test reads.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// inServerNS runs bin in the server namespace of pair. Only the network
+// namespace changes: 'ip netns exec' would also remount /sys, and with it
+// /sys/fs/bpf, where kv serve pins the maps kv stats reads.
+func inServerNS(pair *netenv.Pair, bin string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + pair.ServerNSName(), bin}, args...)...)
+}
+
+// kvServe is `cistern kv serve` running in the server namespace of pair.
+type kvServe struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuf
+}
+
+func startKVServe(t *testing.T, bin string, pair *netenv.Pair, args ...string) *kvServe {
+	t.Helper()
+	all := append([]string{"kv", "serve", "--iface", pair.ServerIf, "--memcached", pair.ServerIP.String() + ":11211",
+		"--pool-mb", "8", "--metrics", "127.0.0.1:9101"}, args...)
+	s := &kvServe{cmd: inServerNS(pair, bin, all...), stdout: &syncBuf{}, stderr: &syncBuf{}}
+	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && !strings.Contains(s.stdout.String(), "serving;"); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(s.stdout.String(), "serving;") {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		t.Fatalf("kv serve did not start: %s %s", s.stdout.String(), s.stderr.String())
+	}
+	return s
+}
+
+// stop interrupts the server and returns its exit status.
+func (s *kvServe) stop(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGINT)
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("kv serve exit: %v: %s", err, s.stderr.String())
+	}
+}
+
+// mcUDP is a memcached UDP client in the client namespace that sends each
+// request once: a lost reply stays lost.
+type mcUDP struct {
+	c  *net.UDPConn
+	id uint16
+}
+
+func newMCUDP(t *testing.T, pair *netenv.Pair) *mcUDP {
+	t.Helper()
+	var c *net.UDPConn
+	if err := netenv.Do(pair.ClientNS, func() (err error) {
+		c, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: pair.ServerIP, Port: 11211})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &mcUDP{c: c}
+}
+
+func (m *mcUDP) once(text string, wait time.Duration) (string, bool) {
+	m.id++
+	req := make([]byte, 8+len(text))
+	binary.BigEndian.PutUint16(req[0:], m.id)
+	binary.BigEndian.PutUint16(req[4:], 1)
+	copy(req[8:], text)
+	if _, err := m.c.Write(req); err != nil {
+		return "", false
+	}
+	buf := make([]byte, 65536)
+	m.c.SetReadDeadline(time.Now().Add(wait))
+	for {
+		n, err := m.c.Read(buf)
+		if err != nil {
+			return "", false
+		}
+		if n >= 8 && binary.BigEndian.Uint16(buf[0:]) == m.id {
+			return string(buf[8:n]), true
+		}
+	}
+}
+
+// gets sends n GETs of key once each and counts the correct replies.
+func (m *mcUDP) gets(key, val string, n int, wait time.Duration) int {
+	want := fmt.Sprintf("VALUE %s 0 %d\r\n%s\r\nEND\r\n", key, len(val), val)
+	got := 0
+	for i := 0; i < n; i++ {
+		if r, ok := m.once("get "+key+"\r\n", wait); ok && r == want {
+			got++
+		}
+	}
+	return got
+}
+
+func kvStatsJSON(t *testing.T, bin, iface string) map[string]uint64 {
+	t.Helper()
+	out, stderr, code := run(bin, "kv", "stats", "--iface", iface, "--json")
+	if code != 0 {
+		t.Fatalf("kv stats: exit %d: %s", code, stderr)
+	}
+	var st struct {
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("kv stats JSON: %v\n%s", err, out)
+	}
+	return st.Counters
+}
+
+// scrape reads the Prometheus endpoint of a server in the namespace ns.
+func scrape(t *testing.T, ns *netenv.Pair) string {
+	t.Helper()
+	var body []byte
+	err := netenv.Do(ns.ServerNS, func() error {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:9101", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		body, err = io.ReadAll(c)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	return string(body)
+}
+
+func metricValue(t *testing.T, page, name string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(page, "\n") {
+		var v float64
+		if strings.HasPrefix(l, name+" ") {
+			if _, err := fmt.Sscanf(l[len(name)+1:], "%g", &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no metric %s in the scrape", name)
+	return 0
+}
+
+// xdpPass is a minimal XDP_PASS program for the client end of the veth.
+func xdpPass(t *testing.T) *ebpf.Program {
+	t.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestKVServeVethXDPMode runs the real `cistern kv serve` on the server end
+// of a veth whose client end runs no XDP program, as a container's would:
+//   - --xdp-mode native is refused with exit 2 and a one-line fix;
+//   - the default (auto) attaches generic XDP and every kernel hit's reply
+//     reaches the client; kv stats and the metrics show driver counters at 0;
+//   - --xdp-mode native is accepted while the client end runs an XDP program;
+//     when that program goes away, the lost replies show in kv stats and the
+//     metrics as driver_xdp_tx_errors, and serve warns on stderr.
+func TestKVServeVethXDPMode(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	pair := testenv.NetPair(t, "kvcli")
+	testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
+	base := []string{"kv", "serve", "--iface", pair.ServerIf, "--memcached", pair.ServerIP.String() + ":11211", "--pool-mb", "8"}
+
+	for _, extra := range [][]string{{"--xdp-mode", "native"}, {"--xdp-mode", "driver"}, {"--generic", "--xdp-mode", "native"}} {
+		c := inServerNS(pair, bin, append(base, extra...)...)
+		var o, e bytes.Buffer
+		c.Stdout, c.Stderr = &o, &e
+		err := c.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		lines := strings.Split(strings.TrimSpace(e.String()), "\n")
+		if code != 2 || !strings.Contains(lines[len(lines)-1], "--xdp-mode") {
+			t.Errorf("kv serve %v: exit %d, stderr %q; want 2 and an error naming --xdp-mode", extra, code, e.String())
+		}
+		if extra[1] == "native" {
+			if len(lines) != 1 || !strings.Contains(e.String(), "runs no XDP program") {
+				t.Errorf("kv serve --xdp-mode native: want one line naming the fix, got %q", e.String())
+			}
+			t.Logf("refused: %s", strings.TrimSpace(e.String()))
+		}
+	}
+
+	mc := newMCUDP(t, pair)
+	val := "0123456789abcdef"
+	const n = 100
+
+	// Default mode.
+	s := startKVServe(t, bin, pair)
+	if !strings.Contains(s.stdout.String(), "with generic XDP (auto") {
+		t.Errorf("default mode on a veth: %s", s.stdout.String())
+	}
+	if r, ok := mc.once("set k 0 0 16\r\n"+val+"\r\n", time.Second); !ok || r != "STORED\r\n" {
+		t.Fatalf("set: %q %v", r, ok)
+	}
+	got := mc.gets("k", val, n, time.Second)
+	time.Sleep(1200 * time.Millisecond) // one publication of the driver counters
+	st := kvStatsJSON(t, bin, pair.ServerIf)
+	page := scrape(t, pair)
+	t.Logf("auto: %d GETs, %d replies; kv stats hits %d driver_xdp_tx_errors %d; metric %v",
+		n, got, st["hits"], st["driver_xdp_tx_errors"], metricValue(t, page, "cistern_kv_driver_xdp_tx_errors_total"))
+	if got != n || st["hits"] != n {
+		t.Errorf("auto: %d replies and %d hits of %d GETs", got, st["hits"], n)
+	}
+	if v, ok := st["driver_xdp_tx_errors"]; !ok || v != 0 || metricValue(t, page, "cistern_kv_driver_xdp_tx_errors_total") != 0 {
+		t.Errorf("auto: driver_xdp_tx_errors %d (present %v)", v, ok)
+	}
+	s.stop(t)
+	if !strings.Contains(s.stdout.String(), "driver_xdp_tx_errors") {
+		t.Errorf("no driver counters printed on exit: %s", s.stdout.String())
+	}
+
+	// Native, with an XDP program on the client end, which then goes away.
+	var peer link.Link
+	prog := xdpPass(t)
+	if err := netenv.Do(pair.ClientNS, func() (err error) {
+		peer, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: pair.ClientIfindex, Flags: link.XDPDriverMode})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s = startKVServe(t, bin, pair, "--xdp-mode", "native")
+	defer func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+	}()
+	if !strings.Contains(s.stdout.String(), "with native XDP") {
+		t.Errorf("--xdp-mode native: %s", s.stdout.String())
+	}
+	if r, ok := mc.once("set k 0 0 16\r\n"+val+"\r\n", time.Second); !ok || r != "STORED\r\n" {
+		t.Fatalf("set: %q %v", r, ok)
+	}
+	withPeer := mc.gets("k", val, n, time.Second)
+	peer.Close()
+	const lost = 40
+	without := mc.gets("k", val, lost, 150*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
+	st = kvStatsJSON(t, bin, pair.ServerIf)
+	page = scrape(t, pair)
+	metric := metricValue(t, page, "cistern_kv_driver_xdp_tx_errors_total")
+	t.Logf("native: %d/%d replies with XDP on the peer, %d/%d after it went away; kv stats hits %d driver_xdp_tx_errors %d driver_tx_dropped %d; metric %v",
+		withPeer, n, without, lost, st["hits"], st["driver_xdp_tx_errors"], st["driver_tx_dropped"], metric)
+	if withPeer != n || without != 0 || st["hits"] != n+lost {
+		t.Errorf("native: %d and %d replies, %d hits", withPeer, without, st["hits"])
+	}
+	if st["driver_xdp_tx_errors"] != lost || metric != lost {
+		t.Errorf("native: %d lost replies, driver_xdp_tx_errors %d in kv stats and %v in the metrics", lost, st["driver_xdp_tx_errors"], metric)
+	}
+	s.stop(t)
+	t.Logf("serve's stderr: %s", strings.TrimSpace(s.stderr.String()))
+	if !strings.Contains(s.stderr.String(), "dropped") || !strings.Contains(s.stderr.String(), "driver_xdp_tx_errors") ||
+		!strings.Contains(s.stderr.String(), "no longer runs an XDP program") {
+		t.Errorf("serve did not warn about the dropped replies and the peer: %q", s.stderr.String())
+	}
+}
