@@ -248,7 +248,11 @@ func Estimate(q *sema.Query, p *Physical, smp Sample) {
 	if len(k.Clauses) > 0 {
 		per += costClause * float64(len(k.Clauses))
 		if smp.Selective() {
-			sel, enterSel = smp.Sel, smp.EnterSel
+			// A sample in which nothing passed says "rare", not "never": a
+			// zero would price every emission the same (nothing) and tie
+			// kernel aggregation with shipping rows. 1/(n+1) keeps the order.
+			floor := 1 / float64(smp.Events+1)
+			sel, enterSel = max(smp.Sel, floor), max(smp.EnterSel, floor)
 		} else {
 			for _, pu := range a.push {
 				sel *= pu.sel
