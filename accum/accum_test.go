@@ -182,17 +182,17 @@ func TestTimerFlush(t *testing.T) {
 	if err := d.Write(5, 1, 1, Write, 0, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := d.Reader.Read(10 * lat)
+	rec, err := d.Reader.Read(10 * lat * testenv.TimeScale())
 	if err != nil {
-		t.Fatalf("no record within %v: %v", 10*lat, err)
+		t.Fatalf("no record within %v: %v", 10*lat*testenv.TimeScale(), err)
 	}
 	waited := time.Since(start)
 	if rec.Flags&FlagTimer == 0 || string(rec.Segments[0].Data) != "hello" {
 		t.Fatalf("record %+v", rec)
 	}
 	t.Logf("timer flush after %v (bound %v)", waited, lat)
-	if waited > 3*lat {
-		t.Fatalf("waited %v, bound %v", waited, lat)
+	if bound := 3 * lat * testenv.TimeScale(); waited > bound {
+		t.Fatalf("waited %v, bound %v", waited, bound)
 	}
 	// The explicit entry point flushes too.
 	d.Write(5, 1, 1, Write, 0, []byte("x"))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/rlimit"
 
@@ -104,4 +105,15 @@ func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 	}
 	t.Cleanup(func() { p.Stop() })
 	return p
+}
+
+// TimeScale is the factor by which a test widens its timing bounds: 1 on
+// real hardware, 10 inside the kernel matrix's emulated (qemu TCG) guests,
+// which run ~10-30x slower. Only bounds on elapsed time may use it; what a
+// test checks (a flush happened, a record arrived) stays the same.
+func TimeScale() time.Duration {
+	if os.Getenv("CISTERN_VM") == "1" {
+		return 10
+	}
+	return 1
 }
