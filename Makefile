@@ -8,7 +8,7 @@ BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -Ibpf/include -fdebug-prefix-map
 # Objects built outside bpf2go (test fixtures).
 FIXTURES := internal/bpfcheck/testdata/unbounded.bpf.o
 
-.PHONY: all deps generate build test demo bench check-generated root clean
+.PHONY: all deps generate build test demo bench check-generated root clean kernel-matrix
 
 all: build
 
@@ -38,6 +38,14 @@ build:
 test: root deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# Boots Debian's 6.1, 6.12 and 5.10 cloud kernels under qemu and runs the
+# load-all test, the doctor and every system's tests inside each (docs/kernels.md).
+# FULL=1 adds the server tests and writes docs/kernels.md; KERNELS=6.1,6.12 picks kernels.
+KERNELS ?= 6.1,6.12,5.10
+kernel-matrix: root deps
+	@mkdir -p bin
+	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md)
 
 demo: root deps build
 	./$(BIN) demo
