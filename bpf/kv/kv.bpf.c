@@ -22,7 +22,8 @@
  *
  * Every bound below is a mask or a size the verifier can see: packet bytes are
  * parsed from a 512-byte per-CPU copy indexed with & 511, keys live in
- * 256-byte buffers, copies are bounded by pool_block_size.
+ * 256-byte buffers, copies are bounded by pool_block_size, and every helper
+ * length is proved >= 1 (LEN1, LEN_IN) in a form the 6.1 verifier follows.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -189,6 +190,37 @@ static __always_inline struct kv_scratch *scratch(void)
 #define PK(s, j) ((s)->pkt[(j) & BUF_MASK])
 /* A copy length the verifier can prove is in [1, BUF] (callers check n > 0). */
 #define LEN1(n) ((((n) - 1) & BUF_MASK) + 1)
+
+/* True when 1 <= n <= max, and then n is proved in [1, max] for a helper's
+ * size argument on every kernel. Older verifiers (6.1) learn nothing from
+ * "n != 0", only from <, <=, >, >=: so the one check is made on n - 1 (0
+ * wraps to U32_MAX) and 1 is added back after it. barrier_var, on the
+ * checked path only, hides from the compiler that the sum equals n (it would
+ * reuse n's register, whose minimum is unproved) and keeps the add after the
+ * branch. */
+#define LEN_IN(n, max)                          \
+	({                                      \
+		__u32 __m = (n) - 1;            \
+		int __ok = __m < (max);         \
+		if (__ok) {                     \
+			barrier_var(__m);       \
+			(n) = __m + 1;          \
+		}                               \
+		__ok;                           \
+	})
+
+/* n = min(n, max) for the parsers, which bound every index with a mask
+ * (PK). barrier_var hides n <= max from the compiler, which would otherwise
+ * drop those masks as redundant and leave the bound to the verifier: but the
+ * min is compiled as copy, test the original, go on with the copy, and
+ * older verifiers (6.1) do not carry a test of a 32-bit register over to
+ * its copy. */
+#define CLAMP(n, max)                   \
+	do {                            \
+		if ((n) > (max))        \
+			(n) = (max);    \
+		barrier_var(n);         \
+	} while (0)
 
 /* Index of the first ' ' or '\r' at or after start; -1 if none within a key's
  * length, -2 on a control character. */
@@ -511,10 +543,17 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 		return -1;
 	e = bpf_map_lookup_elem(&kv_entries, &h);
 	if (!e) {
-		__builtin_memset(s->fresh, 0, sizeof(s->fresh));
-		((struct kv_entry *)s->fresh)->hash = h;
+		/* The template through a map-value pointer to this CPU's
+		 * scratch (the same memory as s): older verifiers (6.1) refuse
+		 * a global function's memory argument as a map value. */
+		struct kv_scratch *ms = scratch();
+
+		if (!ms)
+			return -1;
+		__builtin_memset(ms->fresh, 0, sizeof(ms->fresh));
+		((struct kv_entry *)ms->fresh)->hash = h;
 		for (int i = 0; i < 2; i++) {
-			if (bpf_map_update_elem(&kv_entries, &h, s->fresh, BPF_NOEXIST) == 0) {
+			if (bpf_map_update_elem(&kv_entries, &h, ms->fresh, BPF_NOEXIST) == 0) {
 				__u64 t = __sync_fetch_and_add(head, 1);
 				__u32 k = t & kv_fifo_mask;
 				struct kv_fifo_slot *f = bpf_map_lookup_elem(&kv_fifo, &k);
@@ -648,7 +687,7 @@ static __always_inline int restore_get(struct xdp_md *ctx, struct kv_scratch *s,
 {
 	__u32 klen = s->req.keylen;
 
-	if (klen == 0 || klen > KV_KEY_MAX || bpf_xdp_adjust_tail(ctx, (int)orig - (int)cur))
+	if (!LEN_IN(klen, KV_KEY_MAX) || bpf_xdp_adjust_tail(ctx, (int)orig - (int)cur))
 		return XDP_DROP; /* cannot happen: shrinking back to the original */
 	bpf_xdp_store_bytes(ctx, off, "get ", 4);
 	bpf_xdp_store_bytes(ctx, off + 4, s->req.key, klen);
@@ -739,7 +778,7 @@ static __always_inline void miss(__u64 h, __u64 now)
 		idx = (s)->snap.ref.idx[i];                                       \
 		n = (vlen) - off < pool_block_size ? (vlen) - off : pool_block_size; \
 		b = pool_block_get(idx);                                          \
-		if (!b || n == 0 || n > pool_block_size ||                        \
+		if (!b || !LEN_IN(n, pool_block_size) ||                          \
 		    STORE((voff) + off, b + POOL_BLOCK_HDR, n) || !pool_block_intact(b, idx)) { \
 			good = 0;                                                 \
 			break;                                                    \
@@ -790,7 +829,7 @@ __global int kv_xdp_fill(struct xdp_md *ctx, struct kv_scratch *s, __u32 off0, _
 			break;
 		c = bytes - off < bs ? bytes - off : bs;
 		b = pool_block_get(s->req.ref.idx[i]);
-		if (!b || c == 0 || c > bs || bpf_xdp_load_bytes(ctx, off0 + off, b + POOL_BLOCK_HDR, c))
+		if (!b || !LEN_IN(c, bs) || bpf_xdp_load_bytes(ctx, off0 + off, b + POOL_BLOCK_HDR, c))
 			return -1;
 	}
 	return 0;
@@ -817,7 +856,7 @@ __global int kv_serve_get(struct xdp_md *ctx, struct kv_scratch *s, __u64 h, __u
 			return XDP_PASS;
 		}
 		REPLY_LENS(s, klen, slen, vlen);
-		if (klen == 0 || klen > KV_KEY_MAX || slen == 0 || vlen > pool_max_len())
+		if (!LEN_IN(klen, KV_KEY_MAX) || !LEN_IN(slen, KV_SUFFIX_BUF - 1) || vlen > pool_max_len())
 			return XDP_PASS;
 		/* "VALUE " key suffix value "\r\nEND\r\n" */
 		voff = text + 6 + klen + slen;
@@ -947,11 +986,15 @@ bad:
 __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq, __u32 poff, __u32 plen)
 {
 	__u64 now = bpf_ktime_get_ns();
+	struct tcp_flow_key fk;
 	__u32 *next, pos = 0;
 
 	if (!ctx || !s || plen == 0)
 		return 0;
-	next = bpf_map_lookup_elem(&kv_tcp_flows, &s->fk);
+	/* The key on the stack: older verifiers (6.1) refuse a map key in a
+	 * global function's memory argument (s). */
+	__builtin_memcpy(&fk, &s->fk, sizeof(fk));
+	next = bpf_map_lookup_elem(&kv_tcp_flows, &fk);
 	if (next) {
 		__s32 d = (__s32)(*next - tseq);
 
@@ -966,11 +1009,10 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 		int e, le, cmd;
 
 		if (pos >= plen) {
-			bpf_map_delete_elem(&kv_tcp_flows, &s->fk);
+			bpf_map_delete_elem(&kv_tcp_flows, &fk);
 			return 0;
 		}
-		if (n > BUF - 1)
-			n = BUF - 1;
+		CLAMP(n, BUF - 1);
 		if (n == 0 || bpf_xdp_load_bytes(ctx, poff + pos, s->pkt, LEN1(n)))
 			goto flush;
 		cmd = kv_classify(s, n);
@@ -987,7 +1029,7 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 		if (le < 0) {
 			if (cmd == CMD_SET || cmd == CMD_STORE)
 				goto flush; /* cannot tell where its data ends */
-			bpf_map_delete_elem(&kv_tcp_flows, &s->fk);
+			bpf_map_delete_elem(&kv_tcp_flows, &fk);
 			return 0; /* a long read command: the next segment starts afresh */
 		}
 		if (cmd == CMD_SET || cmd == CMD_STORE) {
@@ -1011,17 +1053,17 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 		if (pos > plen) {
 			__u32 nx = tseq + pos;
 
-			bpf_map_update_elem(&kv_tcp_flows, &s->fk, &nx, BPF_ANY);
+			bpf_map_update_elem(&kv_tcp_flows, &fk, &nx, BPF_ANY);
 			return 0;
 		}
 	}
 	if (pos >= plen) {
-		bpf_map_delete_elem(&kv_tcp_flows, &s->fk);
+		bpf_map_delete_elem(&kv_tcp_flows, &fk);
 		return 0;
 	}
 flush:
 	flush_all(now);
-	bpf_map_delete_elem(&kv_tcp_flows, &s->fk);
+	bpf_map_delete_elem(&kv_tcp_flows, &fk);
 	stat(KV_TCP_FLUSHES);
 	return 0;
 }
@@ -1097,8 +1139,7 @@ int kv_xdp(struct xdp_md *ctx)
 	if (!s)
 		return XDP_PASS;
 	n = plen - MC_HDR;
-	if (n > BUF - 1)
-		n = BUF - 1;
+	CLAMP(n, BUF - 1);
 	if (n == 0 || bpf_xdp_load_bytes(ctx, poff + MC_HDR, s->pkt, LEN1(n))) {
 		stat(KV_PARSE_ERRORS);
 		return XDP_PASS;
@@ -1158,7 +1199,8 @@ __global int kv_fill(struct __sk_buff *skb, struct kv_scratch *s, __u32 poff, __
 
 	if (!skb || !s)
 		return 0;
-	n = tlen < BUF - 1 ? tlen : BUF - 1;
+	n = tlen;
+	CLAMP(n, BUF - 1);
 	if (n < 12 || bpf_skb_load_bytes(skb, poff, s->pkt, LEN1(n)))
 		return 0;
 	if (!word(s, n, 0, "VALUE ", 6))
@@ -1209,7 +1251,7 @@ __global int kv_fill(struct __sk_buff *skb, struct kv_scratch *s, __u32 poff, __
 			break;
 		c = bytes - off < bs ? bytes - off : bs;
 		b = pool_block_get(s->req.ref.idx[i]);
-		if (!b || c == 0 || c > bs || bpf_skb_load_bytes(skb, poff + dataoff + off, b + POOL_BLOCK_HDR, c)) {
+		if (!b || !LEN_IN(c, bs) || bpf_skb_load_bytes(skb, poff + dataoff + off, b + POOL_BLOCK_HDR, c)) {
 			pool_free(&s->req.ref);
 			return 0;
 		}
@@ -1270,7 +1312,7 @@ static __always_inline int skb_restore_get(struct __sk_buff *skb, struct kv_scra
 {
 	__u32 klen = s->req.keylen;
 
-	if (klen == 0 || klen > KV_KEY_MAX || bpf_skb_change_tail(skb, orig, 0))
+	if (!LEN_IN(klen, KV_KEY_MAX) || bpf_skb_change_tail(skb, orig, 0))
 		return TCX_DROP;
 	bpf_skb_store_bytes(skb, text, "get ", 4, 0);
 	bpf_skb_store_bytes(skb, text + 4, s->req.key, klen, 0);
@@ -1298,7 +1340,7 @@ __global int kv_serve_get_skb(struct __sk_buff *skb, struct kv_scratch *s, __u64
 			return skb->len != plen0 ? skb_restore_get(skb, s, text, plen0) : TCX_NEXT;
 		}
 		REPLY_LENS(s, klen, slen, vlen);
-		if (klen == 0 || klen > KV_KEY_MAX || slen == 0 || vlen > pool_max_len())
+		if (!LEN_IN(klen, KV_KEY_MAX) || !LEN_IN(slen, KV_SUFFIX_BUF - 1) || vlen > pool_max_len())
 			return TCX_NEXT;
 		voff = text + 6 + klen + slen;
 		want = voff + vlen + 7;
@@ -1350,7 +1392,8 @@ int kv_ingress(struct __sk_buff *skb)
 	if (!s || skb->len < HDRS + 8)
 		return TCX_NEXT;
 	tlen = skb->len - HDRS;
-	n = tlen < BUF - 1 ? tlen : BUF - 1;
+	n = tlen;
+	CLAMP(n, BUF - 1);
 	if (bpf_skb_load_bytes(skb, HDRS, s->pkt, LEN1(n)))
 		return TCX_NEXT;
 	/* XDP checked it: a single-key get with nothing after the key */
