@@ -90,6 +90,12 @@ func OpenCgroup(path string, limit int64) (*Cgroup, error) {
 		return nil, fmt.Errorf("cgroup %s is the root of the hierarchy: name a child cgroup", path)
 	}
 	if limit > 0 {
+		if v2 {
+			if err := enableMemory(root, filepath.Dir(cg.Path)); err != nil {
+				cg.Close()
+				return nil, err
+			}
+		}
 		if err := os.Mkdir(cg.Path, 0o755); err != nil {
 			cg.Close()
 			if errors.Is(err, os.ErrExist) {
@@ -116,6 +122,35 @@ func OpenCgroup(path string, limit int64) (*Cgroup, error) {
 	}
 	cg.usage = u
 	return cg, nil
+}
+
+// enableMemory turns the memory controller on for the children of every
+// cgroup from root down to parent. systemd does this at boot; a machine or
+// container without it (the kernel matrix's guests, for one) leaves it off,
+// and a new child then has no memory.max to write.
+func enableMemory(root, parent string) error {
+	rel, err := filepath.Rel(root, parent)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return nil
+	}
+	dir := root
+	for _, part := range append([]string{""}, strings.Split(rel, "/")...) {
+		if part != "" && part != "." {
+			dir = filepath.Join(dir, part)
+		}
+		ctl := filepath.Join(dir, "cgroup.subtree_control")
+		b, err := os.ReadFile(ctl)
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		if hasOpt(strings.ReplaceAll(strings.TrimSpace(string(b)), " ", ","), "memory") {
+			continue
+		}
+		if err := os.WriteFile(ctl, []byte("+memory"), 0); err != nil {
+			return fmt.Errorf("enable the memory controller for the children of %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 func (cg *Cgroup) file(what string) string {
