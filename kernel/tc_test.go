@@ -212,7 +212,9 @@ func TestAttachTC(t *testing.T) {
 	})
 	t.Run("cls_bpf", func(t *testing.T) {
 		testenv.RequireRoot(t)
-		t.Setenv(kernel.ForceClsBPFEnv, "1")
+		if kernel.TCX() == nil {
+			t.Setenv(kernel.ForceClsBPFEnv, "1") // else it is the kernel's own choice
+		}
 		testAttachTC(t, "kclsbpf", kernel.VariantClsBPF)
 	})
 }
@@ -331,6 +333,13 @@ func TestClsBPFSharing(t *testing.T) {
 
 	// A filter named like ours that no live TCLink owns (a killed process
 	// left it) is replaced; a clsact qdisc that was there before stays.
+	// AttachTC's handle is the program's ID: the stale one gets another.
+	info, err := a.prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	staleHandle := uint32(id) + 1000
 	inServer(t, p, func() error {
 		if err := netlink.QdiscAdd(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: p.ServerIfindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}); err != nil {
@@ -338,7 +347,7 @@ func TestClsBPFSharing(t *testing.T) {
 		}
 		return netlink.FilterAdd(&netlink.BpfFilter{
 			FilterAttrs: netlink.FilterAttrs{LinkIndex: p.ServerIfindex, Parent: netlink.HANDLE_MIN_EGRESS,
-				Handle: 7, Priority: 1, Protocol: unix.ETH_P_ALL},
+				Handle: staleHandle, Priority: 1, Protocol: unix.ETH_P_ALL},
 			Fd: a.prog.FD(), Name: "cistern:tc_share_a", DirectAction: true,
 		})
 	})
@@ -351,7 +360,7 @@ func TestClsBPFSharing(t *testing.T) {
 		t.Fatalf("Stale %d, want 1", ls.Stale)
 	}
 	_, fe := bpfFilters(t, p)
-	if len(fe) != 1 || fe[0].Handle == 7 {
+	if len(fe) != 1 || fe[0].Handle == staleHandle {
 		t.Fatalf("egress filters %+v: want only the new one", fe)
 	}
 	if err := ls.Close(); err != nil {
