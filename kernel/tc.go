@@ -184,18 +184,19 @@ func (l *TCLink) Close() error {
 	f := l.filter
 	f.Fd = -1
 	f.DirectAction = false
-	err = h.FilterDel(&f)
-	if gone(err) {
-		delete(createdQdiscs, l.key)
-		return nil
-	}
-	if err != nil {
+	// Already gone (with its interface, or deleted by hand) is fine.
+	if err := h.FilterDel(&f); err != nil && !gone(err) {
 		return fmt.Errorf("tc: delete cls_bpf filter %s: %w", l.filter.Name, err)
 	}
 	if !createdQdiscs[l.key] {
 		return nil
 	}
-	if l.qdiscInUse(h, &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: l.filter.LinkIndex}}) {
+	idx := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: l.filter.LinkIndex}}
+	if _, err := h.FilterList(idx, netlink.HANDLE_MIN_INGRESS); gone(err) {
+		delete(createdQdiscs, l.key) // the interface is gone, and its qdisc with it
+		return nil
+	}
+	if l.qdiscInUse(h, idx) {
 		return nil
 	}
 	delete(createdQdiscs, l.key)

@@ -373,3 +373,22 @@ func TestClsBPFSharing(t *testing.T) {
 		t.Fatal("Close deleted a clsact qdisc it had not added")
 	}
 }
+
+// TestClsBPFCloseAfterInterfaceGone: the filter went with its interface;
+// Close says nothing.
+func TestClsBPFCloseAfterInterfaceGone(t *testing.T) {
+	testenv.RequireRoot(t)
+	t.Setenv(kernel.ForceClsBPFEnv, "1")
+	p := testenv.NetPair(t, "kclsgone")
+	c := newCounter(t, "tc_gone")
+	var l *kernel.TCLink
+	inServer(t, p, func() (err error) {
+		if l, err = kernel.AttachTC(c.prog, p.ServerIfindex, kernel.Egress); err != nil {
+			return err
+		}
+		return netlink.LinkDel(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: p.ServerIfindex}})
+	})
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close after the interface went: %v", err)
+	}
+}
