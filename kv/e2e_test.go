@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // udpClient is a minimal memcached UDP client for tests.
@@ -128,7 +130,7 @@ func newKVEnvWith(t *testing.T, name string, cfg Config, mode XDPMode, peerPass 
 		}
 		t.Cleanup(func() { peer.Close() })
 	}
-	t.Logf("Kerby-KV attached with %s XDP (%s)", srv.XDPMode, srv.XDPReason)
+	t.Logf("Kerby-KV attached with %s XDP (%s); tc: %s", srv.XDPMode, srv.XDPReason, srv.TCMode)
 	return &kvEnv{pair: pair, srv: srv, mc: mc}
 }
 
@@ -179,8 +181,9 @@ func mustReply(t *testing.T, got string, err error, want string) {
 }
 
 // TestEndToEndMemcached runs in the default mode (generic XDP on this
-// veth, no program on the client end) and in native mode with an XDP_PASS
-// program on the client end.
+// veth, no program on the client end), in native mode with an XDP_PASS
+// program on the client end, and with kv_ingress and kv_egress attached as
+// cls_bpf filters (the variant kernels before 6.6 get), forced here.
 func TestEndToEndMemcached(t *testing.T) {
 	t.Run("auto", func(t *testing.T) {
 		testEndToEnd(t, newKVEnv(t, "kve2ea", Config{FillQuarantine: 5 * time.Millisecond}))
@@ -188,6 +191,56 @@ func TestEndToEndMemcached(t *testing.T) {
 	t.Run("native-peer-xdp", func(t *testing.T) {
 		testEndToEnd(t, newKVEnvWith(t, "kve2en", Config{FillQuarantine: 5 * time.Millisecond}, XDPNative, true))
 	})
+	t.Run("cls_bpf", func(t *testing.T) {
+		t.Setenv(kernel.ForceClsBPFEnv, "1")
+		e := newKVEnv(t, "kve2ec", Config{FillQuarantine: 5 * time.Millisecond})
+		if !strings.HasPrefix(e.srv.TCMode, "cls_bpf") {
+			t.Fatalf("TCMode %q with %s=1", e.srv.TCMode, kernel.ForceClsBPFEnv)
+		}
+		in, eg := tcFilters(t, e.pair)
+		if len(in) != 1 || len(eg) != 1 || in[0] != "cistern:kv_ingress" || eg[0] != "cistern:kv_egress" {
+			t.Fatalf("cls_bpf filters: ingress %q egress %q", in, eg)
+		}
+		testEndToEnd(t, e)
+		if e.counter(t, "tc_hits") == 0 {
+			t.Fatal("no reply was built by kv_ingress as a cls_bpf filter")
+		}
+		if err := e.srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if in, eg := tcFilters(t, e.pair); len(in)+len(eg) != 0 {
+			t.Fatalf("after Close, cls_bpf filters: ingress %q egress %q", in, eg)
+		}
+	})
+}
+
+// tcFilters names the tc filters on both hooks of the server interface.
+func tcFilters(t *testing.T, p *netenv.Pair) (ingress, egress []string) {
+	t.Helper()
+	idx := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: p.ServerIfindex}}
+	err := netenv.Do(p.ServerNS, func() error {
+		for _, h := range []struct {
+			parent uint32
+			out    *[]string
+		}{{netlink.HANDLE_MIN_INGRESS, &ingress}, {netlink.HANDLE_MIN_EGRESS, &egress}} {
+			fs, err := netlink.FilterList(idx, h.parent)
+			if err != nil {
+				return err
+			}
+			for _, f := range fs {
+				name := f.Type()
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					name = bf.Name
+				}
+				*h.out = append(*h.out, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ingress, egress
 }
 
 func testEndToEnd(t *testing.T, e *kvEnv) {

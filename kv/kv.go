@@ -10,6 +10,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pool"
 )
 
@@ -133,10 +135,16 @@ func (c Config) Validate() error {
 type Server struct {
 	Cfg   Config
 	objs  kernObjects
-	links []link.Link
+	links []io.Closer // XDP link, then the tc attachments
 	// XDPMode is "native" or "generic" once attached; XDPReason says why.
 	XDPMode   string
 	XDPReason string
+	// TCMode is how kv_ingress and kv_egress were attached, from package
+	// kernel: "tcx", or "cls_bpf (TCX needs Linux 6.6)".
+	TCMode string
+	// StaleTC counts cls_bpf filters of Kerby-KV's programs that Attach
+	// removed first: left on the interface by a serve that was killed.
+	StaleTC int
 	// Link is the interface Attach inspected (kind, veth peer).
 	Link      LinkInfo
 	pinned    string
@@ -217,9 +225,10 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 	return s, nil
 }
 
-// Attach puts the XDP program on ifindex, the big-reply path on its TCX
-// ingress and the fill program on its TCX egress; it runs in the
-// interface's network namespace. mode is XDPAuto (generic on a veth, else
+// Attach puts the XDP program on ifindex, the big-reply path on its tc
+// ingress and the fill program on its tc egress (TCX links, or cls_bpf
+// filters where the kernel has no TCX: kernel.AttachTC, TCMode says which);
+// it runs in the interface's network namespace. mode is XDPAuto (generic on a veth, else
 // native when the driver supports it, else generic), XDPNative (no
 // fallback; on a veth the caller checks the peer first, see
 // VethPeer.Delivers) or XDPGeneric. XDPMode and XDPReason say what was
@@ -270,22 +279,34 @@ func (s *Server) Attach(ifindex int, mode XDPMode) error {
 		return fmt.Errorf("attach XDP to %s: %w", li.Name, err)
 	}
 	s.links = append(s.links, l)
+	s.TCMode = kernel.TCMode()
 	for _, t := range []struct {
 		prog *ebpf.Program
-		at   ebpf.AttachType
-	}{{s.objs.KvIngress, ebpf.AttachTCXIngress}, {s.objs.KvEgress, ebpf.AttachTCXEgress}} {
-		l, err = link.AttachTCX(link.TCXOptions{Program: t.prog, Interface: ifindex, Attach: t.at})
+		dir  kernel.TCDirection
+	}{{s.objs.KvIngress, kernel.Ingress}, {s.objs.KvEgress, kernel.Egress}} {
+		tl, err := kernel.AttachTC(t.prog, ifindex, t.dir)
 		if err != nil {
-			s.Close()
-			return fmt.Errorf("attach TCX %v to %s: %w", t.at, li.Name, err)
+			s.detach()
+			return fmt.Errorf("attach tc %s program to %s (%s): %w", t.dir, li.Name, s.TCMode, err)
 		}
-		s.links = append(s.links, l)
+		s.links = append(s.links, tl)
+		s.StaleTC += tl.Stale
 	}
 	if s.driver, err = openDriverStats(ifindex); err != nil {
-		s.Close()
+		s.detach()
 		return err
 	}
 	return nil
+}
+
+// detach undoes Attach (the tc attachments first).
+func (s *Server) detach() error {
+	var errs []error
+	for i := len(s.links) - 1; i >= 0; i-- {
+		errs = append(errs, s.links[i].Close())
+	}
+	s.links = nil
+	return errors.Join(errs...)
 }
 
 // AttachPeerPass puts an XDP_PASS program on the client side of a veth pair,
@@ -337,11 +358,7 @@ func (s *Server) maps() map[string]*ebpf.Map {
 
 // Close detaches everything and unpins.
 func (s *Server) Close() error {
-	var errs []error
-	for i := len(s.links) - 1; i >= 0; i-- {
-		errs = append(errs, s.links[i].Close())
-	}
-	s.links = nil
+	errs := []error{s.detach()}
 	if s.pinned != "" {
 		for name := range s.pinnedMaps() {
 			os.Remove(filepath.Join(s.pinned, name))

@@ -135,8 +135,11 @@ dropped.`,
 			if policy == "" {
 				policy = "fifo ring"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
-				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			if srv.StaleTC > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "removed %d cls_bpf filter(s) of Kerby-KV left on %s by a kv serve that did not exit cleanly\n", srv.StaleTC, iface)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); tc: %s; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
+				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, srv.TCMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
 			go watchDriver(ctx, cmd, srv, iface)
 			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
 			<-ctx.Done()

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,10 +19,12 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // syncBuf is a bytes.Buffer a running command writes while the test reads.
@@ -309,5 +313,109 @@ func TestKVServeVethXDPMode(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "dropped") || !strings.Contains(s.stderr.String(), "driver_xdp_tx_errors") ||
 		!strings.Contains(s.stderr.String(), "no longer runs an XDP program") {
 		t.Errorf("serve did not warn about the dropped replies and the peer: %q", s.stderr.String())
+	}
+}
+
+// serverFilters names the tc filters on both hooks of the server interface.
+func serverFilters(t *testing.T, p *netenv.Pair) (names []string) {
+	t.Helper()
+	idx := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: p.ServerIfindex}}
+	err := netenv.Do(p.ServerNS, func() error {
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, err := netlink.FilterList(idx, parent)
+			if err != nil {
+				return err
+			}
+			for _, f := range fs {
+				name := f.Type()
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					name = bf.Name
+				}
+				names = append(names, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestKVServeClsBPF runs `cistern kv serve` with kv_ingress and kv_egress
+// attached as cls_bpf filters (the variant of kernels before 6.6, forced):
+// it says so, big values are answered by kv_ingress, and the filters go
+// on SIGINT and when serve fails after attaching; filters a killed serve
+// left behind are removed by the next one.
+func TestKVServeClsBPF(t *testing.T) {
+	testenv.RequireRoot(t)
+	t.Setenv(kernel.ForceClsBPFEnv, "1") // inherited by serve
+	bin := buildCLI(t)
+	pair := testenv.NetPair(t, "kvclsbpf")
+	testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
+	mc := newMCUDP(t, pair)
+	big := strings.Repeat("v", 1000) // too big for the veth's XDP frame: kv_ingress replies
+	want := []string{"cistern:kv_ingress", "cistern:kv_egress"}
+	serveAndCheck := func() *kvServe {
+		t.Helper()
+		s := startKVServe(t, bin, pair)
+		if !strings.Contains(s.stdout.String(), "tc: cls_bpf (forced by "+kernel.ForceClsBPFEnv+"=1)") {
+			t.Errorf("serve does not say it attaches cls_bpf filters: %s", s.stdout.String())
+		}
+		if got := serverFilters(t, pair); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("filters %q, want %q", got, want)
+		}
+		if r, ok := mc.once("set big 0 0 1000\r\n"+big+"\r\n", time.Second); !ok || r != "STORED\r\n" {
+			t.Fatalf("set: %q %v", r, ok)
+		}
+		if got := mc.gets("big", big, 5, time.Second); got != 5 {
+			t.Errorf("%d of 5 GETs of a 1000-byte value answered", got)
+		}
+		if st := kvStatsJSON(t, bin, pair.ServerIf); st["tc_hits"] != 5 {
+			t.Errorf("tc_hits %d, want 5", st["tc_hits"])
+		}
+		return s
+	}
+
+	s := serveAndCheck()
+	s.stop(t)
+	if got := serverFilters(t, pair); len(got) != 0 {
+		t.Fatalf("after SIGINT, filters %q", got)
+	}
+
+	// SIGKILL: the filters stay (unlike TCX links); the next serve removes them.
+	s = serveAndCheck()
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	if got := serverFilters(t, pair); len(got) != 2 {
+		t.Fatalf("after SIGKILL, filters %q, want the 2 left behind", got)
+	}
+	// Its pinned maps stay too, and serve refuses to pin over them.
+	os.RemoveAll(filepath.Join(kvPinRoot, pair.ServerIf))
+	s = serveAndCheck()
+	if !strings.Contains(s.stderr.String(), "removed 2 cls_bpf filter(s) of Kerby-KV") {
+		t.Errorf("serve did not report the stale filters it removed: %q", s.stderr.String())
+	}
+	s.stop(t)
+	if got := serverFilters(t, pair); len(got) != 0 {
+		t.Fatalf("after SIGINT, filters %q", got)
+	}
+
+	// A failure after attaching (the metrics port is taken) detaches too.
+	var ln net.Listener
+	if err := netenv.Do(pair.ServerNS, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:9101"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := inServerNS(pair, bin, "kv", "serve", "--iface", pair.ServerIf, "--memcached", pair.ServerIP.String()+":11211",
+		"--pool-mb", "8", "--metrics", "127.0.0.1:9101")
+	var e bytes.Buffer
+	c.Stderr = &e
+	if err := c.Run(); err == nil {
+		t.Fatalf("serve with its metrics port taken succeeded: %s", e.String())
+	}
+	t.Logf("failed as expected: %s", strings.TrimSpace(e.String()))
+	if got := serverFilters(t, pair); len(got) != 0 {
+		t.Fatalf("after a failed serve, filters %q", got)
 	}
 }
