@@ -45,7 +45,7 @@ test: root deps build
 KERNELS ?= 6.1,6.12,5.10
 kernel-matrix: root deps
 	@mkdir -p bin
-	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md)
+	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md --readme README.md)
 
 demo: root deps build
 	./$(BIN) demo
