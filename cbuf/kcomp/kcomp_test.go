@@ -74,7 +74,7 @@ func TestKernelComponent(t *testing.T) {
 		}
 	}()
 	found, faulted := 0, false
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second * testenv.TimeScale()) // execs crawl under TCG
 	for found < runs && time.Now().Before(deadline) {
 		id, err := c.KernelRecv(time.Second)
 		if err != nil {

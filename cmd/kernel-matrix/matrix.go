@@ -241,11 +241,13 @@ func hostReplay(root, bin string) (map[string]string, error) {
 		return out, nil
 	}
 	for _, c := range replayChecks {
-		b, err := exec.Command(filepath.Join(bin, "cistern"), "cache", "replay", "--trace", traceFile(root), "--format", "twitter",
-			"--policy", c.Policy, "--size", c.Size, "--json", "-").Output()
-		if err != nil {
-			return nil, fmt.Errorf("kernel-matrix: host replay %s: %v", c.Policy, err)
+		f := filepath.Join(bin, "replay-"+c.Policy+".json")
+		if b, err := exec.Command(filepath.Join(bin, "cistern"), "cache", "replay", "--trace", traceFile(root), "--format", "twitter",
+			"--policy", c.Policy, "--size", c.Size, "--json", f).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("kernel-matrix: host replay %s: %v: %s", c.Policy, err, b)
 		}
+		b, _ := os.ReadFile(f)
+		os.Remove(f)
 		out[c.Policy+"/"+c.Size] = hitRatio(b)
 	}
 	return out, nil
@@ -335,13 +337,15 @@ func runKernel(root, bin, name string, full bool, host map[string]string) *kerne
 	defer cancel()
 	pr, pw := io.Pipe()
 	go progress(pr, name)
-	vr, err := k.Run(ctx, vm.Options{Script: guestScript(root, full, host), Results: res, Console: pw, CPUs: 2, MemMB: 4096})
+	console, _ := os.Create(filepath.Join(res, "console.log"))
+	defer console.Close()
+	vr, err := k.Run(ctx, vm.Options{Script: guestScript(root, full, host), Results: res, Console: io.MultiWriter(pw, console), CPUs: 2, MemMB: 4096})
 	pw.Close()
 	if vr != nil {
 		r.Boot, r.Elapsed = vr.Boot.Seconds(), vr.Elapsed.Seconds()
 	}
 	if err != nil {
-		r.Error = firstLine(err.Error())
+		r.Error = firstLine(err.Error()) + " (console: " + filepath.Join(res, "console.log") + ")"
 	}
 	collect(r, root, res, full, host)
 	return r
