@@ -589,40 +589,26 @@ func renderDocs(rs []*kernelResult, full bool, took time.Duration) string {
 		b.WriteString(" that need no server")
 	}
 	fmt.Fprintf(&b, ". Run: %s, %s.\n\n", time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
-	b.WriteString("| kernel | who runs it | objects loaded |")
-	for _, s := range systemOrder {
-		b.WriteString(" " + s + " |")
-	}
-	b.WriteString("\n|---|---|---|")
-	for range systemOrder {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
-	for _, r := range rs {
-		okN := 0
-		for _, st := range r.Objects {
-			if st == "ok" {
-				okN++
-			}
-		}
-		fmt.Fprintf(&b, "| %s (%s) | %s | %d of %d |", r.Kernel, r.Release, r.Who, okN, len(r.Objects))
-		for _, s := range systemOrder {
-			c := r.Systems[s]
-			txt := c.Status
-			if c.Why != "" && c.Status != "works" {
-				txt += ": " + c.Why
-			}
-			b.WriteString(" " + strings.ReplaceAll(txt, "|", "/") + " |")
-		}
-		b.WriteString("\n")
-	}
+	b.WriteString(summaryTable(rs))
 	b.WriteString("\n## Details\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n### %s (%s)\n\n", r.Kernel, r.Release)
 		if r.Error != "" {
 			fmt.Fprintf(&b, "- run error: %s\n", r.Error)
 		}
+		okN := 0
+		for _, st := range r.Objects {
+			if st == "ok" {
+				okN++
+			}
+		}
+		fmt.Fprintf(&b, "- %s: %d of %d BPF objects load\n", r.Who, okN, len(r.Objects))
 		fmt.Fprintf(&b, "- boot to user space %.1f s, whole run %.0f s (qemu TCG)\n", r.Boot, r.Elapsed)
+		for _, sys := range systemOrder {
+			if c := r.Systems[sys]; c.Why != "" {
+				fmt.Fprintf(&b, "- %s: %s: %s\n", sys, c.Status, c.Why)
+			}
+		}
 		var names []string
 		for n := range r.Steps {
 			names = append(names, n)
