@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/vm"
@@ -124,11 +125,20 @@ func matrixMain(args []string) int {
 		return 1
 	}
 
-	var results []*kernelResult
+	// Kernels boot side by side: each guest's TCG is one host thread.
+	results := make([]*kernelResult, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runKernel(root, bin, n, *full, host)
+		}()
+	}
+	wg.Wait()
 	failed := false
-	for _, n := range names {
-		r := runKernel(root, bin, n, *full, host)
-		results = append(results, r)
+	for i, n := range names {
+		r := results[i]
 		for _, sys := range systemOrder {
 			if r.Systems[sys].Status == "FAIL" {
 				failed = true

@@ -326,13 +326,17 @@ func (k *Kernel) Run(ctx context.Context, opt Options) (*Result, error) {
 	return res, nil
 }
 
-// accel picks KVM when it is usable and asked for, TCG otherwise: under nested
-// virtualisation on the development machines KVM hangs at early boot.
+// accel picks KVM when asked for (CISTERN_VM_KVM=1), TCG otherwise: under
+// nested virtualisation on the development machines KVM hangs at early boot.
+// TCG runs single-threaded: with one host thread per vCPU, the kernel's live
+// code patching (int3 then the new bytes, when a tracepoint's static key
+// flips as BPF programs attach and detach) raced with the other vCPU's
+// translated code and oopsed 6.12 ("int3" in syscall_trace_enter).
 func accel() string {
 	if os.Getenv("CISTERN_VM_KVM") == "1" {
 		return "kvm"
 	}
-	return "tcg,thread=multi"
+	return "tcg,thread=single"
 }
 
 func waitFile(ctx context.Context, p string) error {
