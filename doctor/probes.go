@@ -121,6 +121,11 @@ func unsupported(name, feature string, err error) Check {
 	if feature == "" {
 		return c
 	}
+	// The kernel's own answer ("bpf_loop helper: not supported by this
+	// kernel (needs Linux 5.17 or newer)") says more than a verifier line.
+	if kerr := kernel.Has(feature); errors.Is(kerr, kernel.ErrMissing) {
+		c.Detail = firstLine(kerr)
+	}
 	if effect := kernel.Effect(feature); effect != "" {
 		c.Detail += " — " + effect
 	}
@@ -436,7 +441,7 @@ func structOpsCheck() Check {
 		how := "through a struct_ops link"
 		if len(legacy) > 0 {
 			defer kernel.UnregisterStructOps(objs.CisternProbeCc)
-			how = "by a struct_ops map update (" + firstLine(kernel.StructOpsLink()) + ")"
+			how = "by a struct_ops map update, as struct_ops links need Linux 6.4"
 		} else {
 			l, err := link.AttachStructOps(link.StructOpsOptions{Map: objs.CisternProbeCc})
 			if err != nil {

@@ -57,7 +57,7 @@ func structOpsMap(flags uint32) error {
 // UnregisterStructOps before closing it. It returns the names of the maps
 // it changed (none where links work).
 func AdaptStructOps(spec *ebpf.CollectionSpec) []string {
-	if StructOpsLink() == nil {
+	if err := StructOpsLink(); err == nil || !errors.Is(err, ErrMissing) {
 		return nil
 	}
 	var names []string
