@@ -462,6 +462,7 @@ func structOpsCheck() Check {
 func featureChecks() []Check {
 	var cs []Check
 	for _, f := range []struct{ name, ok string }{
+		{"atomics", "BPF atomic fetch-add and compare-and-exchange load"},
 		{"for_each_map_elem", "the bpf_for_each_map_elem helper loads"},
 		{"cachestat", "cachestat(2) answers"},
 		{"filemap_get_pages", "the mm_filemap_get_pages tracepoint exists"},

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -8,13 +9,14 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
 )
 
 // BTF: the kernel's own BTF (/sys/kernel/btf/vmlinux), which CO-RE and
 // tp_btf programs need.
 var BTF = sync.OnceValue(func() error {
 	if _, err := kernelBTF(); err != nil {
-		return fmt.Errorf("kernel BTF: %w (boot a kernel built with CONFIG_DEBUG_INFO_BTF=y)", err)
+		return fmt.Errorf("kernel BTF: %w: %v (boot a kernel built with CONFIG_DEBUG_INFO_BTF=y)", ErrMissing, err)
 	}
 	return nil
 })
@@ -71,6 +73,32 @@ var ForEachMapElem = sync.OnceValue(func() error {
 	return missing("bpf_for_each_map_elem helper", "5.13", features.HaveProgramHelper(ebpf.XDP, asm.FnForEachMapElem))
 })
 
+// Atomics: BPF atomic operations that return the old value (fetch-add,
+// compare-and-exchange; 5.12), which the pool's allocator and the
+// accumulating channel use. Probed on the stack of an XDP program.
+var Atomics = sync.OnceValue(func() error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.StoreMem(asm.R10, -8, asm.R0, asm.DWord),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.CmpXchg.Mem(asm.R10, asm.R1, asm.DWord, -8),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.FetchAdd.Mem(asm.R10, asm.R1, asm.DWord, -8),
+			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("BPF atomic fetch and compare-and-exchange: %w (needs Linux 5.12 or newer)", ErrMissing)
+		}
+		return fmt.Errorf("BPF atomics: %w", err)
+	}
+	return prog.Close()
+})
+
 // Feature is one thing a probe asks the kernel.
 type Feature struct {
 	Name  string       // short and stable: "bpf_loop"
@@ -91,6 +119,7 @@ func Features() []Feature {
 		{"xdp", "4.8", "XDP programs", XDP},
 		{"ringbuf", "5.8", "ring buffer maps", RingBuf},
 		{"mmap_array", "5.5", "mmapable arrays", MmapArray},
+		{"atomics", "5.12", "BPF atomic fetch and compare-and-exchange", Atomics},
 		{"for_each_map_elem", "5.13", "the bpf_for_each_map_elem helper", ForEachMapElem},
 		{"bpf_timer", "5.15", "bpf_timer", Timer},
 		{"bpf_loop", "5.17", "the bpf_loop helper", BPFLoop},

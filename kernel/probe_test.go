@@ -4,15 +4,25 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
-// TestProbesAnswer: every probe answers (nil or a reason) without
-// panicking, and every feature the requirement table names has a probe.
+// TestProbesAnswer: every probe answers (nil, or ErrMissing with the
+// release that has the feature) without panicking, and every feature the
+// requirement table names has a probe.
 func TestProbesAnswer(t *testing.T) {
+	testenv.RequireRoot(t)
 	names := map[string]bool{}
 	for _, f := range Features() {
 		names[f.Name] = true
-		t.Logf("%-18s %v", f.Name, f.Probe())
+		err := f.Probe()
+		t.Logf("%-18s %v", f.Name, err)
+		// A kernel without the feature says so (ErrMissing); anything else
+		// is a broken probe.
+		if err != nil && !errors.Is(err, ErrMissing) {
+			t.Errorf("%s: the probe failed instead of answering: %v", f.Name, err)
+		}
 	}
 	for _, r := range requirements {
 		for _, f := range r.needs {
@@ -73,10 +83,11 @@ func TestSystemsWithoutTCX(t *testing.T) {
 	}
 }
 
-// TestSystemsOn510: without bpf_loop and bpf_timer (5.10), the systems
-// that use them are unavailable and say what they need.
+// TestSystemsOn510: without BPF atomics, bpf_loop and bpf_timer (5.10),
+// the systems that use them are unavailable and say what they need; cbuf
+// and query run.
 func TestSystemsOn510(t *testing.T) {
-	ss := systemsByName(SystemsFor(fakeKernel("bpf_loop", "bpf_timer", "for_each_map_elem", "xdp_load_bytes",
+	ss := systemsByName(SystemsFor(fakeKernel("atomics", "bpf_loop", "bpf_timer", "for_each_map_elem", "xdp_load_bytes",
 		"syscall_prog", "struct_ops_link", "cachestat", "tcx", "filemap_get_pages")))
 	for _, n := range []string{"kv", "accum/capture", "evict/cache", "pagecache"} {
 		if s := ss[n]; s.Status != SystemUnavailable || !strings.Contains(s.Detail, "bpf_loop (Linux 5.17)") {
@@ -86,7 +97,10 @@ func TestSystemsOn510(t *testing.T) {
 	if s := ss["accum/capture"]; !strings.Contains(s.Detail, "bpf_timer (Linux 5.15)") {
 		t.Errorf("accum/capture: %+v, want bpf_timer named", s)
 	}
-	for _, n := range []string{"pool", "cbuf", "query"} {
+	if s := ss["pool"]; s.Status != SystemUnavailable || !strings.Contains(s.Detail, "atomics (Linux 5.12)") {
+		t.Errorf("pool: %+v, want unavailable, needs atomics (Linux 5.12)", s)
+	}
+	for _, n := range []string{"cbuf", "query"} {
 		if ss[n].Status != SystemOK {
 			t.Errorf("%s: %+v, want ok", n, ss[n])
 		}

@@ -40,10 +40,10 @@ type requirement struct {
 // programs are not listed: user-invoked programs run as XDP through
 // BPF_PROG_TEST_RUN.
 var requirements = []requirement{
-	{name: "pool", needs: []string{"btf", "xdp", "mmap_array"}},
-	{name: "kv", needs: []string{"btf", "xdp", "mmap_array", "bpf_loop", "xdp_load_bytes"},
+	{name: "pool", needs: []string{"btf", "xdp", "mmap_array", "atomics"}},
+	{name: "kv", needs: []string{"btf", "xdp", "mmap_array", "atomics", "bpf_loop", "xdp_load_bytes"},
 		fallbacks: []fallback{{"tcx", "cls_bpf instead of TCX"}}},
-	{name: "accum/capture", needs: []string{"btf", "tracepoint", "tp_btf", "uprobe", "ringbuf", "for_each_map_elem", "bpf_timer", "bpf_loop"}},
+	{name: "accum/capture", needs: []string{"btf", "tracepoint", "tp_btf", "uprobe", "ringbuf", "atomics", "for_each_map_elem", "bpf_timer", "bpf_loop"}},
 	{name: "evict/cache", needs: []string{"btf", "xdp", "bpf_loop"}},
 	{name: "pagecache", needs: []string{"btf", "tp_btf", "raw_tp", "tracepoint", "ringbuf", "bpf_loop"},
 		fallbacks: []fallback{
