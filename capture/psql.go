@@ -88,7 +88,11 @@ func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, er
 	done := make(chan error, 1)
 	go func() { done <- cl.Wait() }()
 	exited := false
-	for idle := time.Now(); time.Since(idle) < 2*time.Second; {
+	// Until the client exits, wait for it (a slow machine may take seconds
+	// to start it and shake hands), up to a minute; then 2 s of quiet end
+	// the capture.
+	start := time.Now()
+	for idle := time.Now(); (!exited && time.Since(start) < time.Minute) || time.Since(idle) < 2*time.Second; {
 		qs, err := c.Next(100 * time.Millisecond)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if !exited {

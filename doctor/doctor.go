@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Status of one check.
@@ -30,10 +32,24 @@ type Check struct {
 	Core bool `json:"core"`
 }
 
-// Report is what `cistern doctor --json` prints.
+// Report is what `cistern doctor --json` prints: one check per capability
+// and tool, then how each system fares on this kernel (from package
+// kernel's probes).
 type Report struct {
-	Kernel string  `json:"kernel"`
-	Checks []Check `json:"checks"`
+	Kernel  string          `json:"kernel"`
+	Checks  []Check         `json:"checks"`
+	Systems []kernel.System `json:"systems"`
+}
+
+// Unavailable lists the systems that cannot run on this kernel.
+func (r *Report) Unavailable() []string {
+	var out []string
+	for _, s := range r.Systems {
+		if s.Status == kernel.SystemUnavailable {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }
 
 // CoreOK tells whether every core check passed.
@@ -72,6 +88,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
 	}
+	if len(r.Systems) > 0 {
+		fmt.Fprintln(tw, "\nSYSTEM\tSTATUS\tDETAIL")
+		for _, s := range r.Systems {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Status, s.Detail)
+		}
+	}
 	tw.Flush()
 	if r.CoreOK() {
 		fmt.Fprintln(w, "\n* core: all ok")
@@ -102,6 +124,7 @@ func Run(ctx context.Context, opt Options) *Report {
 	r.Checks = append(r.Checks, systemChecks()...)
 	step("bpf programs")
 	r.Checks = append(r.Checks, bpfChecks(ctx)...)
+	r.Systems = kernel.Systems()
 	if !opt.SkipTools {
 		step("tools")
 		r.Checks = append(r.Checks, toolChecks()...)

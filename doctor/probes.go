@@ -1,6 +1,6 @@
 package doctor
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel -type probe_args probes ../bpf/doctor/probes.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel probes ../bpf/doctor/probes.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel -no-global-types structops ../bpf/doctor/structops.bpf.c
 
 import (
@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Slots of the `hits` map; mirror enum probe_slot in probes.bpf.c.
@@ -34,19 +35,35 @@ const (
 	slotSyscall
 	slotRingbuf
 	slotTimer
+	slotKprobe
+	slotFentry
+	slotLoop
+	slotXDPBytes
 )
 
-func hit(objs *probesObjects, slot uint32) uint64 {
+// probe is one program of probes.bpf.c loaded on its own, with the maps it
+// uses and no others: a program or map type the kernel refuses fails its
+// own check only.
+type probe struct {
+	coll *ebpf.Collection
+	prog *ebpf.Program
+}
+
+func (p *probe) Close() { p.coll.Close() }
+
+func (p *probe) hit(slot uint32) uint64 {
 	var v uint64
-	_ = objs.Hits.Lookup(slot, &v)
+	if m := p.coll.Maps["hits"]; m != nil {
+		_ = m.Lookup(slot, &v)
+	}
 	return v
 }
 
 // waitHit polls a slot until it moves or the deadline passes.
-func waitHit(objs *probesObjects, slot uint32, trigger func()) bool {
+func (p *probe) waitHit(slot uint32, trigger func()) bool {
 	for i := 0; i < 50; i++ {
 		trigger()
-		if hit(objs, slot) > 0 {
+		if p.hit(slot) > 0 {
 			return true
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -54,68 +71,143 @@ func waitHit(objs *probesObjects, slot uint32, trigger func()) bool {
 	return false
 }
 
+// refuseProbe, set by tests, plays a kernel that refuses some programs.
+var refuseProbe func(prog string) error
+
+// loadProbe loads the named program of spec with only the maps it refers
+// to (.rodata among them: set variables first).
+func loadProbe(spec *ebpf.CollectionSpec, name string) (*probe, error) {
+	if refuseProbe != nil {
+		if err := refuseProbe(name); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := spec.Programs[name]; !ok {
+		return nil, fmt.Errorf("no program %s in the probe object", name)
+	}
+	sub := spec.Copy() // with the variables set on spec
+	refs := map[string]bool{}
+	for _, ins := range sub.Programs[name].Instructions {
+		if ref := ins.Reference(); ref != "" {
+			refs[ref] = true
+		}
+	}
+	for n := range sub.Programs {
+		if n != name {
+			delete(sub.Programs, n)
+		}
+	}
+	for n := range sub.Maps {
+		if !refs[n] && !strings.HasPrefix(n, ".") { // keep .rodata and the like: variables live there
+			delete(sub.Maps, n)
+		}
+	}
+	coll, err := ebpf.NewCollection(sub)
+	if err != nil {
+		return nil, err
+	}
+	return &probe{coll: coll, prog: coll.Programs[name]}, nil
+}
+
 //go:noinline
 func uprobeTarget(x int) int { return x*7 + 1 }
 
+// unsupported is the check of a capability the kernel lacks: the probe's
+// error, what it costs (the systems that need it, or what they do
+// instead), and the kernel release that has it.
+func unsupported(name, feature string, err error) Check {
+	c := fail(name, Unsupported, err, "")
+	c.Core = false
+	if feature == "" {
+		return c
+	}
+	// The kernel's own answer ("bpf_loop helper: not supported by this
+	// kernel (needs Linux 5.17 or newer)") says more than a verifier line.
+	if kerr := kernel.Has(feature); errors.Is(kerr, kernel.ErrMissing) {
+		c.Detail = firstLine(kerr)
+	}
+	if effect := kernel.Effect(feature); effect != "" {
+		c.Detail += " — " + effect
+	}
+	for _, f := range kernel.Features() {
+		if f.Name == feature && f.Since != "" && errors.Is(kernel.Has(feature), kernel.ErrMissing) {
+			c.Fix = "Linux " + f.Since + " or newer"
+		}
+	}
+	return c
+}
+
+func passed(name string, good bool, detail, feature string) Check {
+	if good {
+		c := ok(name, detail)
+		c.Core = false
+		return c
+	}
+	return unsupported(name, feature, errors.New("loaded and attached, but never fired"))
+}
+
 func bpfChecks(ctx context.Context) []Check {
-	var cs []Check
 	spec, err := loadProbes()
-	if err != nil {
-		return []Check{fail("bpf_load", Unsupported, err, "")}
+	if err == nil {
+		err = spec.Variables["target_tgid"].Set(uint32(os.Getpid()))
 	}
-	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
-		return []Check{fail("bpf_load", Unsupported, err, "")}
+	if err == nil {
+		err = spec.Variables["ring_cookie"].Set(uint64(0xC15 << 20))
 	}
-	var objs probesObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return []Check{fail("bpf_load", Unsupported, err, "")}
+	if err != nil { // the embedded object is broken: a build problem
+		return []Check{fail("bpf_objects", Unsupported, err, "rebuild cistern (make generate)")}
 	}
-	defer objs.Close()
-
-	// Tracepoint.
-	if l, err := link.Tracepoint("syscalls", "sys_enter_getppid", objs.ProbeTracepoint, nil); err != nil {
-		cs = append(cs, fail("tracepoint", Unsupported, err, "mount tracefs; enable CONFIG_FTRACE_SYSCALLS"))
-	} else {
-		good := waitHit(&objs, slotTracepoint, func() { unix.Getppid() })
-		l.Close()
-		cs = append(cs, triggered("tracepoint", good, "syscalls/sys_enter_getppid attached and fired"))
-	}
-
-	if l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: objs.ProbeRawTp}); err != nil {
-		cs = append(cs, fail("raw_tp", Unsupported, err, ""))
-	} else {
-		good := waitHit(&objs, slotRawTP, func() { unix.Getppid() })
-		l.Close()
-		cs = append(cs, triggered("raw_tp", good, "raw_tp/sys_enter attached and fired"))
-	}
-
-	if l, err := link.AttachTracing(link.TracingOptions{Program: objs.ProbeTpBtf}); err != nil {
-		cs = append(cs, fail("tp_btf", Unsupported, err, ""))
-	} else {
-		good := waitHit(&objs, slotTPBTF, func() { unix.Getppid() })
-		l.Close()
-		cs = append(cs, triggered("tp_btf", good, "tp_btf/sys_enter attached and fired"))
-	}
-
-	cs = append(cs, uprobeCheck(&objs))
-	cs = append(cs, netChecks(&objs)...)
-	cs = append(cs, syscallChecks(&objs)...)
+	var cs []Check
+	cs = append(cs, attachCheck(spec, "tracepoint", "probe_tracepoint", slotTracepoint, "tracepoint",
+		func(p *ebpf.Program) (link.Link, error) {
+			return link.Tracepoint("syscalls", "sys_enter_getppid", p, nil)
+		}, "syscalls/sys_enter_getppid attached and fired"))
+	cs = append(cs, attachCheck(spec, "raw_tp", "probe_raw_tp", slotRawTP, "raw_tp",
+		func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: p})
+		}, "raw_tp/sys_enter attached and fired"))
+	cs = append(cs, attachCheck(spec, "tp_btf", "probe_tp_btf", slotTPBTF, "tp_btf",
+		func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p})
+		}, "tp_btf/sys_enter attached and fired"))
+	cs = append(cs, uprobeCheck(spec))
+	cs = append(cs, netChecks(spec)...)
+	cs = append(cs, testRunChecks(spec)...)
 	cs = append(cs, structOpsCheck())
+	cs = append(cs, featureChecks()...)
 	cs = append(cs, kprobeCheck(), fentryCheck())
 	return cs
 }
 
-func triggered(name string, good bool, detail string) Check {
-	if good {
-		return ok(name, detail)
+// attachCheck loads one program, attaches it, and triggers it with getppid.
+func attachCheck(spec *ebpf.CollectionSpec, name, prog string, slot uint32, feature string,
+	attach func(*ebpf.Program) (link.Link, error), detail string) Check {
+	p, err := loadProbe(spec, prog)
+	if err != nil {
+		return unsupported(name, feature, err)
 	}
-	return fail(name, Unsupported, errors.New("attached but never fired"), "")
+	defer p.Close()
+	l, err := attach(p.prog)
+	if err != nil {
+		c := unsupported(name, feature, err)
+		if name == "tracepoint" {
+			c.Fix = "mount tracefs; enable CONFIG_FTRACE_SYSCALLS"
+		}
+		return c
+	}
+	defer l.Close()
+	return passed(name, p.waitHit(slot, func() { unix.Getppid() }), detail, feature)
 }
 
-func uprobeCheck(objs *probesObjects) Check {
+func uprobeCheck(spec *ebpf.CollectionSpec) Check {
+	p, err := loadProbe(spec, "probe_uprobe")
+	if err != nil {
+		return unsupported("uprobe", "uprobe", err)
+	}
+	defer p.Close()
 	exe, err := link.OpenExecutable("/proc/self/exe")
 	if err != nil {
-		return fail("uprobe", Unsupported, err, "")
+		return unsupported("uprobe", "uprobe", err)
 	}
 	// Test binaries carry no symbol table: fall back to the function's
 	// file offset, found through /proc/self/maps.
@@ -123,24 +215,25 @@ func uprobeCheck(objs *probesObjects) Check {
 	if off, err := selfFileOffset(reflect.ValueOf(uprobeTarget).Pointer()); err == nil {
 		opts = &link.UprobeOptions{Address: off}
 	}
-	l, err := exe.Uprobe("github.com/cistern-ebpf/cistern/doctor.uprobeTarget", objs.ProbeUprobe, opts)
+	l, err := exe.Uprobe("github.com/cistern-ebpf/cistern/doctor.uprobeTarget", p.prog, opts)
 	if err != nil {
-		return fail("uprobe", Unsupported, err, "")
+		return unsupported("uprobe", "uprobe", err)
 	}
 	defer l.Close()
-	good := waitHit(objs, slotUprobe, func() { uprobeTarget(3) })
-	return triggered("uprobe", good, "uprobe on this binary attached and fired (uprobes on libssl work the same way)")
+	good := p.waitHit(slotUprobe, func() { uprobeTarget(3) })
+	return passed("uprobe", good, "uprobe on this binary attached and fired (uprobes on libssl work the same way)", "uprobe")
 }
 
 // netChecks attach XDP (generic and native) and TCX to a veth inside a
 // throwaway namespace pair and send a UDP packet through it.
-func netChecks(objs *probesObjects) []Check {
-	names := []string{"xdp_generic", "xdp_native", "tcx"}
+func netChecks(spec *ebpf.CollectionSpec) []Check {
 	pair, err := netenv.NewPair(fmt.Sprintf("dr%d", os.Getpid()%100000), netenv.Options{Subnet: 250})
 	if err != nil {
 		var cs []Check
-		for _, n := range names {
-			cs = append(cs, fail(n, Missing, err, "run as root with iproute2 (netns and veth)"))
+		for _, n := range []string{"xdp_generic", "xdp_native", "tcx"} {
+			c := fail(n, Missing, err, "run as root with veth support (the veth module)")
+			c.Core = false
+			cs = append(cs, c)
 		}
 		return cs
 	}
@@ -157,116 +250,232 @@ func netChecks(objs *probesObjects) []Check {
 			return err
 		})
 	}
-	attachXDP := func(name string, flags link.XDPAttachFlags, mode string) Check {
-		before := hit(objs, slotXDP)
-		var l link.Link
-		err := netenv.Do(pair.ServerNS, func() (err error) {
-			l, err = link.AttachXDP(link.XDPOptions{Program: objs.ProbeXdp, Interface: pair.ServerIfindex, Flags: flags})
-			return err
-		})
+	attach := func(name, prog string, slot uint32, feature string, attach func(*ebpf.Program) (link.Link, error), detail string) Check {
+		p, err := loadProbe(spec, prog)
 		if err != nil {
-			return fail(name, Unsupported, err, "")
+			return unsupported(name, feature, err)
+		}
+		defer p.Close()
+		var l link.Link
+		if err := netenv.Do(pair.ServerNS, func() (err error) { l, err = attach(p.prog); return err }); err != nil {
+			return unsupported(name, feature, err)
 		}
 		defer l.Close()
-		for i := 0; i < 50 && hit(objs, slotXDP) == before; i++ {
-			send()
-			time.Sleep(10 * time.Millisecond)
+		return passed(name, p.waitHit(slot, send), detail, feature)
+	}
+	xdp := func(flags link.XDPAttachFlags) func(*ebpf.Program) (link.Link, error) {
+		return func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachXDP(link.XDPOptions{Program: p, Interface: pair.ServerIfindex, Flags: flags})
 		}
-		return triggered(name, hit(objs, slotXDP) > before, mode+" XDP on veth in a throwaway netns saw packets")
 	}
 	cs := []Check{
-		attachXDP("xdp_generic", link.XDPGenericMode, "generic"),
-		attachXDP("xdp_native", link.XDPDriverMode, "native"),
+		attach("xdp_generic", "probe_xdp", slotXDP, "xdp", xdp(link.XDPGenericMode), "generic XDP on veth in a throwaway netns saw packets"),
+		// Native XDP is an accelerator, not a requirement: generic always works.
+		attach("xdp_native", "probe_xdp", slotXDP, "", xdp(link.XDPDriverMode), "native XDP on veth in a throwaway netns saw packets"),
+		attach("tcx", "probe_tcx", slotTCX, "tcx", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTCX(link.TCXOptions{Program: p, Interface: pair.ServerIfindex, Attach: ebpf.AttachTCXIngress})
+		}, "TCX ingress on veth saw packets"),
 	}
-	// Native XDP is an accelerator, not a requirement: generic always works.
-	cs[1].Core = false
-
-	var l link.Link
-	err = netenv.Do(pair.ServerNS, func() (err error) {
-		l, err = link.AttachTCX(link.TCXOptions{Program: objs.ProbeTcx, Interface: pair.ServerIfindex, Attach: ebpf.AttachTCXIngress})
-		return err
-	})
-	if err != nil {
-		cs = append(cs, fail("tcx", Unsupported, err, "Linux 6.6 or newer"))
-	} else {
-		good := false
-		for i := 0; i < 50 && !good; i++ {
-			send()
-			time.Sleep(10 * time.Millisecond)
-			good = hit(objs, slotTCX) > 0
-		}
-		l.Close()
-		cs = append(cs, triggered("tcx", good, "TCX ingress on veth saw packets"))
+	if c := &cs[1]; c.Status != OK {
+		c.Detail += " — generic XDP is used instead"
 	}
 	return cs
 }
 
-func syscallChecks(objs *probesObjects) []Check {
+// testRun runs an XDP probe once through BPF_PROG_TEST_RUN on a 64-byte
+// packet and returns the packet as the program left it.
+func testRun(p *probe) ([]byte, uint32, error) {
+	in := make([]byte, 64)
+	for i := range 8 {
+		in[i] = byte(0xA0 + i)
+	}
+	out := make([]byte, 64)
+	ret, err := p.prog.Run(&ebpf.RunOptions{Data: in, DataOut: out})
+	return out, ret, err
+}
+
+const xdpPass = 2
+
+func testRunChecks(spec *ebpf.CollectionSpec) []Check {
 	var cs []Check
-	rd, err := ringbuf.NewReader(objs.Ring)
-	if err != nil {
-		return []Check{fail("ringbuf", Unsupported, err, "")}
-	}
-	defer rd.Close()
 
-	args := probesProbeArgs{Cookie: 0xC15 << 20}
-	ret, err := objs.ProbeSyscall.Run(&ebpf.RunOptions{Context: args})
-	if err != nil {
-		cs = append(cs, fail("syscall_test_run", Unsupported, err, ""))
-	} else {
-		cs = append(cs, triggered("syscall_test_run", hit(objs, slotSyscall) == 1, "BPF_PROG_TEST_RUN of a SYSCALL program"))
-	}
-	rd.SetDeadline(time.Now().Add(time.Second))
-	rec, rerr := rd.Read()
-	switch {
-	case err != nil || ret != 0:
-		cs = append(cs, fail("ringbuf", Unsupported, fmt.Errorf("reserve failed (ret %d, %v)", ret, err), ""))
-	case rerr != nil:
-		cs = append(cs, fail("ringbuf", Unsupported, rerr, ""))
-	case len(rec.RawSample) == 8 && binary.NativeEndian.Uint64(rec.RawSample) == args.Cookie:
-		cs = append(cs, ok("ringbuf", "record reserved in the kernel and read back"))
-	default:
-		cs = append(cs, fail("ringbuf", Unsupported, errors.New("record corrupted"), ""))
-	}
+	// Ring buffer: a record reserved in the kernel is read back.
+	cs = append(cs, func() Check {
+		p, err := loadProbe(spec, "probe_ringbuf")
+		if err != nil {
+			return unsupported("ringbuf", "ringbuf", err)
+		}
+		defer p.Close()
+		rd, err := ringbuf.NewReader(p.coll.Maps["ring"])
+		if err != nil {
+			return unsupported("ringbuf", "ringbuf", err)
+		}
+		defer rd.Close()
+		if _, ret, err := testRun(p); err != nil || ret != xdpPass {
+			return unsupported("ringbuf", "ringbuf", fmt.Errorf("test run: ret %d, %v", ret, err))
+		}
+		rd.SetDeadline(time.Now().Add(time.Second))
+		rec, err := rd.Read()
+		switch {
+		case err != nil:
+			return unsupported("ringbuf", "ringbuf", err)
+		case len(rec.RawSample) != 8 || binary.NativeEndian.Uint64(rec.RawSample) != 0xC15<<20:
+			return unsupported("ringbuf", "ringbuf", errors.New("record corrupted"))
+		}
+		c := ok("ringbuf", "record reserved in a test-run XDP program and read back")
+		c.Core = false
+		return c
+	}())
 
-	// mmapable array: the counter seen through mmap equals the one from lookup.
-	if mem, err := objs.Hits.Memory(); err != nil {
-		cs = append(cs, fail("mmap_array", Unsupported, err, ""))
-	} else {
-		var b [8]byte
-		_, _ = mem.ReadAt(b[:], slotSyscall*8)
-		cs = append(cs, triggered("mmap_array", binary.NativeEndian.Uint64(b[:]) == hit(objs, slotSyscall), "BPF_F_MMAPABLE array read through mmap"))
-	}
+	cs = append(cs, mmapCheck(spec))
 
-	if ret, err := objs.ProbeTimer.Run(&ebpf.RunOptions{}); err != nil || ret != 0 {
-		cs = append(cs, fail("bpf_timer", Unsupported, fmt.Errorf("arm timer: ret %d, %v", ret, err), ""))
-	} else {
-		good := waitHit(objs, slotTimer, func() {})
-		cs = append(cs, triggered("bpf_timer", good, "bpf_timer armed from a SYSCALL program fired"))
-	}
+	cs = append(cs, func() Check {
+		p, err := loadProbe(spec, "probe_loop")
+		if err != nil {
+			return unsupported("bpf_loop", "bpf_loop", err)
+		}
+		defer p.Close()
+		if _, ret, err := testRun(p); err != nil || ret != xdpPass {
+			return unsupported("bpf_loop", "bpf_loop", fmt.Errorf("test run: ret %d, %v", ret, err))
+		}
+		return passed("bpf_loop", p.hit(slotLoop) == 10, "bpf_loop ran its callback 10 times in a test-run XDP program", "bpf_loop")
+	}())
+
+	cs = append(cs, func() Check {
+		p, err := loadProbe(spec, "probe_xdp_bytes")
+		if err != nil {
+			return unsupported("xdp_load_bytes", "xdp_load_bytes", err)
+		}
+		defer p.Close()
+		out, ret, err := testRun(p)
+		if err != nil || ret != xdpPass {
+			return unsupported("xdp_load_bytes", "xdp_load_bytes", fmt.Errorf("test run: ret %d, %v", ret, err))
+		}
+		var want [8]byte
+		copy(want[:], out[:8])
+		good := string(out[8:16]) == string(want[:]) && p.hit(slotXDPBytes) == binary.NativeEndian.Uint64(want[:])
+		return passed("xdp_load_bytes", good, "bpf_xdp_load_bytes and bpf_xdp_store_bytes copied packet bytes in a test-run XDP program", "xdp_load_bytes")
+	}())
+
+	cs = append(cs, func() Check {
+		p, err := loadProbe(spec, "probe_timer")
+		if err != nil {
+			return unsupported("bpf_timer", "bpf_timer", err)
+		}
+		defer p.Close()
+		if _, ret, err := testRun(p); err != nil || ret != xdpPass {
+			return unsupported("bpf_timer", "bpf_timer", fmt.Errorf("arm timer: ret %d, %v", ret, err))
+		}
+		return passed("bpf_timer", p.waitHit(slotTimer, func() {}), "bpf_timer armed from a test-run XDP program fired", "bpf_timer")
+	}())
+
+	// SYSCALL programs: reported, not needed (Cistern test-runs XDP programs).
+	cs = append(cs, func() Check {
+		p, err := loadProbe(spec, "probe_syscall")
+		if err != nil {
+			return unsupported("syscall_prog", "syscall_prog", err)
+		}
+		defer p.Close()
+		if _, err := p.prog.Run(&ebpf.RunOptions{}); err != nil {
+			return unsupported("syscall_prog", "syscall_prog", err)
+		}
+		return passed("syscall_prog", p.hit(slotSyscall) == 1, "BPF_PROG_TEST_RUN of a SYSCALL program (Cistern does not need it)", "syscall_prog")
+	}())
 	return cs
 }
 
-func structOpsCheck() Check {
-	var objs structopsObjects
-	if err := loadStructopsObjects(&objs, nil); err != nil {
-		c := fail("struct_ops", Unsupported, err, "")
-		c.Core = false
-		return c
-	}
-	defer objs.Close()
-	l, err := link.AttachStructOps(link.StructOpsOptions{Map: objs.CisternProbeCc})
+// mmapCheck: an mmapable array's counter read through mmap equals the one
+// from a lookup.
+func mmapCheck(spec *ebpf.CollectionSpec) Check {
+	p, err := loadProbe(spec, "probe_loop")
 	if err != nil {
-		c := fail("struct_ops", Unsupported, err, "")
+		p, err = loadProbe(spec, "probe_ringbuf")
+	}
+	if err != nil {
+		// Neither program loads: try the map alone.
+		m, merr := ebpf.NewMap(spec.Maps["hits"])
+		if merr != nil {
+			return unsupported("mmap_array", "mmap_array", merr)
+		}
+		defer m.Close()
+		if _, merr := m.Memory(); merr != nil {
+			return unsupported("mmap_array", "mmap_array", merr)
+		}
+		c := ok("mmap_array", "BPF_F_MMAPABLE array mapped")
 		c.Core = false
 		return c
 	}
-	defer l.Close()
-	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
-	c := triggered("struct_ops", strings.Contains(string(avail), "cistern_probe"),
-		"tcp_congestion_ops registered through a struct_ops link")
+	defer p.Close()
+	mem, err := p.coll.Maps["hits"].Memory()
+	if err != nil {
+		return unsupported("mmap_array", "mmap_array", err)
+	}
+	if _, _, err := testRun(p); err != nil {
+		return unsupported("mmap_array", "mmap_array", err)
+	}
+	var b [8]byte
+	for slot := uint32(0); slot < 16; slot++ {
+		_, _ = mem.ReadAt(b[:], int64(slot)*8)
+		if binary.NativeEndian.Uint64(b[:]) != p.hit(slot) {
+			return unsupported("mmap_array", "mmap_array", fmt.Errorf("slot %d differs through mmap", slot))
+		}
+	}
+	return passed("mmap_array", p.hit(slotLoop)+p.hit(slotRingbuf) > 0, "BPF_F_MMAPABLE array read through mmap", "mmap_array")
+}
+
+// structOpsCheck registers a do-nothing TCP congestion control: through a
+// struct_ops link where the kernel has them (6.4), else by writing the
+// struct_ops map (and deleting it again).
+func structOpsCheck() Check {
+	c := func() Check {
+		spec, err := loadStructops()
+		if err != nil {
+			return unsupported("struct_ops", "struct_ops", err)
+		}
+		legacy := kernel.AdaptStructOps(spec)
+		var objs structopsObjects
+		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+			return unsupported("struct_ops", "struct_ops", err)
+		}
+		defer objs.Close()
+		how := "through a struct_ops link"
+		if len(legacy) > 0 {
+			defer kernel.UnregisterStructOps(objs.CisternProbeCc)
+			how = "by a struct_ops map update, as struct_ops links need Linux 6.4"
+		} else {
+			l, err := link.AttachStructOps(link.StructOpsOptions{Map: objs.CisternProbeCc})
+			if err != nil {
+				return unsupported("struct_ops", "struct_ops_link", err)
+			}
+			defer l.Close()
+		}
+		avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+		return passed("struct_ops", strings.Contains(string(avail), "cistern_probe"),
+			"tcp_congestion_ops registered "+how+" (Cistern does not need struct_ops)", "struct_ops")
+	}()
 	c.Core = false
 	return c
+}
+
+// featureChecks report the kernel features that have no program of their
+// own to try here.
+func featureChecks() []Check {
+	var cs []Check
+	for _, f := range []struct{ name, ok string }{
+		{"atomics", "BPF atomic fetch-add and compare-and-exchange load"},
+		{"for_each_map_elem", "the bpf_for_each_map_elem helper loads"},
+		{"cachestat", "cachestat(2) answers"},
+		{"filemap_get_pages", "the mm_filemap_get_pages tracepoint exists"},
+	} {
+		if err := kernel.Has(f.name); err != nil {
+			cs = append(cs, unsupported(f.name, f.name, err))
+		} else {
+			c := ok(f.name, f.ok)
+			c.Core = false
+			cs = append(cs, c)
+		}
+	}
+	return cs
 }
 
 // kprobe and fentry are expected to fail on this class of kernel; Cistern

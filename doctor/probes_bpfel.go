@@ -13,11 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type probesProbeArgs struct {
-	_      structs.HostLayout
-	Cookie uint64
-}
-
 type probesTimerElem struct {
 	_ structs.HostLayout
 	T struct {
@@ -33,7 +28,9 @@ const (
 	probesMapHits             = "hits"
 	probesMapRing             = "ring"
 	probesMapTimers           = "timers"
+	probesProgProbeLoop       = "probe_loop"
 	probesProgProbeRawTp      = "probe_raw_tp"
+	probesProgProbeRingbuf    = "probe_ringbuf"
 	probesProgProbeSyscall    = "probe_syscall"
 	probesProgProbeTcx        = "probe_tcx"
 	probesProgProbeTimer      = "probe_timer"
@@ -41,6 +38,8 @@ const (
 	probesProgProbeTracepoint = "probe_tracepoint"
 	probesProgProbeUprobe     = "probe_uprobe"
 	probesProgProbeXdp        = "probe_xdp"
+	probesProgProbeXdpBytes   = "probe_xdp_bytes"
+	probesVarRingCookie       = "ring_cookie"
 	probesVarTargetTgid       = "target_tgid"
 )
 
@@ -86,7 +85,9 @@ type probesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesProgramSpecs struct {
+	ProbeLoop       *ebpf.ProgramSpec `ebpf:"probe_loop"`
 	ProbeRawTp      *ebpf.ProgramSpec `ebpf:"probe_raw_tp"`
+	ProbeRingbuf    *ebpf.ProgramSpec `ebpf:"probe_ringbuf"`
 	ProbeSyscall    *ebpf.ProgramSpec `ebpf:"probe_syscall"`
 	ProbeTcx        *ebpf.ProgramSpec `ebpf:"probe_tcx"`
 	ProbeTimer      *ebpf.ProgramSpec `ebpf:"probe_timer"`
@@ -94,6 +95,7 @@ type probesProgramSpecs struct {
 	ProbeTracepoint *ebpf.ProgramSpec `ebpf:"probe_tracepoint"`
 	ProbeUprobe     *ebpf.ProgramSpec `ebpf:"probe_uprobe"`
 	ProbeXdp        *ebpf.ProgramSpec `ebpf:"probe_xdp"`
+	ProbeXdpBytes   *ebpf.ProgramSpec `ebpf:"probe_xdp_bytes"`
 }
 
 // probesMapSpecs contains maps before they are loaded into the kernel.
@@ -109,6 +111,7 @@ type probesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
+	RingCookie *ebpf.VariableSpec `ebpf:"ring_cookie"`
 	TargetTgid *ebpf.VariableSpec `ebpf:"target_tgid"`
 }
 
@@ -149,6 +152,7 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
+	RingCookie *ebpf.Variable `ebpf:"ring_cookie"`
 	TargetTgid *ebpf.Variable `ebpf:"target_tgid"`
 }
 
@@ -156,7 +160,9 @@ type probesVariables struct {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesPrograms struct {
+	ProbeLoop       *ebpf.Program `ebpf:"probe_loop"`
 	ProbeRawTp      *ebpf.Program `ebpf:"probe_raw_tp"`
+	ProbeRingbuf    *ebpf.Program `ebpf:"probe_ringbuf"`
 	ProbeSyscall    *ebpf.Program `ebpf:"probe_syscall"`
 	ProbeTcx        *ebpf.Program `ebpf:"probe_tcx"`
 	ProbeTimer      *ebpf.Program `ebpf:"probe_timer"`
@@ -164,11 +170,14 @@ type probesPrograms struct {
 	ProbeTracepoint *ebpf.Program `ebpf:"probe_tracepoint"`
 	ProbeUprobe     *ebpf.Program `ebpf:"probe_uprobe"`
 	ProbeXdp        *ebpf.Program `ebpf:"probe_xdp"`
+	ProbeXdpBytes   *ebpf.Program `ebpf:"probe_xdp_bytes"`
 }
 
 func (p *probesPrograms) Close() error {
 	return _ProbesClose(
+		p.ProbeLoop,
 		p.ProbeRawTp,
+		p.ProbeRingbuf,
 		p.ProbeSyscall,
 		p.ProbeTcx,
 		p.ProbeTimer,
@@ -176,6 +185,7 @@ func (p *probesPrograms) Close() error {
 		p.ProbeTracepoint,
 		p.ProbeUprobe,
 		p.ProbeXdp,
+		p.ProbeXdpBytes,
 	)
 }
 

@@ -10,21 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/mounts"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 func systemChecks() []Check {
 	var cs []Check
 
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	rel := unix.ByteSliceToString(uts.Release[:])
-	var maj, min int
-	fmt.Sscanf(rel, "%d.%d", &maj, &min)
-	if maj > 6 || (maj == 6 && min >= 6) {
-		cs = append(cs, ok("kernel", "release "+rel+" (6.6 or newer needed for TCX)"))
-	} else {
-		cs = append(cs, fail("kernel", Unsupported, fmt.Errorf("release %s is older than 6.6", rel), "run Cistern on Linux 6.6 or newer"))
-	}
+	// No release floor: each feature is probed, and the systems section
+	// says which system runs, degraded or not, on this kernel.
+	cs = append(cs, ok("kernel", "release "+kernel.Release()+" (features are probed one by one; see the systems below)"))
 
 	if spec, err := btf.LoadKernelSpec(); err != nil {
 		cs = append(cs, fail("btf", Missing, err, "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"))

@@ -11,10 +11,12 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 )
@@ -67,4 +69,49 @@ var SyscallProgram = sync.OnceValue(func() error {
 // XDPLoadBytes: bpf_xdp_load_bytes (5.18).
 var XDPLoadBytes = sync.OnceValue(func() error {
 	return missing("bpf_xdp_load_bytes", "5.18", features.HaveProgramHelper(ebpf.XDP, asm.FnXdpLoadBytes))
+})
+
+// kernelBTF is the running kernel's BTF, loaded once.
+var kernelBTF = sync.OnceValues(btf.LoadKernelSpec)
+
+// btfTracepoint: the kernel has the tracepoint name (a tp_btf or raw_tp
+// target), as its BTF says (btf_trace_<name>).
+func btfTracepoint(name, since string) error {
+	spec, err := kernelBTF()
+	if err != nil {
+		return fmt.Errorf("tracepoint %s: kernel BTF: %w", name, err)
+	}
+	var typ *btf.Typedef
+	if err := spec.TypeByName("btf_trace_"+name, &typ); err != nil {
+		return fmt.Errorf("tracepoint %s: %w (needs Linux %s or newer)", name, ErrMissing, since)
+	}
+	return nil
+}
+
+// FilemapGetPages: the mm_filemap_get_pages tracepoint (6.10), the page
+// cache agent's read signal; without it the agent watches read(2) and
+// pread64(2) instead.
+var FilemapGetPages = sync.OnceValue(func() error {
+	return btfTracepoint("mm_filemap_get_pages", "6.10")
+})
+
+// Cachestat: the cachestat(2) system call (6.5), which the page-cache
+// agent checks its evictions with; without it the agent uses mincore(2)
+// on a mapping of the file (residency only: dirty and writeback pages are
+// not told apart).
+var Cachestat = sync.OnceValue(func() error {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("cachestat: %w", err)
+	}
+	defer f.Close()
+	var cs unix.Cachestat_t
+	err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
+	if errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("cachestat(2): %w (needs Linux 6.5 or newer)", ErrMissing)
+	}
+	if err != nil {
+		return fmt.Errorf("cachestat(2): %w", err)
+	}
+	return nil
 })

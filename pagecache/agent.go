@@ -370,8 +370,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			i = j
 			continue
 		}
-		var cs unix.Cachestat_t
-		if unix.Cachestat(uint(fd), &unix.CachestatRange{Off: start * pageSize, Len: (end - start) * pageSize}, &cs, 0) != nil || cs.Cache == 0 {
+		if cs, err := cachestat(fd, start*pageSize, (end-start)*pageSize); err != nil || cs.Cache == 0 {
 			for _, v := range vs[i:j] {
 				freed += int64(v.Pages)
 				a.evictedPages[v.File] += int64(v.Pages)
@@ -380,8 +379,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			continue
 		}
 		for _, v := range vs[i:j] { // some stayed: find which, and why
-			var c unix.Cachestat_t
-			unix.Cachestat(uint(fd), &unix.CachestatRange{Off: uint64(v.Index) * pageSize, Len: uint64(v.Pages) * pageSize}, &c, 0)
+			c, _ := cachestat(fd, uint64(v.Index)*pageSize, uint64(v.Pages)*pageSize)
 			switch {
 			case c.Cache == 0:
 				freed += int64(v.Pages)

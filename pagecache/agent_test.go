@@ -54,8 +54,8 @@ func cached(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var cs unix.Cachestat_t
-	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil {
+	cs, err := cachestat(int(f.Fd()), 0, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return cs.Cache

@@ -49,6 +49,10 @@ func Policies() []string {
 	return names
 }
 
+// UsesAccesses reports whether the policy name uses accessed(): the agent
+// then watches reads (see ReadSignal).
+func UsesAccesses(name string) bool { return policies[name].access }
+
 // ValidPolicy reports whether name is one of Policies.
 func ValidPolicy(name string) bool { _, ok := policies[name]; return ok }
 

@@ -30,6 +30,8 @@ const (
 	trackProgPcAdd       = "pc_add"
 	trackProgPcDel       = "pc_del"
 	trackProgPcRead      = "pc_read"
+	trackProgPcSysPread  = "pc_sys_pread"
+	trackProgPcSysRead   = "pc_sys_read"
 	trackVarPcAccessMask = "pc_access_mask"
 	trackVarPcMemcgId    = "pc_memcg_id"
 	trackVarPcSelfTid    = "pc_self_tid"
@@ -78,9 +80,11 @@ type trackSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type trackProgramSpecs struct {
-	PcAdd  *ebpf.ProgramSpec `ebpf:"pc_add"`
-	PcDel  *ebpf.ProgramSpec `ebpf:"pc_del"`
-	PcRead *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcAdd      *ebpf.ProgramSpec `ebpf:"pc_add"`
+	PcDel      *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead     *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcSysPread *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead  *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // trackMapSpecs contains maps before they are loaded into the kernel.
@@ -149,9 +153,11 @@ type trackVariables struct {
 //
 // It can be passed to loadTrackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trackPrograms struct {
-	PcAdd  *ebpf.Program `ebpf:"pc_add"`
-	PcDel  *ebpf.Program `ebpf:"pc_del"`
-	PcRead *ebpf.Program `ebpf:"pc_read"`
+	PcAdd      *ebpf.Program `ebpf:"pc_add"`
+	PcDel      *ebpf.Program `ebpf:"pc_del"`
+	PcRead     *ebpf.Program `ebpf:"pc_read"`
+	PcSysPread *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead  *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *trackPrograms) Close() error {
@@ -159,6 +165,8 @@ func (p *trackPrograms) Close() error {
 		p.PcAdd,
 		p.PcDel,
 		p.PcRead,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

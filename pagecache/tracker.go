@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
@@ -96,11 +97,7 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
 	t.rd = rd
-	progs := []string{"pc_add", "pc_del"}
-	if access {
-		progs = append(progs, "pc_read")
-	}
-	for _, name := range progs {
+	for _, name := range []string{"pc_add", "pc_del"} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {
 			t.Close()
@@ -108,7 +105,47 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 		}
 		t.links = append(t.links, l)
 	}
+	if access {
+		if err := t.attachReads(); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// ReadSignal says where the access signal comes from on this kernel:
+// mm_filemap_get_pages where it exists (Linux 6.10), else read(2) and
+// pread64(2) (readv, sendfile and splice are not seen then).
+func ReadSignal() string {
+	if kernel.FilemapGetPages() == nil {
+		return "mm_filemap_get_pages"
+	}
+	return "read/pread64 syscalls (no mm_filemap_get_pages: readv, sendfile and splice are not seen)"
+}
+
+// syscallReads makes attachReads take the read/pread64 variant even where
+// mm_filemap_get_pages exists (tests).
+var syscallReads bool
+
+// attachReads attaches the access signal ReadSignal names.
+func (t *tracker) attachReads() error {
+	if kernel.FilemapGetPages() == nil && !syscallReads {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "mm_filemap_get_pages", Program: t.coll.Programs["pc_read"]})
+		if err != nil {
+			return fmt.Errorf("attach pc_read: %w", err)
+		}
+		t.links = append(t.links, l)
+		return nil
+	}
+	for name, tp := range map[string]string{"pc_sys_read": "sys_enter_read", "pc_sys_pread": "sys_enter_pread64"} {
+		l, err := link.Tracepoint("syscalls", tp, t.coll.Programs[name], nil)
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", name, err)
+		}
+		t.links = append(t.links, l)
+	}
+	return nil
 }
 
 // addDir registers every regular file under dir (hard links once) and

@@ -18,6 +18,8 @@
 #ifndef CISTERN_CAPTURE_SELECT_BPF_H
 #define CISTERN_CAPTURE_SELECT_BPF_H
 
+#include <bpf/bpf_core_read.h>
+
 #define CAP_SEL_PIDS 0
 #define CAP_SEL_CGROUP 1
 #define CAP_SEL_ALL 2
@@ -75,17 +77,40 @@ int BPF_PROG(cap_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/* sched_process_exit passes (task, group_dead) on newer kernels (6.18
+ * here) but only (task) on 6.12 and older. Pointers to an undefined (forward)
+ * struct match any struct task_struct, so only the parameter count and
+ * the bool decide whether this flavor matches the running kernel. */
+struct task_struct___cap_fwd;
+typedef void (*btf_trace_sched_process_exit___cap_gd)(void *, struct task_struct___cap_fwd *, bool);
+
+/* Whether the thread exiting is the last of its process (group_dead).
+ * Where the tracepoint passes it (ctx[1]) it is read from there; before,
+ * it is derived from the task: do_exit() decrements signal->live before
+ * the tracepoint fires, so live == 0 once every thread of the group has
+ * passed that point. (Two threads exiting at once may then both see 0:
+ * forgetting a process twice is harmless.) ctx[1] is read only in the
+ * branch CO-RE keeps, so the verifier of an older kernel never sees it. */
+static __always_inline int cap_group_dead(__u64 *ctx, struct task_struct *p)
+{
+	if (bpf_core_type_matches(btf_trace_sched_process_exit___cap_gd))
+		return (__u8)ctx[1] != 0;
+	return BPF_CORE_READ(p, signal, live.counter) == 0;
+}
+
 /* A captured process whose last thread exits leaves the set (its tgid may
  * be reused by an unrelated process), and its connections end: a process
  * that exits without close() (a PostgreSQL backend leaves its socket to the
  * kernel) would otherwise keep them open for ever. Runs in the exiting
- * task, so cap_selected's cgroup check applies to it. */
+ * task, so cap_selected's cgroup check applies to it. Not BPF_PROG: that
+ * would unpack an argument older kernels do not have. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(cap_exit_proc, struct task_struct *p, bool group_dead)
+int cap_exit_proc(__u64 *ctx)
 {
+	struct task_struct *p = (struct task_struct *)ctx[0];
 	__u32 tgid = p->tgid;
 
-	if (!group_dead || !cap_selected(tgid))
+	if (!cap_group_dead(ctx, p) || !cap_selected(tgid))
 		return 0;
 	if (cap_mode == CAP_SEL_PIDS)
 		bpf_map_delete_elem(&cap_pids, &tgid);

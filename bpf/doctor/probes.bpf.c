@@ -2,9 +2,13 @@
 /*
  * probes.bpf.c - one tiny program per kernel capability Cistern relies on.
  *
- * `cistern doctor` loads and attaches each program, triggers it and reads the
- * `hits` counter slot that the program bumps, so a check reports what the
- * running kernel really does rather than what its config claims.
+ * `cistern doctor` loads each program on its own (with only the maps it
+ * uses), attaches or test-runs it, triggers it and reads the `hits` counter
+ * slot that the program bumps, so a check reports what the running kernel
+ * really does rather than what its config claims, and one program the
+ * kernel refuses hides no other result. The programs that test-run are XDP
+ * (BPF_PROG_TEST_RUN), as Cistern's own user-invoked programs are; only
+ * probe_syscall is a SYSCALL program, for the syscall_prog check.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -25,6 +29,8 @@ enum probe_slot {
 	SLOT_TIMER,
 	SLOT_KPROBE,
 	SLOT_FENTRY,
+	SLOT_LOOP,
+	SLOT_XDP_BYTES,
 	SLOT_MAX = 16,
 };
 
@@ -97,32 +103,66 @@ int probe_tcx(struct __sk_buff *skb)
 	return TCX_NEXT;
 }
 
-/* BPF_PROG_TEST_RUN target: proves SYSCALL programs run and can use a ring. */
+/* BPF_PROG_TEST_RUN targets. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
 } ring SEC(".maps");
 
-struct probe_args {
-	__u64 cookie;
-};
+/* The cookie the ring buffer record carries (set by the doctor). */
+volatile const __u64 ring_cookie = 0;
 
-SEC("syscall")
-int probe_syscall(struct probe_args *args)
+/* Ring buffers: reserve and submit a record that the doctor reads back. */
+SEC("xdp")
+int probe_ringbuf(struct xdp_md *ctx)
 {
-	__u64 *rec;
+	__u64 *rec = bpf_ringbuf_reserve(&ring, sizeof(*rec), 0);
 
-	bump(SLOT_SYSCALL);
-	rec = bpf_ringbuf_reserve(&ring, sizeof(*rec), 0);
 	if (!rec)
-		return 1;
-	*rec = args->cookie;
+		return XDP_ABORTED;
+	*rec = ring_cookie;
 	bpf_ringbuf_submit(rec, 0);
 	bump(SLOT_RINGBUF);
+	return XDP_PASS;
+}
+
+/* SYSCALL programs (only reported: Cistern runs XDP programs instead). */
+SEC("syscall")
+int probe_syscall(void *ctx)
+{
+	bump(SLOT_SYSCALL);
 	return 0;
 }
 
-/* bpf_timer: arm a timer from a SYSCALL program; its callback bumps a slot. */
+/* bpf_loop: ten iterations, each bumping the slot. */
+static long loop_step(__u32 i, void *data)
+{
+	bump(SLOT_LOOP);
+	return 0;
+}
+
+SEC("xdp")
+int probe_loop(struct xdp_md *ctx)
+{
+	return bpf_loop(10, loop_step, 0, 0) == 10 ? XDP_PASS : XDP_ABORTED;
+}
+
+/* bpf_xdp_load_bytes/store_bytes: copy the packet's first 8 bytes to bytes
+ * 8-15 and back into the slot. */
+SEC("xdp")
+int probe_xdp_bytes(struct xdp_md *ctx)
+{
+	__u64 v = 0;
+	__u32 k = SLOT_XDP_BYTES;
+
+	if (bpf_xdp_load_bytes(ctx, 0, &v, sizeof(v)) || bpf_xdp_store_bytes(ctx, 8, &v, sizeof(v)))
+		return XDP_ABORTED;
+	bpf_map_update_elem(&hits, &k, &v, BPF_ANY);
+	return XDP_PASS;
+}
+
+/* bpf_timer: arm a timer from a test-run XDP program; its callback bumps a
+ * slot. */
 struct timer_elem {
 	struct bpf_timer t;
 };
@@ -140,15 +180,15 @@ static int timer_cb(void *map, __u32 *key, struct timer_elem *e)
 	return 0;
 }
 
-SEC("syscall")
-int probe_timer(void *ctx)
+SEC("xdp")
+int probe_timer(struct xdp_md *ctx)
 {
 	__u32 k = 0;
 	struct timer_elem *e = bpf_map_lookup_elem(&timers, &k);
 
 	if (!e)
-		return 1;
+		return XDP_ABORTED;
 	bpf_timer_init(&e->t, &timers, 1 /* CLOCK_MONOTONIC */);
 	bpf_timer_set_callback(&e->t, timer_cb);
-	return bpf_timer_start(&e->t, 1000 /* ns */, 0) ? 2 : 0;
+	return bpf_timer_start(&e->t, 1000 /* ns */, 0) ? XDP_DROP : XDP_PASS;
 }

@@ -58,6 +58,8 @@ static __always_inline void stat(__u32 s)
 		*v += 1;
 }
 
+/* Read with BPF_CORE_READ, not dereferenced: pc_read is a raw_tp
+ * program, whose arguments the verifier does not type. */
 static __always_inline __u32 file_id(struct address_space *m)
 {
 	struct inode *host;
@@ -66,32 +68,56 @@ static __always_inline __u32 file_id(struct address_space *m)
 
 	if (!m)
 		return 0;
-	host = m->host;
+	host = BPF_CORE_READ(m, host);
 	if (!host)
 		return 0;
-	k.ino = host->i_ino;
-	k.dev = host->i_sb->s_dev;
+	k.ino = BPF_CORE_READ(host, i_ino);
+	k.dev = BPF_CORE_READ(host, i_sb, s_dev);
 	id = bpf_map_lookup_elem(&pc_files, &k);
 	return id ? *id : 0;
 }
 
+/* struct folio as older kernels lay it out, for CO-RE: until 6.12 flags is
+ * a plain unsigned long (memdesc_flags_t since), and until 6.6 the order
+ * is a byte of its own (the low byte of _flags_1 since). */
+struct folio___flags_ul {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
+struct folio___order_byte {
+	unsigned char _folio_order;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned long folio_flags_of(struct folio *f)
+{
+	struct folio___flags_ul *fu = (void *)f;
+
+	if (bpf_core_field_exists(fu->flags))
+		return fu->flags;
+	return f->flags.f;
+}
+
 static __always_inline __u8 folio_order_of(struct folio *f)
 {
-	if (!(f->flags.f & (1UL << PG_head)))
+	struct folio___order_byte *fo = (void *)f;
+
+	if (!(folio_flags_of(f) & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))
 		return 0;
+	if (bpf_core_field_exists(fo->_folio_order))
+		return fo->_folio_order;
 	return f->_flags_1 & 0xff;
 }
 
 /* 1 when the folio is charged to the watched memory cgroup. */
 static __always_inline int in_memcg(struct folio *f)
 {
-	unsigned long md;
+	unsigned long md, nflags = bpf_core_enum_value(enum page_memcg_data_flags, __NR_MEMCG_DATA_FLAGS);
 	struct mem_cgroup *cg;
 
 	if (!pc_memcg_id)
 		return 1;
 	md = f->memcg_data;
-	cg = (struct mem_cgroup *)(md & ~((unsigned long)__NR_MEMCG_DATA_FLAGS - 1));
+	cg = (struct mem_cgroup *)(md & ~(nflags - 1));
 	if (!cg)
 		return 0;
 	return BPF_CORE_READ(cg, css.cgroup, kn, id) == pc_memcg_id;
@@ -152,14 +178,24 @@ int BPF_PROG(pc_del, struct folio *folio)
 	return 0;
 }
 
-SEC("tp_btf/mm_filemap_get_pages")
+/* Reads: one event per page range a buffered read is served from. A
+ * raw_tp program, so that the object loads where the tracepoint does not
+ * exist (it came in Linux 6.10); the agent attaches it where
+ * kernel.FilemapGetPages() says it exists, else pc_sys_read and
+ * pc_sys_pread below. */
+static __always_inline int want_read(void)
+{
+	if (!pc_want_access)
+		return 0;
+	return !pc_access_mask || !(bpf_get_prandom_u32() & pc_access_mask);
+}
+
+SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsigned long last)
 {
 	__u32 file;
 
-	if (!pc_want_access)
-		return 0;
-	if (pc_access_mask && (bpf_get_prandom_u32() & pc_access_mask))
+	if (!want_read())
 		return 0;
 	file = file_id(mapping);
 	if (!file)
@@ -167,6 +203,63 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	stat(PC_T_ACC);
 	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1);
 	return 0;
+}
+
+/* The access signal where mm_filemap_get_pages is missing: read(2) and
+ * pread64(2) of a watched file, as the page range [pos, pos + count)
+ * clipped to the file's size (O_DIRECT reads skip the page cache and are
+ * not reported). readv, sendfile and splice are not seen this way. */
+#define PC_PAGE_SHIFT 12
+#define PC_O_DIRECT 040000 /* x86 */
+
+static __always_inline int sys_read(unsigned long fd, unsigned long count, long long pos, int use_fpos)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt;
+	struct file **fds, *f = 0;
+	struct address_space *m;
+	long long size;
+	unsigned long first, last;
+	__u32 file;
+
+	if (!count || !want_read())
+		return 0;
+	fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	if (BPF_CORE_READ(f, f_flags) & PC_O_DIRECT)
+		return 0;
+	m = BPF_CORE_READ(f, f_mapping);
+	file = file_id(m);
+	if (!file)
+		return 0;
+	if (use_fpos)
+		pos = BPF_CORE_READ(f, f_pos);
+	size = BPF_CORE_READ(m, host, i_size);
+	if (pos < 0 || pos >= size)
+		return 0;
+	if (count > size - pos)
+		count = size - pos;
+	first = pos >> PC_PAGE_SHIFT;
+	last = (pos + count - 1) >> PC_PAGE_SHIFT;
+	stat(PC_T_ACC);
+	emit(PC_ACC, 0, file, first, last - first + 1);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_read")
+int pc_sys_read(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_read(ctx->args[0], ctx->args[2], 0, 1);
+}
+
+SEC("tracepoint/syscalls/sys_enter_pread64")
+int pc_sys_pread(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_read(ctx->args[0], ctx->args[2], ctx->args[3], 0);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -25,8 +25,26 @@ int q_block_issue(struct trace_event_raw_block_rq *ctx)
 	return 0;
 }
 
+/* block_rq_complete's record before 5.12 (block_rq_completion since). */
+struct trace_event_raw_block_rq_complete {
+	struct trace_entry ent;
+	dev_t dev;
+	sector_t sector;
+	unsigned int nr_sector;
+	int error;
+	char rwbs[8];
+} __attribute__((preserve_access_index));
+
+/* Read through BPF_CORE_READ (probe reads): direct loads from both
+ * layouts may be merged by the compiler into one load at a computed
+ * offset, which the verifier refuses on a tracepoint context. */
+#define Q_RQ_COMPLETE(ctx, field) \
+	(bpf_core_type_exists(struct trace_event_raw_block_rq_completion) ? \
+		 BPF_CORE_READ((struct trace_event_raw_block_rq_completion *)(ctx), field) : \
+		 BPF_CORE_READ((struct trace_event_raw_block_rq_complete *)(ctx), field))
+
 SEC("tracepoint/block/block_rq_complete")
-int q_block_complete(struct trace_event_raw_block_rq_completion *ctx)
+int q_block_complete(void *ctx)
 {
 	__u64 *r = q_record();
 	if (!r)
@@ -36,14 +54,14 @@ int q_block_complete(struct trace_event_raw_block_rq_completion *ctx)
 	 * issuing task's slots come from the entry half */
 	r[0] = now;
 	r[1] = r[2] = r[3] = r[4] = r[5] = 0;
-	r[6] = ctx->dev;
-	r[7] = ctx->sector;
-	r[8] = (__u64)ctx->nr_sector << 9;
-	r[9] = ctx->rwbs[0];
-	r[10] = (__u64)(__s64)ctx->error;
+	r[6] = Q_RQ_COMPLETE(ctx, dev);
+	r[7] = Q_RQ_COMPLETE(ctx, sector);
+	r[8] = (__u64)Q_RQ_COMPLETE(ctx, nr_sector) << 9;
+	r[9] = Q_RQ_COMPLETE(ctx, rwbs[0]);
+	r[10] = (__u64)(__s64)Q_RQ_COMPLETE(ctx, error);
 	r[14] = now;
 	r[15] = 0;
-	r[Q_JKEY] = ((__u64)ctx->dev << 40) ^ ctx->sector;
+	r[Q_JKEY] = (r[6] << 40) ^ r[7];
 	struct q_saved *e = q_exit_lookup(r);
 	if (!e)
 		return 0;

@@ -17,7 +17,8 @@ static __always_inline int q_page(struct trace_event_raw_mm_filemap_op_page_cach
 	r[7] = ctx->s_dev;
 	r[8] = ctx->i_ino;
 	r[9] = ctx->index;
-	r[10] = 1ULL << (ctx->order & 31);
+	/* newer records carry the folio order; older ones are of one page */
+	r[10] = bpf_core_field_exists(ctx->order) ? 1ULL << (ctx->order & 31) : 1;
 	r[11] = ctx->pfn;
 	q_event(r);
 	return 0;

@@ -99,6 +99,9 @@ SIGINT or SIGTERM and prints its counters.`,
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
+			if pagecache.UsesAccesses(cfg.Policy) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
+			}
 			runErr := a.Run(ctx)
 			st, err := a.Stats()
 			if err != nil {

@@ -16,22 +16,24 @@ import (
 	"github.com/cistern-ebpf/cistern/doctor"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // demoSegment is one system's part of `cistern demo`.
 type demoSegment struct {
 	name, what string
 	run        func(cmd *cobra.Command) error
+	system     string // kernel.Systems name: skipped where unavailable
 }
 
 func demoSegments() []demoSegment {
 	return []demoSegment{
-		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", demoKV},
-		{"capture", "TLS PostgreSQL queries captured through the accumulating channel, with loss counters", demoCapture},
-		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", demoEvict},
-		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", demoPagecache},
-		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", demoCBuf},
-		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", demoQuery},
+		{"Kerby-KV", "memcached GETs answered at XDP from a kernel block pool: kernel hit ratio and memory efficiency, live", demoKV, "kv"},
+		{"capture", "TLS PostgreSQL queries captured through the accumulating channel, with loss counters", demoCapture, "accum/capture"},
+		{"eviction policies", "a cache trace replayed through in-kernel policies, hit ratio per policy", demoEvict, "evict/cache"},
+		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", demoPagecache, "pagecache"},
+		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", demoCBuf, "cbuf"},
+		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", demoQuery, "query"},
 	}
 }
 
@@ -51,9 +53,17 @@ func newDemoCmd() *cobra.Command {
 			if !rep.CoreOK() {
 				return fmt.Errorf("core checks failed: fix them (see above) and run the demo again")
 			}
+			status := map[string]kernel.System{}
+			for _, s := range rep.Systems {
+				status[s.Name] = s
+			}
 			for _, s := range demoSegments() {
 				banner(out, s.name)
 				fmt.Fprintf(out, "shows: %s\n", s.what)
+				if st := status[s.system]; st.Status == kernel.SystemUnavailable {
+					fmt.Fprintf(out, "skipped: %s is unavailable on this kernel (%s)\n", s.system, st.Detail)
+					continue
+				}
 				if err := s.run(cmd); err != nil {
 					return fmt.Errorf("demo %s: %w", s.name, err)
 				}

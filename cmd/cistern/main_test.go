@@ -79,9 +79,18 @@ func TestDoctorJSON(t *testing.T) {
 		Checks []struct {
 			Name, Status, Detail, Fix string
 		} `json:"checks"`
+		Systems []struct{ Name, Status, Detail string } `json:"systems"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(rep.Systems) != 7 {
+		t.Errorf("%d systems, want pool, kv, accum/capture, evict/cache, pagecache, cbuf, query: %+v", len(rep.Systems), rep.Systems)
+	}
+	for _, s := range rep.Systems {
+		if s.Status != "ok" && s.Status != "degraded" {
+			t.Errorf("system %s is %s on this kernel: %s", s.Name, s.Status, s.Detail)
+		}
 	}
 	if rep.Kernel == "" || len(rep.Checks) < 14 {
 		t.Fatalf("kernel %q, %d checks", rep.Kernel, len(rep.Checks))

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Objects lists the bpf2go objects (*_bpfel.o) below root.
@@ -73,12 +75,15 @@ func Uncovered(root string) ([]string, error) {
 // Load loads every map and program of the object at path, then frees them.
 // A verifier refusal comes back as an error whose text starts with the
 // program name and the verifier's reason; the full log is in the
-// *ebpf.VerifierError it wraps.
+// *ebpf.VerifierError it wraps. struct_ops maps meant for a link are
+// loaded in the form the kernel accepts (kernel.AdaptStructOps), and
+// unregistered again.
 func Load(path string) (programs int, err error) {
 	spec, err := ebpf.LoadCollectionSpec(path)
 	if err != nil {
 		return 0, fmt.Errorf("%s: parse: %w", path, err)
 	}
+	legacy := kernel.AdaptStructOps(spec)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		Programs: ebpf.ProgramOptions{LogSizeStart: 1 << 20},
 	})
@@ -86,6 +91,11 @@ func Load(path string) (programs int, err error) {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	defer coll.Close()
+	for _, name := range legacy {
+		if err := kernel.UnregisterStructOps(coll.Maps[name]); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	return len(coll.Programs), nil
 }
 
