@@ -447,7 +447,9 @@ func doctorSystems(raw json.RawMessage) map[string]cell {
 	out := map[string]cell{}
 	if json.Unmarshal(raw, &d) == nil {
 		for _, s := range d.Systems {
-			out[s.Name] = cell{Status: s.Status, Why: s.Detail}
+			for _, n := range strings.Split(s.Name, "/") { // "accum/capture" is both columns
+				out[n] = cell{Status: s.Status, Why: s.Detail}
+			}
 		}
 	}
 	return out
