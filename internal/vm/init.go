@@ -28,7 +28,8 @@ mount -t sysfs sys /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
+mount -t ext4 /dev/vda /tmp 2>/dev/null || mount -t tmpfs tmpfs /tmp
+chmod 1777 /tmp
 mount -t tmpfs tmpfs /run
 mkdir -p /run/netns /run/lock
 mount -t cgroup2 cgroup2 /sys/fs/cgroup

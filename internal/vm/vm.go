@@ -59,7 +59,7 @@ func Open(suite string) (*Kernel, error) {
 
 // Modules loaded in the initramfs, before the host is reachable and for the
 // tests; one built into a kernel is skipped.
-var Modules = []string{"virtio_pci", "virtiofs", "overlay", "veth", "sch_ingress", "cls_bpf", "act_bpf", "tun"}
+var Modules = []string{"virtio_pci", "virtiofs", "virtio_blk", "overlay", "veth", "sch_ingress", "cls_bpf", "act_bpf", "tun"}
 
 func (k *Kernel) modDir() string { return filepath.Join(k.Dir, "lib", "modules", k.Release) }
 
@@ -281,6 +281,12 @@ func (k *Kernel) Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 
+	// /tmp is an ext4 disk, as on a user's machine: files on tmpfs (shmem)
+	// never pass the filemap tracepoints the page-cache agent follows.
+	disk := filepath.Join(sock, "tmp.img")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", disk, "8G").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("vm: mkfs.ext4 for the guest's /tmp: %v: %s", err, out)
+	}
 	mem := strconv.Itoa(opt.MemMB) + "M"
 	args := []string{
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none",
@@ -290,6 +296,7 @@ func (k *Kernel) Run(ctx context.Context, opt Options) (*Result, error) {
 		"-device", "vhost-user-fs-pci,chardev=fs0,tag=host",
 		"-chardev", "socket,id=fs1,path=" + filepath.Join(sock, "results"),
 		"-device", "vhost-user-fs-pci,chardev=fs1,tag=results",
+		"-drive", "file=" + disk + ",if=virtio,format=raw,cache=unsafe,discard=unmap",
 		"-serial", "stdio",
 		"-kernel", filepath.Join(k.Dir, "vmlinuz"), "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 loglevel=4 mitigations=off tsc=reliable",
