@@ -35,8 +35,9 @@
  *   Doubly-linked lists threaded through the evict_nodes ARRAY, one node per
  *   slot, so finding, moving and deleting an entry is O(1) and needs no
  *   allocation (bpf_list/bpf_rbtree need kptrs and locks that cilium/ebpf and
- *   SYSCALL replay do not give us here). Up to EVICT_MAX_LISTS lists; an
- *   entry is on at most one. "head" is the newest end by convention.
+ *   the kernels Cistern supports do not give us here). Up to EVICT_MAX_LISTS
+ *   lists; an entry is on at most one. "head" is the newest end by
+ *   convention.
  *     int   evict_list_create(void)                 -> list id or -ENOSPC
  *     int   evict_list_add_head(list, slot)         add, or move if on a list
  *     int   evict_list_add_tail(list, slot)
@@ -70,7 +71,9 @@
  *   static void evict_policy_removed(__u32 s)  { }
  *   static void evict_policy_evict(struct evict_ctx *ctx) { ... evict_propose(ctx, s) ... }
  *   Policy state goes in globals or your own maps. The header defines the
- *   SYSCALL programs evict_init and evict_replay (package evict drives them).
+ *   programs evict_init, evict_replay and evict_drain, which user space
+ *   calls through BPF_PROG_TEST_RUN (XDP, see cistern/call.bpf.h; package
+ *   evict drives them).
  *
  * SIZES
  *   Without a budget the cache is full when its evict_capacity slots are.
@@ -80,16 +83,17 @@
  *   fits; an entry larger than the budget is not admitted (too_big).
  *
  * PERIODIC WORK
- *   A policy may define its own SEC("syscall") int evict_periodic(struct
- *   evict_run_args *) for work that must stay off the hot path (LHD
- *   rebuilds its density table there). Package evict runs it after every
- *   replay batch and after every drain (Cache.Periodic).
+ *   A policy may define its own
+ *     CISTERN_CALL(evict_periodic, struct evict_run_args, a) { ... }
+ *   for work that must stay off the hot path (LHD rebuilds its density
+ *   table there). Package evict runs it after every replay batch and after
+ *   every drain (Cache.Periodic).
  *
  * SHARING THE CACHE (evict_drain)
  *   Programs of another object (Kerby-KV's XDP and TC programs, on every
  *   CPU) do not call the policy: they push struct evict_event on
  *   evict_events (a QUEUE map they share: a hit, a fill of size units, a
- *   removal). The SYSCALL program evict_drain, run by one agent thread,
+ *   removal). The program evict_drain, called by one agent thread,
  *   applies them in order and pushes the keys of the victims it evicts for
  *   fills onto evict_victims, for the owner to delete. The single writer
  *   stays single; the owner keeps a reserve so fills between drains fit.
@@ -117,6 +121,7 @@
 
 #include <bpf/bpf_helpers.h>
 #include "cistern/evict.h"
+#include "cistern/call.bpf.h"
 
 #define EVICT_EINVAL 22
 #define EVICT_ENOENT 2
@@ -710,14 +715,13 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	return 0;
 }
 
-/* ---- SYSCALL programs (BPF_PROG_TEST_RUN) ---- */
+/* ---- Programs user space calls (cistern/call.bpf.h) ---- */
 
-SEC("syscall")
-int evict_init(struct evict_run_args *a)
+CISTERN_CALL(evict_init, struct evict_run_args, a)
 {
 	if (evict_initialized) {
 		a->ret = 0;
-		return 0;
+		return;
 	}
 	for (int i = 0; i < EVICT_MAX_LISTS; i++) {
 		evict_lists[i].head = evict_lists[i].tail = EVICT_NIL;
@@ -725,7 +729,6 @@ int evict_init(struct evict_run_args *a)
 	}
 	evict_initialized = 1;
 	a->ret = evict_policy_init();
-	return 0;
 }
 
 struct evict_replay_loop {
@@ -754,8 +757,7 @@ static long evict_replay_step(__u64 i, void *arg)
 }
 
 /* Replays evict_batches[0]: req[0..n) in order, writing each outcome back. */
-SEC("syscall")
-int evict_replay(struct evict_run_args *a)
+CISTERN_CALL(evict_replay, struct evict_run_args, a)
 {
 	__u32 zero = 0, n;
 	struct evict_batch *b = bpf_map_lookup_elem(&evict_batches, &zero);
@@ -763,7 +765,7 @@ int evict_replay(struct evict_run_args *a)
 
 	if (!b || !evict_initialized) {
 		a->ret = -EVICT_EINVAL;
-		return 0;
+		return;
 	}
 	n = b->n;
 	if (n > EVICT_BATCH)
@@ -778,7 +780,6 @@ int evict_replay(struct evict_run_args *a)
 	a->n = n;
 	a->hits = lp.hits;
 	a->ret = 0;
-	return 0;
 }
 
 struct evict_drain_loop {
@@ -819,20 +820,18 @@ static long evict_drain_step(__u64 i, void *arg)
 
 /* Applies the queued evict_events in order (at most EVICT_QUEUE_LEN): the
  * cache's single writer when other programs share it. a->n: events applied. */
-SEC("syscall")
-int evict_drain(struct evict_run_args *a)
+CISTERN_CALL(evict_drain, struct evict_run_args, a)
 {
 	struct evict_drain_loop lp = {};
 
 	if (!evict_initialized) {
 		a->ret = -EVICT_EINVAL;
-		return 0;
+		return;
 	}
 	bpf_loop(EVICT_QUEUE_LEN, evict_drain_step, &lp, 0);
 	evict_stat_add(EVICT_STAT_EVENTS, lp.n);
 	a->n = lp.n;
 	a->ret = 0;
-	return 0;
 }
 
 char _license[] SEC("license") = "GPL";
