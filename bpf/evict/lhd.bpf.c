@@ -191,7 +191,8 @@ static long sample_cb(__u64 i, void *arg)
 	if (!evict_resident(s) || !(t = tag(s)))
 		return 0;
 	r = rank_of(s, t);
-	if (p->best == EVICT_NIL || r < p->brank) {
+	/* evict_loop_var: state from the previous sample (evict.bpf.h). */
+	if (evict_loop_var(p->best) == EVICT_NIL || r < evict_loop_var(p->brank)) {
 		p->best = s;
 		p->brank = r;
 	}

@@ -115,6 +115,21 @@
  *   every walk is a bpf_loop with a bound. The cache is single-writer: run
  *   its programs from one thread at a time (replay does; others share it
  *   through evict_events and evict_drain).
+ *
+ * BPF_LOOP CALLBACKS BEFORE LINUX 6.7
+ *   Until 6.7 the verifier checks a bpf_loop callback as if it ran once, from
+ *   the state its caller left, and a privileged load then removes what that
+ *   one run did not reach as dead code (branches are hard-wired). State a
+ *   callback carries from one iteration to the next and branches on must
+ *   therefore be unknown to the verifier where the callback reads it, or
+ *   what later iterations do is gone: on 6.1 "best == EVICT_NIL || score <
+ *   best_score", seen once with best == EVICT_NIL, became "always take the
+ *   new one", and LFU proposed the newest entry instead of the least used.
+ *   Read such state through evict_loop_var(), as the callbacks here do:
+ *     __u32 best = evict_loop_var(p->best);
+ *   It is the same value XORed with evict_loop_zero, a global that is
+ *   always 0 but lives in .bss (never write it), so the verifier cannot
+ *   know it: a load and an XOR.
  */
 #ifndef CISTERN_EVICT_BPF_H
 #define CISTERN_EVICT_BPF_H
@@ -211,6 +226,11 @@ __u32 evict_fallback_hand; /* next slot the fallback looks at */
 __u32 evict_initialized;
 __u64 evict_used_bytes;    /* sum of resident entries' sizes */
 __u32 evict_report_victims; /* evict_drain: push removed keys to evict_victims */
+volatile __u64 evict_loop_zero; /* always 0, unknown to the verifier: evict_loop_var */
+
+/* x, which the verifier no longer knows: for loop-carried state a bpf_loop
+ * callback branches on (see BPF_LOOP CALLBACKS BEFORE LINUX 6.7 above). */
+#define evict_loop_var(x) ((__typeof__(x))((x) ^ evict_loop_zero))
 
 /* The policy's functions: defined by the file that includes this header. */
 static int evict_policy_init(void);
@@ -421,7 +441,7 @@ struct evict_iter {
 	static long name(__u64 i, void *arg)                                  \
 	{                                                                     \
 		struct evict_iter *it = arg;                                  \
-		__u32 s = it->cur, nx;                                        \
+		__u32 s = evict_loop_var(it->cur), nx;                        \
 		if (s == EVICT_NIL)                                           \
 			return 1;                                             \
 		nx = it->dir == EVICT_TOWARDS_HEAD ? evict_prev(s) : evict_next(s); \
@@ -454,7 +474,10 @@ struct evict_iter {
 #define EVICT_SAMPLES 8
 
 struct evict_sample {
-	__u32 n;
+	/* 64 bits: n must not share a stack slot with slot[], or 6.1's verifier
+	 * refuses to read it back after evict_propose_lowest marks a slot[]
+	 * taken ("invalid size of register fill"). */
+	__u64 n;
 	__u32 slot[EVICT_SAMPLES];
 	__u32 score[EVICT_SAMPLES];
 };
@@ -468,7 +491,7 @@ static __always_inline long evict_sample_pdata(__u32 slot, struct evict_iter *it
 {
 	struct evict_sample *s = it->data;
 	struct evict_node *nd = evict_node(slot);
-	__u32 i = s->n;
+	__u32 i = evict_loop_var(s->n);
 
 	if (i >= EVICT_SAMPLES)
 		return EVICT_ITER_STOP;
@@ -492,7 +515,7 @@ static long evict_pick_scan_cb(__u64 i, void *arg)
 
 	if (p->s->slot[j] == EVICT_NIL)
 		return 0;
-	if (p->best == EVICT_NIL || p->s->score[j] < p->bscore) {
+	if (evict_loop_var(p->best) == EVICT_NIL || p->s->score[j] < evict_loop_var(p->bscore)) {
 		p->best = j;
 		p->bscore = p->s->score[j];
 	}
@@ -579,7 +602,7 @@ static long evict_fallback_step(__u64 i, void *arg)
 	evict_fallback_hand = s + 1 >= evict_capacity ? 0 : s + 1;
 	if (evict_remove(s, fl->r) == 0)
 		fl->done++;
-	return fl->done >= fl->want;
+	return evict_loop_var(fl->done) >= fl->want;
 }
 
 /* Asks the policy for nr victims and removes them; completes with the
