@@ -37,7 +37,7 @@
 //
 // # From user space
 //
-// OpenDriver loads bpf/accum/driver.bpf.c, whose SYSCALL programs feed
-// fragments from a staging map to accum_write through BPF_PROG_TEST_RUN:
+// OpenDriver loads bpf/accum/driver.bpf.c, whose CISTERN_CALL programs
+// (kernel.Call) feed fragments from a staging map to accum_write:
 // the very code a hook runs, for tests and measurements.
 package accum

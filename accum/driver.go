@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // DefaultStagingSize is the largest fragment a Driver feeds by default.
@@ -53,9 +55,9 @@ func OpenDriver(cfg Config, stagingSize uint32) (*Driver, error) {
 }
 
 func runStart(p *ebpf.Program) error {
-	ret, err := p.Run(&ebpf.RunOptions{})
+	ret, err := kernel.CallRet(p)
 	if err != nil {
-		return fmt.Errorf("run accum_start: %w", err)
+		return err
 	}
 	if ret != 0 {
 		return fmt.Errorf("accum_start: bpf_timer_start returned %d", int32(ret))
@@ -64,7 +66,7 @@ func runStart(p *ebpf.Program) error {
 }
 
 func (d *Driver) run(p *ebpf.Program, a *drvAccumDrvArgs) error {
-	if _, err := p.Run(&ebpf.RunOptions{Context: a, ContextOut: a}); err != nil {
+	if err := kernel.Call(p, a); err != nil {
 		return err
 	}
 	if a.Ret < 0 {

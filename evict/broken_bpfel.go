@@ -88,6 +88,7 @@ const (
 	brokenVarEvictFreeTop       = "evict_free_top"
 	brokenVarEvictInitialized   = "evict_initialized"
 	brokenVarEvictLists         = "evict_lists"
+	brokenVarEvictLoopZero      = "evict_loop_zero"
 	brokenVarEvictNextUnused    = "evict_next_unused"
 	brokenVarEvictReportVictims = "evict_report_victims"
 	brokenVarEvictUsedBytes     = "evict_used_bytes"
@@ -166,6 +167,7 @@ type brokenVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -227,6 +229,7 @@ type brokenVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -87,6 +87,7 @@ const (
 	clockVarEvictFreeTop       = "evict_free_top"
 	clockVarEvictInitialized   = "evict_initialized"
 	clockVarEvictLists         = "evict_lists"
+	clockVarEvictLoopZero      = "evict_loop_zero"
 	clockVarEvictNextUnused    = "evict_next_unused"
 	clockVarEvictReportVictims = "evict_report_victims"
 	clockVarEvictUsedBytes     = "evict_used_bytes"
@@ -164,6 +165,7 @@ type clockVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -224,6 +226,7 @@ type clockVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -8,13 +8,15 @@
 // Each policy is a BPF object built on the header (bpf/evict/<name>.bpf.c):
 // FIFO, LRU, MRU, CLOCK, SIEVE, S3-FIFO, approximate LFU (8 sampled
 // candidates) and LHD (32 sampled; its density table is rebuilt by the
-// policy's SYSCALL program evict_periodic, which Replay runs between
-// batches: Cache.Periodic), plus "broken", a deliberately wrong one for tests. Open loads one with a cache of Config.Capacity entries and runs
-// its init function; Cache.Replay feeds requests to the very same policy
-// code in the kernel through the SYSCALL program evict_replay
-// (BPF_PROG_TEST_RUN): up to BatchSize requests per run are written to the
-// evict_batches array and looped over in the kernel with bpf_loop, so there
-// is one system call per batch, not per request.
+// policy's program evict_periodic, which Replay runs between batches:
+// Cache.Periodic), plus "broken", a deliberately wrong one for tests. Open
+// loads one with a cache of Config.Capacity entries and runs its init
+// function; Cache.Replay feeds requests to the very same policy code in the
+// kernel through the program evict_replay, called with kernel.Call (an XDP
+// program run with BPF_PROG_TEST_RUN, never attached: see
+// bpf/include/cistern/call.bpf.h): up to BatchSize requests per run are
+// written to the evict_batches array and looped over in the kernel with
+// bpf_loop, so there is one system call per batch, not per request.
 //
 // # Layout
 //

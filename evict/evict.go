@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Constants of cistern/evict.h.
@@ -195,9 +196,9 @@ func OpenSpec(spec *ebpf.CollectionSpec, cfg Config) (*Cache, error) {
 		buf:      make([]byte, batchHeader+BatchSize*ReqSize),
 	}
 	var a runArgs
-	if _, err := coll.Programs["evict_init"].Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
+	if err := kernel.Call(coll.Programs["evict_init"], &a); err != nil {
 		coll.Close()
-		return nil, fmt.Errorf("run evict_init: %w", err)
+		return nil, err
 	}
 	if a.Ret != 0 {
 		coll.Close()
@@ -238,8 +239,8 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 			return hits, fmt.Errorf("write batch: %w", err)
 		}
 		var a runArgs
-		if _, err := c.replay.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
-			return hits, fmt.Errorf("run evict_replay: %w", err)
+		if err := kernel.Call(c.replay, &a); err != nil {
+			return hits, err
 		}
 		if a.Ret != 0 {
 			return hits, fmt.Errorf("evict_replay: error %d", a.Ret)
@@ -264,7 +265,7 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 	return hits, nil
 }
 
-// Periodic runs the policy's SYSCALL program evict_periodic, if it has one:
+// Periodic calls the policy's program evict_periodic, if it has one:
 // its work off the hot path (LHD rebuilds its density table there). Replay
 // calls it after every batch; other drivers of the cache should too.
 func (c *Cache) Periodic() error {
@@ -272,8 +273,8 @@ func (c *Cache) Periodic() error {
 		return nil
 	}
 	var a runArgs
-	if _, err := c.periodic.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
-		return fmt.Errorf("run evict_periodic: %w", err)
+	if err := kernel.Call(c.periodic, &a); err != nil {
+		return err
 	}
 	if a.Ret != 0 {
 		return fmt.Errorf("evict_periodic: error %d", a.Ret)
@@ -287,8 +288,8 @@ func (c *Cache) Periodic() error {
 // Like Replay, it must not run concurrently with another writer.
 func (c *Cache) Drain() (int, error) {
 	var a runArgs
-	if _, err := c.drain.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
-		return 0, fmt.Errorf("run evict_drain: %w", err)
+	if err := kernel.Call(c.drain, &a); err != nil {
+		return 0, err
 	}
 	if a.Ret != 0 {
 		return 0, fmt.Errorf("evict_drain: error %d", a.Ret)

@@ -87,6 +87,7 @@ const (
 	fifoVarEvictFreeTop       = "evict_free_top"
 	fifoVarEvictInitialized   = "evict_initialized"
 	fifoVarEvictLists         = "evict_lists"
+	fifoVarEvictLoopZero      = "evict_loop_zero"
 	fifoVarEvictNextUnused    = "evict_next_unused"
 	fifoVarEvictReportVictims = "evict_report_victims"
 	fifoVarEvictUsedBytes     = "evict_used_bytes"
@@ -164,6 +165,7 @@ type fifoVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -224,6 +226,7 @@ type fifoVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -88,6 +88,7 @@ const (
 	getscanVarEvictFreeTop       = "evict_free_top"
 	getscanVarEvictInitialized   = "evict_initialized"
 	getscanVarEvictLists         = "evict_lists"
+	getscanVarEvictLoopZero      = "evict_loop_zero"
 	getscanVarEvictNextUnused    = "evict_next_unused"
 	getscanVarEvictReportVictims = "evict_report_victims"
 	getscanVarEvictUsedBytes     = "evict_used_bytes"
@@ -170,6 +171,7 @@ type getscanVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -236,6 +238,7 @@ type getscanVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -87,6 +87,7 @@ const (
 	lfuVarEvictFreeTop       = "evict_free_top"
 	lfuVarEvictInitialized   = "evict_initialized"
 	lfuVarEvictLists         = "evict_lists"
+	lfuVarEvictLoopZero      = "evict_loop_zero"
 	lfuVarEvictNextUnused    = "evict_next_unused"
 	lfuVarEvictReportVictims = "evict_report_victims"
 	lfuVarEvictUsedBytes     = "evict_used_bytes"
@@ -165,6 +166,7 @@ type lfuVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -226,6 +228,7 @@ type lfuVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -97,6 +97,7 @@ const (
 	lhdVarEvictFreeTop        = "evict_free_top"
 	lhdVarEvictInitialized    = "evict_initialized"
 	lhdVarEvictLists          = "evict_lists"
+	lhdVarEvictLoopZero       = "evict_loop_zero"
 	lhdVarEvictNextUnused     = "evict_next_unused"
 	lhdVarEvictReportVictims  = "evict_report_victims"
 	lhdVarEvictUsedBytes      = "evict_used_bytes"
@@ -185,6 +186,7 @@ type lhdVariableSpecs struct {
 	EvictFreeTop        *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized    *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists          *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero       *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused     *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims  *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes      *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -256,6 +258,7 @@ type lhdVariables struct {
 	EvictFreeTop        *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized    *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists          *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero       *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused     *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims  *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes      *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -98,6 +98,7 @@ const (
 	s3fifoVarEvictFreeTop       = "evict_free_top"
 	s3fifoVarEvictInitialized   = "evict_initialized"
 	s3fifoVarEvictLists         = "evict_lists"
+	s3fifoVarEvictLoopZero      = "evict_loop_zero"
 	s3fifoVarEvictNextUnused    = "evict_next_unused"
 	s3fifoVarEvictReportVictims = "evict_report_victims"
 	s3fifoVarEvictUsedBytes     = "evict_used_bytes"
@@ -179,6 +180,7 @@ type s3fifoVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -245,6 +247,7 @@ type s3fifoVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/thread"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // DefaultDrainInterval is how often the drainer applies queued events.
@@ -73,9 +74,9 @@ func (s *Server) Drain() (events, evicted int, err error) {
 	if events, err = p.cache.Drain(); err != nil {
 		return 0, 0, err
 	}
-	ret, err := s.objs.KvReap.Run(&ebpf.RunOptions{})
+	ret, err := kernel.CallRet(s.objs.KvReap)
 	if err != nil {
-		return events, 0, fmt.Errorf("run kv_reap: %w", err)
+		return events, 0, err
 	}
 	return events, int(ret), p.cache.Periodic()
 }

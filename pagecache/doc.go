@@ -8,8 +8,8 @@
 // mm_filemap_delete_from_page_cache and mm_filemap_get_pages) reports the
 // folios of the watched files charged to the cgroup through a ring buffer.
 // The agent applies the events in order, in batches, to the policy object
-// through the SYSCALL program pc_apply (bpf/pagecache/apply.bpf.h, compiled
-// into each policy), which keeps the framework single-writer. When the
+// through the program pc_apply (kernel.Call; bpf/pagecache/apply.bpf.h,
+// compiled into each policy), which keeps the framework single-writer. When the
 // cgroup's usage nears its limit, pc_apply also returns victims, and the
 // agent drops their page ranges with posix_fadvise(POSIX_FADV_DONTNEED),
 // then checks each with cachestat(2) and counts those still cached by

@@ -122,6 +122,7 @@ const (
 	pcGetscanVarEvictFreeTop       = "evict_free_top"
 	pcGetscanVarEvictInitialized   = "evict_initialized"
 	pcGetscanVarEvictLists         = "evict_lists"
+	pcGetscanVarEvictLoopZero      = "evict_loop_zero"
 	pcGetscanVarEvictNextUnused    = "evict_next_unused"
 	pcGetscanVarEvictReportVictims = "evict_report_victims"
 	pcGetscanVarEvictUsedBytes     = "evict_used_bytes"
@@ -208,6 +209,7 @@ type pcGetscanVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -280,6 +282,7 @@ type pcGetscanVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -121,6 +121,7 @@ const (
 	pcLfuVarEvictFreeTop       = "evict_free_top"
 	pcLfuVarEvictInitialized   = "evict_initialized"
 	pcLfuVarEvictLists         = "evict_lists"
+	pcLfuVarEvictLoopZero      = "evict_loop_zero"
 	pcLfuVarEvictNextUnused    = "evict_next_unused"
 	pcLfuVarEvictReportVictims = "evict_report_victims"
 	pcLfuVarEvictUsedBytes     = "evict_used_bytes"
@@ -203,6 +204,7 @@ type pcLfuVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -270,6 +272,7 @@ type pcLfuVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

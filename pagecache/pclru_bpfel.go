@@ -121,6 +121,7 @@ const (
 	pcLruVarEvictFreeTop       = "evict_free_top"
 	pcLruVarEvictInitialized   = "evict_initialized"
 	pcLruVarEvictLists         = "evict_lists"
+	pcLruVarEvictLoopZero      = "evict_loop_zero"
 	pcLruVarEvictNextUnused    = "evict_next_unused"
 	pcLruVarEvictReportVictims = "evict_report_victims"
 	pcLruVarEvictUsedBytes     = "evict_used_bytes"
@@ -202,6 +203,7 @@ type pcLruVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -268,6 +270,7 @@ type pcLruVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

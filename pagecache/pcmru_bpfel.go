@@ -121,6 +121,7 @@ const (
 	pcMruVarEvictFreeTop       = "evict_free_top"
 	pcMruVarEvictInitialized   = "evict_initialized"
 	pcMruVarEvictLists         = "evict_lists"
+	pcMruVarEvictLoopZero      = "evict_loop_zero"
 	pcMruVarEvictNextUnused    = "evict_next_unused"
 	pcMruVarEvictReportVictims = "evict_report_victims"
 	pcMruVarEvictUsedBytes     = "evict_used_bytes"
@@ -202,6 +203,7 @@ type pcMruVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -268,6 +270,7 @@ type pcMruVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -132,6 +132,7 @@ const (
 	pcS3fifoVarEvictFreeTop       = "evict_free_top"
 	pcS3fifoVarEvictInitialized   = "evict_initialized"
 	pcS3fifoVarEvictLists         = "evict_lists"
+	pcS3fifoVarEvictLoopZero      = "evict_loop_zero"
 	pcS3fifoVarEvictNextUnused    = "evict_next_unused"
 	pcS3fifoVarEvictReportVictims = "evict_report_victims"
 	pcS3fifoVarEvictUsedBytes     = "evict_used_bytes"
@@ -217,6 +218,7 @@ type pcS3fifoVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -289,6 +291,7 @@ type pcS3fifoVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

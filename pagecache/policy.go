@@ -9,6 +9,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/percpu"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Constants of cistern/pagecache.h.
@@ -118,7 +119,7 @@ func openPolicy(name string, capacity uint32) (*policy, error) {
 		N    uint32
 		Hits uint64
 	}
-	if _, err := coll.Programs["evict_init"].Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil || a.Ret != 0 {
+	if err := kernel.Call(coll.Programs["evict_init"], &a); err != nil || a.Ret != 0 {
 		coll.Close()
 		return nil, fmt.Errorf("policy %s init: %v (ret %d)", name, err, a.Ret)
 	}
@@ -155,8 +156,8 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 		return nil, fmt.Errorf("write events: %w", err)
 	}
 	a := runArgs{Want: uint32(min(want, 1<<30))}
-	if _, err := p.apply.Run(&ebpf.RunOptions{Context: &a, ContextOut: &a}); err != nil {
-		return nil, fmt.Errorf("run pc_apply: %w", err)
+	if err := kernel.Call(p.apply, &a); err != nil {
+		return nil, err
 	}
 	if a.Ret != 0 {
 		return nil, fmt.Errorf("pc_apply: error %d", a.Ret)

@@ -25,7 +25,7 @@
 //	#include "cistern/pool.bpf.h"
 //
 //	// in any program that may take a bpf_spin_lock (not kprobe/tracepoint;
-//	// tp_btf, raw_tp BTF, XDP, TC, SYSCALL are fine):
+//	// tp_btf, raw_tp BTF, XDP, TC are fine):
 //	pool_obj_write(id, buf, len);  // buf: a map value of >= pool_max_len() bytes
 //	pool_obj_read(id, buf);        // returns the length or -errno
 //
@@ -46,8 +46,9 @@
 //
 // # Objects from user space
 //
-// Open loads bpf/pool/pool.bpf.c, the generic objects driven through SYSCALL
-// programs (BPF_PROG_TEST_RUN): Write, Read, Resize and Free run the very
+// Open loads bpf/pool/pool.bpf.c, the generic objects driven through
+// CISTERN_CALL programs (XDP run with BPF_PROG_TEST_RUN, see kernel.Call):
+// Write, Read, Resize and Free run the very
 // code a BPF user runs, from up to Slots goroutines at once. Pin and
 // OpenPinned share one pool between processes.
 package pool

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Errors of object operations, from the BPF side's -errno.
@@ -35,8 +37,8 @@ const (
 )
 
 // RetError turns what a pool_obj_* function returned (a length, 0 or
-// -errno) into nil or one of the errors above, for the SYSCALL programs of
-// your own objects.
+// -errno) into nil or one of the errors above, for the CISTERN_CALL programs
+// of your own objects.
 func RetError(ret int32) error {
 	switch {
 	case ret >= 0:
@@ -71,7 +73,7 @@ const objectRefOffset = 4 + 4 + 8
 const busyRetries = 50
 
 // Objects is the generic object store of bpf/pool/pool.bpf.c (u64 id ->
-// variable-length bytes), driven through its SYSCALL programs: the very code
+// variable-length bytes), driven through its CISTERN_CALL programs: the very code
 // a BPF program runs when it includes pool.bpf.h with CISTERN_POOL_OBJECTS.
 // It is safe for concurrent use.
 type Objects struct {
@@ -240,13 +242,12 @@ func pinnedMaxBlocks(spec *ebpf.CollectionSpec, rodata *ebpf.Map) (uint32, error
 	return binary.LittleEndian.Uint32(buf[v.Offset:]), nil
 }
 
-// run runs one SYSCALL program with a as its context (read back after),
-// retrying while this CPU's scratch is busy.
+// run calls one of the pool_* programs with a as its arguments (read back
+// after), retrying while this CPU's scratch is busy.
 func (o *Objects) run(p *ebpf.Program, a *kernPoolOpArgs) error {
 	for try := 0; ; try++ {
-		in := *a
-		if _, err := p.Run(&ebpf.RunOptions{Context: &in, ContextOut: a}); err != nil {
-			return fmt.Errorf("run %s: %w", p, err)
+		if err := kernel.Call(p, a); err != nil {
+			return err
 		}
 		if a.Ret != -errnoEBUSY || try == busyRetries {
 			return RetError(a.Ret)

@@ -105,7 +105,7 @@ type stressCounts struct {
 }
 
 // TestConcurrentStress: writers, resizers and freers against readers on the
-// same few objects from 8 goroutines (on 2 CPUs the SYSCALL programs really
+// same few objects from 8 goroutines (on 2 CPUs the pool programs really
 // interleave). Every successful read must be one whole version; conflicts
 // are allowed and counted; when idle nothing has leaked, and after freeing
 // everything no block is left.

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * driver.bpf.c - the accumulating channel driven from user space through
- * SYSCALL programs (BPF_PROG_TEST_RUN), for package accum's tests and
- * benchmarks: drv_write feeds bytes [off, off+len) of the staging buffer to
- * accum_write as one fragment, drv_close closes a connection, drv_flush_aged
- * runs the latency-bound sweep now. accum_start (from the header) arms the
- * real timer.
+ * CISTERN_CALL programs (XDP run with BPF_PROG_TEST_RUN, see
+ * cistern/call.bpf.h), for package accum's tests and benchmarks: drv_write
+ * feeds bytes [off, off+len) of the staging buffer to accum_write as one
+ * fragment, drv_close closes a connection, drv_flush_aged runs the
+ * latency-bound sweep now. accum_start (from the header) arms the real
+ * timer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -31,8 +32,7 @@ struct {
 	__type(value, __u64);
 } drv_addr SEC(".maps");
 
-SEC("syscall")
-int drv_write(struct accum_drv_args *a)
+CISTERN_CALL(drv_write, struct accum_drv_args, a)
 {
 	__u32 k = 0;
 	__u8 *buf = bpf_map_lookup_elem(&accum_staging, &k);
@@ -40,24 +40,19 @@ int drv_write(struct accum_drv_args *a)
 
 	if (!buf || !slot) {
 		a->ret = -ACCUM_EINVAL;
-		return 0;
+		return;
 	}
 	*slot = (__u64)buf;
 	a->ret = accum_write(a->conn_id, *(volatile __u64 *)slot + a->off, a->len,
 			     ACCUM_PIDTID(a->pid, a->tid), ACCUM_META(a->dir, a->proto, 0));
-	return 0;
 }
 
-SEC("syscall")
-int drv_close(struct accum_drv_args *a)
+CISTERN_CALL(drv_close, struct accum_drv_args, a)
 {
 	a->ret = accum_close(a->conn_id);
-	return 0;
 }
 
-SEC("syscall")
-int drv_flush_aged(struct accum_drv_args *a)
+CISTERN_CALL(drv_flush_aged, struct accum_drv_args, a)
 {
 	a->ret = accum_flush_aged(a->max_age_ns);
-	return 0;
 }

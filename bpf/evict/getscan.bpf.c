@@ -96,7 +96,7 @@ static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 	struct evict_sample s = {};
 	struct evict_iter it = { .data = &s };
 	struct evict_ctx *ctx;
-	__u32 q, len, max, want;
+	__u32 q, len, max, want, walked;
 
 	if (!r || !r->ctx)
 		return 0;
@@ -104,9 +104,11 @@ static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 	h &= 1;
 	q = qid(h ? gs_scan_q : gs_get_q);
 	len = evict_list_len(q);
-	if (r->walked[h] >= len || ctx->n >= ctx->nr)
+	/* evict_loop_var: walked is carried over from earlier rounds. */
+	walked = evict_loop_var(r->walked[h]);
+	if (walked >= len || ctx->n >= ctx->nr)
 		return 0;
-	max = len - r->walked[h];
+	max = len - walked;
 	if (max > EVICT_SAMPLES)
 		max = EVICT_SAMPLES;
 	it.ctx = ctx;

@@ -7,7 +7,7 @@
  * random slots and proposes the one with the lowest hit density of its
  * (class, age), divided by its size when the cache counts bytes.
  *
- * The density table is recomputed off the hot path: the SYSCALL program
+ * The density table is recomputed off the hot path: the program
  * evict_periodic (package evict runs it between replay batches) decays the
  * counts by 9/10 and rebuilds every class's table once lhd_reconf_every
  * accesses have passed. density(c, a) = hits at ages >= a / expected
@@ -191,7 +191,8 @@ static long sample_cb(__u64 i, void *arg)
 	if (!evict_resident(s) || !(t = tag(s)))
 		return 0;
 	r = rank_of(s, t);
-	if (p->best == EVICT_NIL || r < p->brank) {
+	/* evict_loop_var: state from the previous sample (evict.bpf.h). */
+	if (evict_loop_var(p->best) == EVICT_NIL || r < evict_loop_var(p->brank)) {
 		p->best = s;
 		p->brank = r;
 	}
@@ -261,16 +262,14 @@ static long model_class_cb(__u64 c, void *arg)
 
 /* Run between batches: rebuilds the density table once lhd_reconf_every
  * accesses have passed since the last rebuild. */
-SEC("syscall")
-int evict_periodic(struct evict_run_args *a)
+CISTERN_CALL(evict_periodic, struct evict_run_args, a)
 {
 	a->ret = 0;
 	if (!evict_initialized || lhd_now - lhd_last_reconf < lhd_reconf_every)
-		return 0;
+		return;
 	lhd_last_reconf = lhd_now;
 	bpf_loop(LHD_CELLS, decay_cb, NULL, 0);
 	bpf_loop(LHD_CLASSES, model_class_cb, NULL, 0);
 	lhd_reconfigurations++;
 	a->n = 1;
-	return 0;
 }

@@ -271,9 +271,10 @@ static long s3_step(__u64 i, void *arg)
 	struct evict_entry *e;
 	__u32 t;
 
-	if (!w->decided)
+	/* evict_loop_var: state from the previous step (evict.bpf.h). */
+	if (!evict_loop_var(w->decided))
 		s3_decide(w);
-	if (w->from_small) {
+	if (evict_loop_var(w->from_small)) {
 		t = evict_list_tail(SMALL);
 		if (t == EVICT_NIL) { /* small emptied without a victim */
 			s3_decide(w);

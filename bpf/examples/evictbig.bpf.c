@@ -23,7 +23,9 @@ static long window_cb(__u32 slot, struct evict_iter *it)
 	struct eb_best *b = it->data;
 	struct evict_entry *e = evict_entry(slot);
 
-	if (e && (b->slot == EVICT_NIL || e->size > b->size)) {
+	/* evict_loop_var: what earlier calls left (see evict.bpf.h, BPF_LOOP
+	 * CALLBACKS BEFORE LINUX 6.7). */
+	if (e && (evict_loop_var(b->slot) == EVICT_NIL || e->size > evict_loop_var(b->size))) {
 		b->slot = slot;
 		b->size = e->size;
 	}

@@ -6,7 +6,7 @@
  *
  * tp_btf, not tracepoint: pool_obj_write() takes a bpf_spin_lock, which the
  * verifier refuses in kprobe/tracepoint/perf_event/raw_tp programs but
- * allows in BTF-enabled tracing programs (tp_btf) and SYSCALL programs.
+ * allows in BTF-enabled tracing programs (tp_btf) and XDP (execlog_read).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -14,6 +14,7 @@
 
 #define CISTERN_POOL_OBJECTS
 #include "cistern/pool.bpf.h"
+#include "cistern/call.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -56,13 +57,11 @@ int BPF_PROG(execlog_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	return 0;
 }
 
-/* BPF_PROG_TEST_RUN from user space: the name of process a->id. */
-SEC("syscall")
-int execlog_read(struct pool_op_args *a)
+/* Called from user space (kernel.Call): the name of process a->id. */
+CISTERN_CALL(execlog_read, struct pool_op_args, a)
 {
 	__u32 k = 0;
 	__u8 *buf = bpf_map_lookup_elem(&pool_staging, &k);
 
 	a->ret = buf ? pool_obj_read(a->id, buf) : -POOL_EINVAL;
-	return 0;
 }

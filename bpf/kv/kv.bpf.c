@@ -32,6 +32,7 @@
 #include "cistern/pool.bpf.h"
 #include "cistern/kv.h"
 #include "cistern/evict.h"
+#include "cistern/call.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -1425,18 +1426,18 @@ static long kv_reap_step(__u64 i, void *arg)
 	return 0;
 }
 
-/* --policy: deletes the victims the policy pushed onto kv_victims (run by
- * the drainer after evict_drain, with BPF_PROG_TEST_RUN). Returns how many
- * entries went. */
-SEC("syscall")
-int kv_reap(void *ctx)
+/* --policy: deletes the victims the policy pushed onto kv_victims (called
+ * by the drainer after evict_drain, see cistern/call.bpf.h). a->ret: how
+ * many entries went. */
+CISTERN_CALL(kv_reap, struct cistern_call_ret, a)
 {
 	struct kv_reap_loop lp = { .s = scratch() };
 
+	a->ret = 0;
 	if (!lp.s)
-		return 0;
+		return;
 	bpf_loop(EVICT_QUEUE_LEN, kv_reap_step, &lp, 0);
-	return lp.n;
+	a->ret = lp.n;
 }
 
 /* For the client side of a veth pair: native XDP_TX frames are only received

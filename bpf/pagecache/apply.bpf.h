@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* pc_apply: the page-cache agent's side of an eviction policy. Included
  * after a policy's source (bpf/pagecache/pc_<policy>.bpf.c), so it runs the
- * very policy object the replay tests check. One SYSCALL run applies a
- * batch of tracker events in order (added with the inserting thread,
- * removed, accessed), then asks the policy for want victims. Victims leave
+ * very policy object the replay tests check. One call (an XDP program run
+ * with BPF_PROG_TEST_RUN, see cistern/call.bpf.h) applies a batch of
+ * tracker events in order (added with the inserting thread, removed,
+ * accessed), then asks the policy for want victims. Victims leave
  * the policy when proposed: the agent evicts them, and the kernel's delete
  * events for them find nothing (PC_A_DEL_UNKNOWN). */
 #ifndef CISTERN_PC_APPLY_BPF_H
@@ -161,8 +162,7 @@ static long pc_victim_step(__u64 i, void *arg)
 	return pc_evict_one(lp->out) ? 1 : 0;
 }
 
-SEC("syscall")
-int pc_apply(struct pc_run_args *a)
+CISTERN_CALL(pc_apply, struct pc_run_args, a)
 {
 	__u32 zero = 0, n;
 	struct pc_loop lp = {};
@@ -171,7 +171,7 @@ int pc_apply(struct pc_run_args *a)
 	lp.out = bpf_map_lookup_elem(&pc_out, &zero);
 	if (!lp.b || !lp.out || !evict_initialized) {
 		a->ret = -EVICT_EINVAL;
-		return 0;
+		return;
 	}
 	lp.out->n = 0;
 	lp.out->pages = 0;
@@ -184,7 +184,6 @@ int pc_apply(struct pc_run_args *a)
 		bpf_loop(PC_MAX_VICTIMS - lp.out->n, pc_victim_step, &lp, 0);
 	a->got = lp.out->n;
 	a->ret = 0;
-	return 0;
 }
 
 #endif

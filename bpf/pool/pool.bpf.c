@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pool.bpf.c - the Kerby pool with generic objects, driven from user space
- * through SYSCALL programs (BPF_PROG_TEST_RUN). Package pool loads it to
+ * through CISTERN_CALL programs (XDP run with BPF_PROG_TEST_RUN, see
+ * cistern/call.bpf.h). Package pool loads it to
  * preload and inspect objects with the very code BPF users run, and its tests
  * hammer it from several threads at once.
  *
@@ -13,6 +14,7 @@
 
 #define CISTERN_POOL_OBJECTS
 #include "cistern/pool.bpf.h"
+#include "cistern/call.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -32,34 +34,26 @@ static __always_inline __u8 *staging(struct pool_op_args *a)
 	return bpf_map_lookup_elem(&pool_staging, &slot);
 }
 
-SEC("syscall")
-int pool_write(struct pool_op_args *a)
+CISTERN_CALL(pool_write, struct pool_op_args, a)
 {
 	__u8 *buf = staging(a);
 
 	a->ret = buf ? pool_obj_write(a->id, buf, a->len) : -POOL_EINVAL;
-	return 0;
 }
 
-SEC("syscall")
-int pool_read(struct pool_op_args *a)
+CISTERN_CALL(pool_read, struct pool_op_args, a)
 {
 	__u8 *buf = staging(a);
 
 	a->ret = buf ? pool_obj_read(a->id, buf) : -POOL_EINVAL;
-	return 0;
 }
 
-SEC("syscall")
-int pool_resize_obj(struct pool_op_args *a)
+CISTERN_CALL(pool_resize_obj, struct pool_op_args, a)
 {
 	a->ret = pool_obj_resize(a->id, a->len);
-	return 0;
 }
 
-SEC("syscall")
-int pool_free_obj(struct pool_op_args *a)
+CISTERN_CALL(pool_free_obj, struct pool_op_args, a)
 {
 	a->ret = pool_obj_free(a->id);
-	return 0;
 }

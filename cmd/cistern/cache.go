@@ -26,7 +26,7 @@ func newCacheReplayCmd() *cobra.Command {
 		Use:   "replay --trace FILE --format FORMAT --policy NAME --size N",
 		Short: "Replay a cache trace through in-kernel eviction policies",
 		Long: `replay runs a trace through an eviction policy in the kernel: the very
-BPF policy object, driven as SYSCALL programs (BPF_PROG_TEST_RUN) over
+BPF policy object, its programs run with BPF_PROG_TEST_RUN over
 batches of 4096 requests looped over in the kernel. Block traces
 (cloudphysics, arc) become one request per 512-byte block. Traces may be
 zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + ` (csv: key,size).

@@ -88,6 +88,7 @@ const (
 	evictbigVarEvictFreeTop       = "evict_free_top"
 	evictbigVarEvictInitialized   = "evict_initialized"
 	evictbigVarEvictLists         = "evict_lists"
+	evictbigVarEvictLoopZero      = "evict_loop_zero"
 	evictbigVarEvictNextUnused    = "evict_next_unused"
 	evictbigVarEvictReportVictims = "evict_report_victims"
 	evictbigVarEvictUsedBytes     = "evict_used_bytes"
@@ -166,6 +167,7 @@ type evictbigVariableSpecs struct {
 	EvictFreeTop       *ebpf.VariableSpec `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.VariableSpec `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.VariableSpec `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.VariableSpec `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
@@ -227,6 +229,7 @@ type evictbigVariables struct {
 	EvictFreeTop       *ebpf.Variable `ebpf:"evict_free_top"`
 	EvictInitialized   *ebpf.Variable `ebpf:"evict_initialized"`
 	EvictLists         *ebpf.Variable `ebpf:"evict_lists"`
+	EvictLoopZero      *ebpf.Variable `ebpf:"evict_loop_zero"`
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`

@@ -23,10 +23,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pool"
 )
 
@@ -67,7 +67,7 @@ func (l *Log) Close() {
 // Name reads the file name stored for pid through the pool.
 func (l *Log) Name(pid uint32) (string, error) {
 	a := execlogPoolOpArgs{Id: uint64(pid)}
-	if _, err := l.objs.ExeclogRead.Run(&ebpf.RunOptions{Context: a, ContextOut: &a}); err != nil {
+	if err := kernel.Call(l.objs.ExeclogRead, &a); err != nil {
 		return "", err
 	}
 	if err := pool.RetError(a.Ret); err != nil {

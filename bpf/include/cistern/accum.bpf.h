@@ -84,8 +84,9 @@
  *   accum_write(conn_id, (u64)src, len, ACCUM_PIDTID(pid, tid),
  *               ACCUM_META(dir, proto, is_user));
  *   accum_close(conn_id);
- *   and run the SYSCALL program accum_start once after loading (package
- *   accum does: Config.Apply, then Start). Both are global functions: the
+ *   and call the program accum_start once after loading (package accum
+ *   does: Config.Apply, then Start; it is an XDP program run with
+ *   BPF_PROG_TEST_RUN, see cistern/call.bpf.h, never attached). Both are global functions: the
  *   verifier checks them once however many hooks call them.
  */
 #ifndef CISTERN_ACCUM_BPF_H
@@ -93,6 +94,7 @@
 
 #include <bpf/bpf_helpers.h>
 #include "cistern/accum.h"
+#include "cistern/call.bpf.h"
 
 #define ACCUM_ENOSPC 28
 #define ACCUM_EBUSY 16
@@ -547,19 +549,21 @@ static int accum_sweep_cb(void *map, __u32 *key, struct accum_timer *t)
 	return 0;
 }
 
-/* Arms the latency bound (run once after loading; again is harmless). */
-SEC("syscall")
-int accum_start(void *ctx)
+/* Arms the latency bound (call once after loading; again is harmless).
+ * a->ret: bpf_timer_start's result. */
+CISTERN_CALL(accum_start, struct cistern_call_ret, a)
 {
 	__u32 k = 0;
 	struct accum_timer *t = bpf_map_lookup_elem(&accum_sweeper, &k);
 	__u64 half = accum_latency_ns / 2;
 
-	if (!t)
-		return -ACCUM_EINVAL;
+	if (!t) {
+		a->ret = -ACCUM_EINVAL;
+		return;
+	}
 	bpf_timer_init(&t->t, &accum_sweeper, 1 /* CLOCK_MONOTONIC */);
 	bpf_timer_set_callback(&t->t, accum_sweep_cb);
-	return bpf_timer_start(&t->t, half ? half : 1, 0);
+	a->ret = bpf_timer_start(&t->t, half ? half : 1, 0);
 }
 
 #endif /* CISTERN_ACCUM_BPF_H */

@@ -65,7 +65,7 @@ enum accum_stat {
 	ACCUM_STAT_MAX,
 };
 
-/* Context of the SYSCALL programs of bpf/accum/driver.bpf.c. */
+/* Argument struct of the CISTERN_CALL programs of bpf/accum/driver.bpf.c. */
 struct accum_drv_args {
 	__u64 conn_id;
 	__u64 max_age_ns; /* drv_flush_aged: flush batches at least this old */

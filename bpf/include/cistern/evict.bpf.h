@@ -35,8 +35,9 @@
  *   Doubly-linked lists threaded through the evict_nodes ARRAY, one node per
  *   slot, so finding, moving and deleting an entry is O(1) and needs no
  *   allocation (bpf_list/bpf_rbtree need kptrs and locks that cilium/ebpf and
- *   SYSCALL replay do not give us here). Up to EVICT_MAX_LISTS lists; an
- *   entry is on at most one. "head" is the newest end by convention.
+ *   the kernels Cistern supports do not give us here). Up to EVICT_MAX_LISTS
+ *   lists; an entry is on at most one. "head" is the newest end by
+ *   convention.
  *     int   evict_list_create(void)                 -> list id or -ENOSPC
  *     int   evict_list_add_head(list, slot)         add, or move if on a list
  *     int   evict_list_add_tail(list, slot)
@@ -70,7 +71,9 @@
  *   static void evict_policy_removed(__u32 s)  { }
  *   static void evict_policy_evict(struct evict_ctx *ctx) { ... evict_propose(ctx, s) ... }
  *   Policy state goes in globals or your own maps. The header defines the
- *   SYSCALL programs evict_init and evict_replay (package evict drives them).
+ *   programs evict_init, evict_replay and evict_drain, which user space
+ *   calls through BPF_PROG_TEST_RUN (XDP, see cistern/call.bpf.h; package
+ *   evict drives them).
  *
  * SIZES
  *   Without a budget the cache is full when its evict_capacity slots are.
@@ -80,16 +83,17 @@
  *   fits; an entry larger than the budget is not admitted (too_big).
  *
  * PERIODIC WORK
- *   A policy may define its own SEC("syscall") int evict_periodic(struct
- *   evict_run_args *) for work that must stay off the hot path (LHD
- *   rebuilds its density table there). Package evict runs it after every
- *   replay batch and after every drain (Cache.Periodic).
+ *   A policy may define its own
+ *     CISTERN_CALL(evict_periodic, struct evict_run_args, a) { ... }
+ *   for work that must stay off the hot path (LHD rebuilds its density
+ *   table there). Package evict runs it after every replay batch and after
+ *   every drain (Cache.Periodic).
  *
  * SHARING THE CACHE (evict_drain)
  *   Programs of another object (Kerby-KV's XDP and TC programs, on every
  *   CPU) do not call the policy: they push struct evict_event on
  *   evict_events (a QUEUE map they share: a hit, a fill of size units, a
- *   removal). The SYSCALL program evict_drain, run by one agent thread,
+ *   removal). The program evict_drain, called by one agent thread,
  *   applies them in order and pushes the keys of the victims it evicts for
  *   fills onto evict_victims, for the owner to delete. The single writer
  *   stays single; the owner keeps a reserve so fills between drains fit.
@@ -111,12 +115,28 @@
  *   every walk is a bpf_loop with a bound. The cache is single-writer: run
  *   its programs from one thread at a time (replay does; others share it
  *   through evict_events and evict_drain).
+ *
+ * BPF_LOOP CALLBACKS BEFORE LINUX 6.7
+ *   Until 6.7 the verifier checks a bpf_loop callback as if it ran once, from
+ *   the state its caller left, and a privileged load then removes what that
+ *   one run did not reach as dead code (branches are hard-wired). State a
+ *   callback carries from one iteration to the next and branches on must
+ *   therefore be unknown to the verifier where the callback reads it, or
+ *   what later iterations do is gone: on 6.1 "best == EVICT_NIL || score <
+ *   best_score", seen once with best == EVICT_NIL, became "always take the
+ *   new one", and LFU proposed the newest entry instead of the least used.
+ *   Read such state through evict_loop_var(), as the callbacks here do:
+ *     __u32 best = evict_loop_var(p->best);
+ *   It is the same value XORed with evict_loop_zero, a global that is
+ *   always 0 but lives in .bss (never write it), so the verifier cannot
+ *   know it: a load and an XOR.
  */
 #ifndef CISTERN_EVICT_BPF_H
 #define CISTERN_EVICT_BPF_H
 
 #include <bpf/bpf_helpers.h>
 #include "cistern/evict.h"
+#include "cistern/call.bpf.h"
 
 #define EVICT_EINVAL 22
 #define EVICT_ENOENT 2
@@ -206,6 +226,11 @@ __u32 evict_fallback_hand; /* next slot the fallback looks at */
 __u32 evict_initialized;
 __u64 evict_used_bytes;    /* sum of resident entries' sizes */
 __u32 evict_report_victims; /* evict_drain: push removed keys to evict_victims */
+volatile __u64 evict_loop_zero; /* always 0, unknown to the verifier: evict_loop_var */
+
+/* x, which the verifier no longer knows: for loop-carried state a bpf_loop
+ * callback branches on (see BPF_LOOP CALLBACKS BEFORE LINUX 6.7 above). */
+#define evict_loop_var(x) ((__typeof__(x))((x) ^ evict_loop_zero))
 
 /* The policy's functions: defined by the file that includes this header. */
 static int evict_policy_init(void);
@@ -416,7 +441,7 @@ struct evict_iter {
 	static long name(__u64 i, void *arg)                                  \
 	{                                                                     \
 		struct evict_iter *it = arg;                                  \
-		__u32 s = it->cur, nx;                                        \
+		__u32 s = evict_loop_var(it->cur), nx;                        \
 		if (s == EVICT_NIL)                                           \
 			return 1;                                             \
 		nx = it->dir == EVICT_TOWARDS_HEAD ? evict_prev(s) : evict_next(s); \
@@ -449,7 +474,10 @@ struct evict_iter {
 #define EVICT_SAMPLES 8
 
 struct evict_sample {
-	__u32 n;
+	/* 64 bits: n must not share a stack slot with slot[], or 6.1's verifier
+	 * refuses to read it back after evict_propose_lowest marks a slot[]
+	 * taken ("invalid size of register fill"). */
+	__u64 n;
 	__u32 slot[EVICT_SAMPLES];
 	__u32 score[EVICT_SAMPLES];
 };
@@ -463,7 +491,7 @@ static __always_inline long evict_sample_pdata(__u32 slot, struct evict_iter *it
 {
 	struct evict_sample *s = it->data;
 	struct evict_node *nd = evict_node(slot);
-	__u32 i = s->n;
+	__u32 i = evict_loop_var(s->n);
 
 	if (i >= EVICT_SAMPLES)
 		return EVICT_ITER_STOP;
@@ -487,7 +515,7 @@ static long evict_pick_scan_cb(__u64 i, void *arg)
 
 	if (p->s->slot[j] == EVICT_NIL)
 		return 0;
-	if (p->best == EVICT_NIL || p->s->score[j] < p->bscore) {
+	if (evict_loop_var(p->best) == EVICT_NIL || p->s->score[j] < evict_loop_var(p->bscore)) {
 		p->best = j;
 		p->bscore = p->s->score[j];
 	}
@@ -574,7 +602,7 @@ static long evict_fallback_step(__u64 i, void *arg)
 	evict_fallback_hand = s + 1 >= evict_capacity ? 0 : s + 1;
 	if (evict_remove(s, fl->r) == 0)
 		fl->done++;
-	return fl->done >= fl->want;
+	return evict_loop_var(fl->done) >= fl->want;
 }
 
 /* Asks the policy for nr victims and removes them; completes with the
@@ -710,14 +738,13 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	return 0;
 }
 
-/* ---- SYSCALL programs (BPF_PROG_TEST_RUN) ---- */
+/* ---- Programs user space calls (cistern/call.bpf.h) ---- */
 
-SEC("syscall")
-int evict_init(struct evict_run_args *a)
+CISTERN_CALL(evict_init, struct evict_run_args, a)
 {
 	if (evict_initialized) {
 		a->ret = 0;
-		return 0;
+		return;
 	}
 	for (int i = 0; i < EVICT_MAX_LISTS; i++) {
 		evict_lists[i].head = evict_lists[i].tail = EVICT_NIL;
@@ -725,7 +752,6 @@ int evict_init(struct evict_run_args *a)
 	}
 	evict_initialized = 1;
 	a->ret = evict_policy_init();
-	return 0;
 }
 
 struct evict_replay_loop {
@@ -754,8 +780,7 @@ static long evict_replay_step(__u64 i, void *arg)
 }
 
 /* Replays evict_batches[0]: req[0..n) in order, writing each outcome back. */
-SEC("syscall")
-int evict_replay(struct evict_run_args *a)
+CISTERN_CALL(evict_replay, struct evict_run_args, a)
 {
 	__u32 zero = 0, n;
 	struct evict_batch *b = bpf_map_lookup_elem(&evict_batches, &zero);
@@ -763,7 +788,7 @@ int evict_replay(struct evict_run_args *a)
 
 	if (!b || !evict_initialized) {
 		a->ret = -EVICT_EINVAL;
-		return 0;
+		return;
 	}
 	n = b->n;
 	if (n > EVICT_BATCH)
@@ -778,7 +803,6 @@ int evict_replay(struct evict_run_args *a)
 	a->n = n;
 	a->hits = lp.hits;
 	a->ret = 0;
-	return 0;
 }
 
 struct evict_drain_loop {
@@ -819,20 +843,18 @@ static long evict_drain_step(__u64 i, void *arg)
 
 /* Applies the queued evict_events in order (at most EVICT_QUEUE_LEN): the
  * cache's single writer when other programs share it. a->n: events applied. */
-SEC("syscall")
-int evict_drain(struct evict_run_args *a)
+CISTERN_CALL(evict_drain, struct evict_run_args, a)
 {
 	struct evict_drain_loop lp = {};
 
 	if (!evict_initialized) {
 		a->ret = -EVICT_EINVAL;
-		return 0;
+		return;
 	}
 	bpf_loop(EVICT_QUEUE_LEN, evict_drain_step, &lp, 0);
 	evict_stat_add(EVICT_STAT_EVENTS, lp.n);
 	a->n = lp.n;
 	a->ret = 0;
-	return 0;
 }
 
 char _license[] SEC("license") = "GPL";

@@ -72,7 +72,8 @@ struct evict_batch {
 	struct evict_req req[EVICT_BATCH];
 };
 
-/* Context of the SYSCALL programs evict_init and evict_replay. */
+/* Argument struct of evict_init, evict_replay, evict_drain and
+ * evict_periodic (CISTERN_CALL programs, cistern/call.bpf.h). */
 struct evict_run_args {
 	__s32 ret;
 	__u32 n;      /* out: requests replayed */

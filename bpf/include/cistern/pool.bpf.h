@@ -42,9 +42,9 @@
  *   An element of the allocation map can be deleted and recycled for another
  *   id under a writer's feet; struct pool_object therefore carries its id and a
  *   dead flag, checked under the lock before publishing.
- *   Per-CPU data is not private to a program that can be preempted (SYSCALL
- *   programs run with migration, not preemption, disabled) or interrupted by
- *   a softirq program on the same CPU: pool_stats counters are added
+ *   Per-CPU data is not private to a program that can be preempted (task
+ *   context programs such as SYSCALL ones run with migration, not
+ *   preemption, disabled) or interrupted by a softirq program on the same CPU: pool_stats counters are added
  *   atomically, and each pool_obj_* call owns the per-CPU scratch through a
  *   busy flag (a second caller on the CPU gets -EBUSY instead of overwriting
  *   the first one's unpublished pool_ref).
@@ -61,7 +61,9 @@
  *   #include "cistern/pool.bpf.h"
  *   then pool_obj_write()/pool_obj_read()/pool_obj_resize()/pool_obj_free(),
  *   or build your own allocation map from pool_alloc(), pool_block_get(),
- *   pool_block_intact() and pool_free() as bpf/kv/kv.bpf.c does. From Go, use
+ *   pool_block_intact() and pool_free() as bpf/kv/kv.bpf.c does. To call
+ *   them from user space, wrap them in CISTERN_CALL programs
+ *   (cistern/call.bpf.h), as bpf/pool/pool.bpf.c does. From Go, use
  *   package pool (github.com/cistern-ebpf/cistern/pool) to size the maps and
  *   read statistics; examples/execlog is a complete small user.
  */
@@ -357,8 +359,8 @@ struct {
 
 /* Per-CPU scratch: pool_refs are too big for a 512-byte stack. busy makes
  * each pool_obj_* call own it: per-CPU data is only private to a program
- * that nothing else on the CPU can run in the middle of, and a SYSCALL
- * program (or any task-context program on a preemptible kernel) runs with
+ * that nothing else on the CPU can run in the middle of, and a task-context
+ * program (SYSCALL, or any program on a preemptible kernel) runs with
  * migration, not preemption, disabled; a softirq program can interrupt it.
  * Sharing the scratch would let a second writer overwrite the first one's
  * unpublished pool_ref, which then fills and publishes the second one's

@@ -51,7 +51,7 @@ enum pool_stat {
 	POOL_STAT_MAX = 16,
 };
 
-/* Argument block of the pool_* SYSCALL programs (bpf/pool/pool.bpf.c). */
+/* Argument struct of the pool_* CISTERN_CALL programs (bpf/pool/pool.bpf.c). */
 struct pool_op_args {
 	__u64 id;
 	__u32 len;  /* bytes to write / new length / capacity for reads */
