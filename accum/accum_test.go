@@ -101,7 +101,8 @@ func TestFragmentSizesExactlyOnceInOrder(t *testing.T) {
 }
 
 func TestDirectionChangesShareABatch(t *testing.T) {
-	d := open(t, Config{FlushSize: 1024, Latency: time.Second})
+	// The latency bound must outlast the 20 writes, which take seconds in an emulated guest.
+	d := open(t, Config{FlushSize: 1024, Latency: time.Second * testenv.TimeScale()})
 	var req, resp []byte
 	for i := range 10 {
 		q := bytes.Repeat([]byte{byte('a' + i)}, 20)

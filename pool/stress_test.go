@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // Values of the stress test check themselves, and stay checkable through
@@ -115,7 +117,7 @@ func TestConcurrentStress(t *testing.T) {
 	max := int(o.MaxLen())
 	dur := 3 * time.Second
 	if testing.Short() {
-		dur = 500 * time.Millisecond
+		dur = 500 * time.Millisecond * testenv.TimeScale() // enough operations under TCG too
 	}
 	var c stressCounts
 	fail := func(format string, args ...any) {
