@@ -142,7 +142,7 @@ func TestVethNativeWithoutPeerXDP(t *testing.T) {
 
 	// The TC path answers big values with bpf_redirect, which needs nothing
 	// of the peer.
-	r, err := u.once("get k0-1000\r\n", 500*time.Millisecond)
+	r, err := u.once("get k0-1000\r\n", 500*time.Millisecond*testenv.TimeScale())
 	mustReply(t, r, err, "VALUE k0-1000 0 1000\r\n"+vals["k0-1000"]+"\r\nEND\r\n")
 
 	var peer link.Link
