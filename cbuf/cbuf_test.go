@@ -102,7 +102,9 @@ func TestAllocFreeSendRecv(t *testing.T) {
 // A private buffer (never sent) is reused at once from the free list; a
 // shared one only after every component let go and the manager collected it.
 func TestCollectionWaitsForReceivers(t *testing.T) {
-	m, sock := startManager(t, ManagerOptions{Memory: 1 << 20, Pool: 64 * PageSize})
+	// No policy tick during the test: one could grow a's pool while it is
+	// being exhausted (the 63 allocations outlast a 250 ms tick under TCG).
+	m, sock := startManager(t, ManagerOptions{Memory: 1 << 20, Pool: 64 * PageSize, Interval: time.Hour})
 	a, _ := ConnectWith(sock, ClientOptions{Name: "a"})
 	defer a.Close()
 	b, _ := ConnectWith(sock, ClientOptions{Name: "b"})
