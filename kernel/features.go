@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -68,6 +70,18 @@ var MmapArray = sync.OnceValue(func() error {
 	return missing("mmapable arrays", "5.5", features.HaveMapFlag(features.BPF_F_MMAPABLE))
 })
 
+// atomicInsn is a 64-bit BPF_ATOMIC store on (r6 + 0) from r1 with the given
+// operation in imm, decoded from the bytes clang emits, so the probe tries
+// exactly the encoding the tree's objects carry.
+func atomicInsn(op byte) asm.Instruction {
+	raw := []byte{0xdb, 0x16, 0, 0, op, 0, 0, 0}
+	var ins asm.Instruction
+	if err := ins.Unmarshal(bytes.NewReader(raw), binary.LittleEndian, "linux"); err != nil {
+		panic(fmt.Sprintf("kernel: decode atomic instruction: %v", err))
+	}
+	return ins
+}
+
 // ForEachMapElem: the bpf_for_each_map_elem helper (5.13).
 var ForEachMapElem = sync.OnceValue(func() error {
 	return missing("bpf_for_each_map_elem helper", "5.13", features.HaveProgramHelper(ebpf.XDP, asm.FnForEachMapElem))
@@ -77,16 +91,31 @@ var ForEachMapElem = sync.OnceValue(func() error {
 // compare-and-exchange; 5.12), which the pool's allocator and the
 // accumulating channel use. Probed on the stack of an XDP program.
 var Atomics = sync.OnceValue(func() error {
+	// On a map value, as the pool uses them: Debian's 5.10 accepts these
+	// instructions on the stack but refuses them on a map value ("BPF_STX
+	// uses reserved fields").
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return fmt.Errorf("BPF atomics: probe map: %w", err)
+	}
+	defer m.Close()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type: ebpf.XDP, License: "GPL",
 		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R1, 0),
+			asm.StoreMem(asm.R10, -4, asm.R1, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -4),
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Reg(asm.R6, asm.R0),
+			asm.Mov.Imm(asm.R1, 1),
+			atomicInsn(0x01), // r1 = atomic_fetch_add((u64 *)(r6 + 0), r1)
 			asm.Mov.Imm(asm.R0, 0),
-			asm.StoreMem(asm.R10, -8, asm.R0, asm.DWord),
 			asm.Mov.Imm(asm.R1, 1),
-			asm.CmpXchg.Mem(asm.R10, asm.R1, asm.DWord, -8),
-			asm.Mov.Imm(asm.R1, 1),
-			asm.FetchAdd.Mem(asm.R10, asm.R1, asm.DWord, -8),
-			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
+			atomicInsn(0xf1),                         // r0 = cmpxchg((u64 *)(r6 + 0), r0, r1)
+			asm.Mov.Imm(asm.R0, 2).WithSymbol("out"), // XDP_PASS
 			asm.Return(),
 		},
 	})
