@@ -30,7 +30,7 @@ generate: $(VMLINUX)
 
 # Fails when the committed objects differ from what the sources build to.
 check-generated: generate
-	@git diff --exit-code --stat -- '*.o' '*_bpfel.go' || { echo "make: committed BPF objects drift from their sources: run make generate and commit" >&2; exit 1; }
+	@scripts/check-generated.sh
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cistern
