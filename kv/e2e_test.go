@@ -331,10 +331,8 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 // interleave with the writes. Each reply must be at least as new as the
 // newest write acknowledged before that GET was sent.
 func TestConsistencyAfterAck(t *testing.T) {
-	// Default write window and fill quarantine: the rule rests on them, and
-	// on memcached applying a request within the quarantine. An emulated
-	// guest (kernel matrix, TCG) is 10-30x slower, so the window widens there.
-	e := newKVEnv(t, "kvcons", Config{FillQuarantine: 50 * time.Millisecond * testenv.TimeScale()})
+	// Default write window and fill quarantine: the rule rests on them.
+	e := newKVEnv(t, "kvcons", Config{})
 	w, tc := e.udp(t), e.tcp(t)
 	var acked atomic.Int64 // version of the newest acknowledged write; -1 = deleted
 	deadline := time.Now().Add(3 * time.Second)
