@@ -327,8 +327,13 @@ func runKernel(root, bin, name string, full bool, host map[string]string) *kerne
 		return r
 	}
 	r.Release = k.Release
-	res := filepath.Join(resultsRoot(), "run-"+name)
-	os.RemoveAll(res)
+	// Each run has its own directory: two matrices at once (a developer's and
+	// CI's) must not write into each other's results.
+	res, err := os.MkdirTemp(resultsRoot(), "run-"+name+"-")
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
 	if err := os.MkdirAll(filepath.Join(res, "bin"), 0o755); err != nil {
 		r.Error = err.Error()
 		return r
