@@ -365,6 +365,7 @@ func runKernel(root, bin, name string, full bool, host map[string]string) *kerne
 		r.Error = firstLine(err.Error()) + " (console: " + filepath.Join(res, "console.log") + ")"
 	}
 	collect(r, root, res, full, host)
+	os.RemoveAll(filepath.Join(res, "bin")) // keep the outputs, not 300 MB of binaries
 	return r
 }
 
