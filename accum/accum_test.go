@@ -197,8 +197,14 @@ func TestTimerFlush(t *testing.T) {
 	}
 	// The explicit entry point flushes too.
 	d.Write(5, 1, 1, Write, 0, []byte("x"))
-	if n, err := d.FlushAged(0); err != nil || n != 1 {
+	n, err := d.FlushAged(0)
+	// In an emulated guest the 20 ms sweeper may get there first; on real
+	// hardware the explicit flush must be the one.
+	if err != nil || n > 1 || (n == 0 && testenv.TimeScale() == 1) {
 		t.Fatalf("FlushAged: %d, %v", n, err)
+	}
+	if rec, err := d.Reader.Read(10 * lat * testenv.TimeScale()); err != nil || len(rec.Segments) != 1 || string(rec.Segments[0].Data) != "x" {
+		t.Fatalf("flushed record: %v %+v", err, rec)
 	}
 }
 
