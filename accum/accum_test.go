@@ -165,7 +165,10 @@ func TestSegmentTimes(t *testing.T) {
 	if !q.FirstExact || !q.LastExact || q.FirstNS != q.LastNS || q.FirstNS < before || q.FirstNS != rec.FirstNS {
 		t.Errorf("request segment %+v (record first %d, before %d)", q, rec.FirstNS, before)
 	}
-	if a.FirstExact || !a.LastExact || string(a.Data) != "answer, part one; part two" {
+	// A segment's time is exact up to 32 ms after the record's first (15 bits
+	// of µs); an emulated guest under load can take longer than that.
+	slow := testenv.TimeScale() > 1 && time.Duration(a.LastNS-rec.FirstNS) > 32*time.Millisecond
+	if a.FirstExact || (!a.LastExact && !slow) || string(a.Data) != "answer, part one; part two" {
 		t.Errorf("answer segment %+v", a)
 	}
 	if lat := time.Duration(a.LastNS - q.FirstNS); lat < 5*time.Millisecond || lat > 50*time.Millisecond*testenv.TimeScale() {
