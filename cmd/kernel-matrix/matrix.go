@@ -89,7 +89,12 @@ func matrixMain(args []string) int {
 	docs := fs.String("docs", "", "write the table as markdown to FILE (docs/kernels.md)")
 	readme := fs.String("readme", "", "replace the kernel table between the kernel-matrix markers in FILE (README.md)")
 	jsonOut := fs.String("json", "", "write all results as JSON to FILE")
+	fromJSON := fs.String("from-json", "", "render --docs/--readme from a saved --json FILE instead of running")
+	took := fs.Duration("took", 0, "with --from-json: how long that run took")
 	fs.Parse(args)
+	if *fromJSON != "" {
+		return render(*fromJSON, *full, *took, *docs, *readme)
+	}
 
 	root, err := repoRoot()
 	if err != nil {
@@ -553,6 +558,34 @@ func renderTable(rs []*kernelResult) string {
 		}
 	}
 	return b.String()
+}
+
+// render writes the docs and the README's table from a saved run.
+func render(path string, full bool, took time.Duration, docs, readme string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var results []*kernelResult
+	if err := json.Unmarshal(b, &results); err != nil {
+		fmt.Fprintln(os.Stderr, "kernel-matrix:", path, err)
+		return 1
+	}
+	fmt.Print(renderTable(results))
+	if docs != "" {
+		if err := os.WriteFile(docs, []byte(renderDocs(results, full, took)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if readme != "" {
+		if err := spliceReadme(readme, summaryTable(results)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
 }
 
 // summaryTable is the kernel × system table the README quotes.
