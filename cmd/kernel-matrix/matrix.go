@@ -301,9 +301,13 @@ func guestScript(root string, full bool, host map[string]string) string {
 			if s.Run != "" {
 				args += fmt.Sprintf(" -test.run '%s'", s.Run)
 			}
-			fmt.Fprintf(&b, "s=$(date +%%s); (cd %s/%s && /results/bin/%s %s > /results/%s.out 2>&1); rc=$?; echo $rc > /results/%s.rc; "+
+			// A step that fails under emulation is run once more; the first
+			// output is kept as NAME.first.out and the retry is reported.
+			run := fmt.Sprintf("(cd %s/%s && /results/bin/%s %s > /results/%s.out 2>&1)", root, s.Pkg, testBin(s.Pkg), args, s.Name)
+			fmt.Fprintf(&b, "s=$(date +%%s); %s; rc=$?; if [ $rc -ne 0 ]; then mv /results/%s.out /results/%s.first.out; "+
+				"echo \"cistern-matrix: %s failed (exit $rc), retrying once\"; %s; rc=$?; fi; echo $rc > /results/%s.rc; "+
 				"echo \"cistern-matrix: %s exit $rc in $(( $(date +%%s) - s ))s\"\n",
-				root, s.Pkg, testBin(s.Pkg), args, s.Name, s.Name, s.Name)
+				run, s.Name, s.Name, s.Name, run, s.Name, s.Name)
 		}
 		b.WriteString(") &\n")
 	}
