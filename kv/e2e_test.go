@@ -331,11 +331,16 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 // interleave with the writes. Each reply must be at least as new as the
 // newest write acknowledged before that GET was sent.
 func TestConsistencyAfterAck(t *testing.T) {
-	// Default write window and fill quarantine: the rule rests on them.
-	e := newKVEnv(t, "kvcons", Config{})
+	// Default write window and fill quarantine: the rule rests on them. They
+	// bound how long memcached may hold a request or a value it read; in an
+	// emulated guest every step takes 10-30 times longer, so they widen with
+	// testenv.TimeScale() as the server's own delays do.
+	ts := testenv.TimeScale()
+	quarantine := 50 * time.Millisecond * ts
+	e := newKVEnv(t, "kvcons", Config{WriteWindow: time.Millisecond * ts, FillQuarantine: quarantine})
 	w, tc := e.udp(t), e.tcp(t)
 	var acked atomic.Int64 // version of the newest acknowledged write; -1 = deleted
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(3 * time.Second * min(ts, 3))
 	var wg sync.WaitGroup
 	var violations, reads, deletedReads atomic.Int64
 	var firstViolation atomic.Value
@@ -378,7 +383,10 @@ func TestConsistencyAfterAck(t *testing.T) {
 		if version%2 == 0 {
 			r, err = tc.cmd(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val))
 		} else {
-			r, err = w.do(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val))
+			// Sent once: a resent UDP set could be applied after the
+			// next (TCP) write, making memcached itself return an
+			// older value.
+			r, err = w.once(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val), 3*time.Second*ts)
 		}
 		if err != nil || r != "STORED\r\n" {
 			t.Fatalf("set v%d: %q %v", version, r, err)
@@ -387,7 +395,7 @@ func TestConsistencyAfterAck(t *testing.T) {
 		// Bursts of writes, then a pause longer than the fill quarantine so
 		// that misses fill the kernel again between bursts.
 		if version%20 == 0 {
-			time.Sleep(120 * time.Millisecond)
+			time.Sleep(quarantine * 12 / 5)
 		} else {
 			time.Sleep(time.Duration(version%3) * time.Millisecond)
 		}
