@@ -41,7 +41,7 @@ func OpenDriver(cfg Config, stagingSize uint32) (*Driver, error) {
 	spec.Maps["accum_staging"].ValueSize = stagingSize
 	d := &Driver{Config: cfg.WithDefaults(), staging: make([]byte, stagingSize)}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-		return nil, fmt.Errorf("load accum driver: %w", err)
+		return nil, kernel.LoadError("the accum driver", err)
 	}
 	if err := runStart(d.objs.AccumStart); err != nil {
 		d.objs.Close()

@@ -184,7 +184,7 @@ func OpenSpec(spec *ebpf.CollectionSpec, cfg Config) (*Cache, error) {
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: cfg.Replace})
 	if err != nil {
-		return nil, fmt.Errorf("load policy %s: %w", cfg.Policy, err)
+		return nil, kernel.LoadError("policy "+cfg.Policy, err)
 	}
 	c := &Cache{
 		Policy: cfg.Policy, Capacity: cfg.Capacity, coll: coll,

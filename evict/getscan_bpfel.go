@@ -96,6 +96,7 @@ const (
 	getscanVarGsGetQ             = "gs_get_q"
 	getscanVarGsHand             = "gs_hand"
 	getscanVarGsScanQ            = "gs_scan_q"
+	getscanVarGsWalked           = "gs_walked"
 )
 
 // loadGetscan returns the embedded CollectionSpec for getscan.
@@ -179,6 +180,7 @@ type getscanVariableSpecs struct {
 	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
+	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
 }
 
 // getscanObjects contains all objects after they have been loaded into the kernel.
@@ -246,6 +248,7 @@ type getscanVariables struct {
 	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
+	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
 }
 
 // getscanPrograms contains all programs after they have been loaded into the kernel.

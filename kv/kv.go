@@ -209,11 +209,7 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 	}
 	s := &Server{Cfg: cfg}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("the kernel refused Kerby-KV's BPF program (a Cistern bug: please report it with 'cistern doctor --json'): %v", ve)
-		}
-		return nil, fmt.Errorf("load Kerby-KV: %w", err)
+		return nil, kernel.LoadError("Kerby-KV", err)
 	}
 	if cfg.Policy != "" {
 		blocks, objects := policyBudget(pc.CapacityBlocks, pc.MaxObjects, pc.MaxBlocks)

@@ -130,6 +130,7 @@ const (
 	pcGetscanVarGsGetQ             = "gs_get_q"
 	pcGetscanVarGsHand             = "gs_hand"
 	pcGetscanVarGsScanQ            = "gs_scan_q"
+	pcGetscanVarGsWalked           = "gs_walked"
 )
 
 // loadPcGetscan returns the embedded CollectionSpec for pcGetscan.
@@ -217,6 +218,7 @@ type pcGetscanVariableSpecs struct {
 	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
+	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
 }
 
 // pcGetscanObjects contains all objects after they have been loaded into the kernel.
@@ -290,6 +292,7 @@ type pcGetscanVariables struct {
 	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
+	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
 }
 
 // pcGetscanPrograms contains all programs after they have been loaded into the kernel.

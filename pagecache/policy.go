@@ -112,7 +112,7 @@ func openPolicy(name string, capacity uint32) (*policy, error) {
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		return nil, fmt.Errorf("load policy %s: %w", name, err)
+		return nil, kernel.LoadError("page-cache policy "+name, err)
 	}
 	var a struct {
 		Ret  int32

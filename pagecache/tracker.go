@@ -78,7 +78,7 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		return nil, fmt.Errorf("load page-cache tracker: %w", err)
+		return nil, kernel.LoadError("the page-cache tracker", err)
 	}
 	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
 	if t.w, err = fsnotify.NewWatcher(); err != nil {

@@ -82,9 +82,14 @@ static void evict_policy_removed(__u32 slot)
 		gs_hand[1] = evict_prev(slot);
 }
 
+/* Entries of each list sampled in this evict(). Globals, not the loop's
+ * stack: a map value is an unknown number to the verifier at every read, so
+ * 6.12's callback verification converges instead of following each count
+ * (on the stack, GET-SCAN in bytes ran past 1M instructions there). */
+__u32 gs_walked[2];
+
 struct gs_round {
 	struct evict_ctx *ctx;
-	__u32 walked[2]; /* entries of each list sampled in this evict() */
 };
 
 /* Proposes up to the still missing candidates from list h (0 get, 1 scan):
@@ -104,8 +109,7 @@ static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 	h &= 1;
 	q = qid(h ? gs_scan_q : gs_get_q);
 	len = evict_list_len(q);
-	/* evict_loop_var: walked is carried over from earlier rounds. */
-	walked = evict_loop_var(r->walked[h]);
+	walked = gs_walked[h];
 	if (walked >= len || ctx->n >= ctx->nr)
 		return 0;
 	max = len - walked;
@@ -114,7 +118,7 @@ static __noinline int gs_evict_from(struct gs_round *r, __u32 h)
 	it.ctx = ctx;
 	evict_list_iterate(&it, q, gs_hand[h], EVICT_TOWARDS_HEAD, 1, max, sample_iter);
 	gs_hand[h] = it.cur;
-	r->walked[h] += s.n;
+	gs_walked[h] = walked + s.n;
 	want = ctx->nr - ctx->n;
 	evict_propose_lowest(ctx, &s, want);
 	return s.n;
@@ -138,5 +142,6 @@ static void evict_policy_evict(struct evict_ctx *ctx)
 	struct gs_round r = { .ctx = ctx };
 
 	gs_hand[1] = EVICT_NIL; /* the scan list: from its oldest end */
+	gs_walked[0] = gs_walked[1] = 0;
 	bpf_loop(EVICT_MAX_CANDIDATES, round_cb, &r, 0);
 }

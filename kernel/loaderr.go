@@ -1,0 +1,76 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// RefusedError is a load the kernel's verifier refused, told in one
+// sentence. Every program in the tree loads on the kernels of the matrix
+// (docs/kernels.md), so a refusal is a Cistern bug or an untested kernel: the
+// user gets what was refused and why in a few words, and the verifier's log
+// goes to LogFile for the bug report instead of the terminal.
+type RefusedError struct {
+	What, Program, Reason, LogFile string
+	Err                            error
+}
+
+func (e *RefusedError) Error() string {
+	where := ""
+	if e.Program != "" {
+		where = "program " + e.Program + ": "
+	}
+	s := fmt.Sprintf("Linux %s refused %s (%s%s); this is a Cistern bug: please report it with the output of `cistern doctor --json`",
+		Release(), e.What, where, e.Reason)
+	if e.LogFile != "" {
+		s += " and the verifier's log in " + e.LogFile
+	}
+	return s
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+var progName = regexp.MustCompile(`program ([A-Za-z0-9_]+):`)
+
+// LoadError wraps an error from loading what (a collection or program): a
+// verifier refusal becomes a *RefusedError, anything else "load what: err".
+func LoadError(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("load %s: %w", what, err)
+	}
+	r := &RefusedError{What: what, Err: err, Reason: "its verifier refused it"}
+	if m := progName.FindStringSubmatch(err.Error()); m != nil {
+		r.Program = m[1]
+	}
+	log := strings.Join(ve.Log, "\n")
+	switch {
+	case errors.Is(ve.Cause, unix.E2BIG) || strings.Contains(log, "program is too large"):
+		r.Reason = "too complex for its verifier"
+	case errors.Is(ve.Cause, unix.EPERM):
+		r.Reason = "not permitted: run as root, or with CAP_BPF and CAP_PERFMON"
+	}
+	if len(ve.Log) > 0 {
+		name := strings.Map(func(c rune) rune {
+			if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' {
+				return c
+			}
+			return '-'
+		}, strings.ToLower(what+"-"+r.Program))
+		f := filepath.Join(os.TempDir(), "cistern-verifier-"+name+".log")
+		if os.WriteFile(f, []byte(err.Error()+"\n\n"+log+"\n"), 0o644) == nil {
+			r.LogFile = f
+		}
+	}
+	return r
+}
