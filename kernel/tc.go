@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -22,7 +23,7 @@ import (
 // interfaces are never touched. Without TCX, AttachTC falls back to a
 // clsact qdisc and a cls_bpf filter.
 var TCX = sync.OnceValue(func() error {
-	err := inScratchNetns(func() error {
+	err := netenv.Scratch(func() error {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Type:    ebpf.SchedCLS,
 			License: "GPL",
@@ -47,40 +48,6 @@ var TCX = sync.OnceValue(func() error {
 	})
 	return missing("TCX links", "6.6", err)
 })
-
-// inScratchNetns runs fn on an OS thread inside a new network namespace,
-// which goes away when fn returns.
-func inScratchNetns(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		scratch, err := netns.New() // also moves this thread into it
-		if err != nil {
-			if netns.Set(orig) == nil {
-				runtime.UnlockOSThread()
-			}
-			errc <- fmt.Errorf("create a network namespace for the probe: %w", err)
-			return
-		}
-		ferr := fn()
-		scratch.Close()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: the runtime discards it.
-			errc <- errors.Join(ferr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // ForceClsBPFEnv, set to 1, makes AttachTC use the cls_bpf variant even
 // where TCX works: for tests and the kernel matrix, so the fallback that

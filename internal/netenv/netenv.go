@@ -166,6 +166,31 @@ func linkInfo(ns netns.NsHandle, ifname string) (int, net.HardwareAddr, error) {
 // Do runs fn on an OS thread that has entered ns, and restores the thread.
 // Sockets, links and BPF attachments made by fn keep their namespace after.
 func Do(ns netns.NsHandle, fn func() error) error {
+	return onThreadIn(func() (netns.NsHandle, error) {
+		if err := netns.Set(ns); err != nil {
+			return netns.None(), fmt.Errorf("netenv: enter namespace: %w", err)
+		}
+		return netns.None(), nil
+	}, fn)
+}
+
+// Scratch runs fn on an OS thread inside a new, empty network namespace,
+// which goes away when fn returns (feature probes that create links).
+func Scratch(fn func() error) error {
+	return onThreadIn(func() (netns.NsHandle, error) {
+		h, err := netns.New() // also moves this thread into it
+		if err != nil {
+			return netns.None(), fmt.Errorf("netenv: create a network namespace: %w", err)
+		}
+		return h, nil
+	}, fn)
+}
+
+// onThreadIn runs fn on a locked OS thread that enter moved into a
+// namespace, then moves the thread back. enter may return a handle to close
+// afterwards. A thread that cannot go back stays locked, so the runtime
+// discards it instead of reusing it in the wrong namespace.
+func onThreadIn(enter func() (netns.NsHandle, error), fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -175,14 +200,19 @@ func Do(ns netns.NsHandle, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("netenv: enter namespace: %w", err)
+		h, err := enter()
+		if err != nil {
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+			errc <- err
 			return
 		}
 		ferr := fn()
+		if h.IsOpen() {
+			h.Close()
+		}
 		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked so the runtime discards it.
 			errc <- errors.Join(ferr, err)
 			return
 		}
