@@ -2,8 +2,6 @@ package kv
 
 import (
 	"bufio"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -21,60 +19,8 @@ import (
 	"github.com/cistern-ebpf/cistern/kernel"
 )
 
-// udpClient is a minimal memcached UDP client for tests.
-type udpClient struct {
-	c  *net.UDPConn
-	id uint16
-}
-
-func (u *udpClient) do(text string) (string, error) {
-	u.id++
-	req := make([]byte, 8+len(text))
-	binary.BigEndian.PutUint16(req[0:], u.id)
-	binary.BigEndian.PutUint16(req[4:], 1)
-	copy(req[8:], text)
-	buf := make([]byte, 65536)
-	for try := 0; try < 3; try++ {
-		if _, err := u.c.Write(req); err != nil {
-			return "", err
-		}
-		u.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		for {
-			n, err := u.c.Read(buf)
-			if err != nil {
-				break // timeout: resend
-			}
-			if n >= 8 && binary.BigEndian.Uint16(buf[0:]) == u.id {
-				return string(buf[8:n]), nil
-			}
-		}
-	}
-	return "", errors.New("no reply")
-}
-
-// once sends text once and waits up to wait for its reply: a reply the
-// kernel lost is not hidden by a resend.
-func (u *udpClient) once(text string, wait time.Duration) (string, error) {
-	u.id++
-	req := make([]byte, 8+len(text))
-	binary.BigEndian.PutUint16(req[0:], u.id)
-	binary.BigEndian.PutUint16(req[4:], 1)
-	copy(req[8:], text)
-	if _, err := u.c.Write(req); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 65536)
-	u.c.SetReadDeadline(time.Now().Add(wait))
-	for {
-		n, err := u.c.Read(buf)
-		if err != nil {
-			return "", errors.New("no reply")
-		}
-		if n >= 8 && binary.BigEndian.Uint16(buf[0:]) == u.id {
-			return string(buf[8:n]), nil
-		}
-	}
-}
+// udpClient is the tests' memcached UDP client.
+type udpClient = testenv.MemcachedUDP
 
 type tcpClient struct {
 	c net.Conn
@@ -136,16 +82,7 @@ func newKVEnvWith(t *testing.T, name string, cfg Config, mode XDPMode, peerPass 
 
 func (e *kvEnv) udp(t *testing.T) *udpClient {
 	t.Helper()
-	var c *net.UDPConn
-	err := netenv.Do(e.pair.ClientNS, func() (err error) {
-		c, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: e.pair.ServerIP, Port: 11211})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &udpClient{c: c}
+	return testenv.DialMemcachedUDP(t, e.pair, 11211)
 }
 
 func (e *kvEnv) tcp(t *testing.T) *tcpClient {
@@ -247,10 +184,10 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 	u, tc := e.udp(t), e.tcp(t)
 
 	// UDP set writes through; the GET is answered by the kernel.
-	r, err := u.do("set a 7 0 5\r\nhello\r\n")
+	r, err := u.Do("set a 7 0 5\r\nhello\r\n")
 	mustReply(t, r, err, "STORED\r\n")
 	hits := e.counter(t, "hits")
-	r, err = u.do("get a\r\n")
+	r, err = u.Do("get a\r\n")
 	mustReply(t, r, err, "VALUE a 7 5\r\nhello\r\nEND\r\n")
 	if e.counter(t, "hits") != hits+1 {
 		t.Fatalf("GET of a UDP-set key was not answered by the kernel: %v", must(e.srv.Counters()))
@@ -259,10 +196,10 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 	// A 1000-byte value: the reply does not fit a veth XDP frame, so the TC
 	// ingress path answers it, still without memcached.
 	kb := strings.Repeat("q", 1000)
-	r, err = u.do("set kb 0 0 1000\r\n" + kb + "\r\n")
+	r, err = u.Do("set kb 0 0 1000\r\n" + kb + "\r\n")
 	mustReply(t, r, err, "STORED\r\n")
 	hits = e.counter(t, "hits")
-	r, err = u.do("get kb\r\n")
+	r, err = u.Do("get kb\r\n")
 	mustReply(t, r, err, "VALUE kb 0 1000\r\n"+kb+"\r\nEND\r\n")
 	if e.counter(t, "hits") != hits+1 {
 		t.Fatalf("1000-byte value not served by the kernel: %v", must(e.srv.Counters()))
@@ -273,14 +210,14 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 	r, err = tc.cmd("set b 0 0 3\r\nxyz\r\n")
 	mustReply(t, r, err, "STORED\r\n")
 	time.Sleep(20 * time.Millisecond) // past the fill quarantine of that write
-	r, err = u.do("get b\r\n")
+	r, err = u.Do("get b\r\n")
 	mustReply(t, r, err, "VALUE b 0 3\r\nxyz\r\nEND\r\n")
 	time.Sleep(10 * time.Millisecond)
 	if e.counter(t, "fills") == 0 {
 		t.Fatal("memcached's reply did not fill the kernel")
 	}
 	hits = e.counter(t, "hits")
-	r, err = u.do("get b\r\n")
+	r, err = u.Do("get b\r\n")
 	mustReply(t, r, err, "VALUE b 0 3\r\nxyz\r\nEND\r\n")
 	if e.counter(t, "hits") != hits+1 {
 		t.Fatal("filled key was not answered by the kernel")
@@ -289,24 +226,24 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 	// A TCP overwrite and delete are seen by the next UDP GET.
 	r, err = tc.cmd("set a 1 0 6\r\nworld!\r\n")
 	mustReply(t, r, err, "STORED\r\n")
-	r, err = u.do("get a\r\n")
+	r, err = u.Do("get a\r\n")
 	mustReply(t, r, err, "VALUE a 1 6\r\nworld!\r\nEND\r\n")
 	r, err = tc.cmd("delete a\r\n")
 	mustReply(t, r, err, "DELETED\r\n")
-	r, err = u.do("get a\r\n")
+	r, err = u.Do("get a\r\n")
 	mustReply(t, r, err, "END\r\n")
 
 	// UDP delete, then a miss answered by memcached.
-	r, err = u.do("delete b\r\n")
+	r, err = u.Do("delete b\r\n")
 	mustReply(t, r, err, "DELETED\r\n")
-	r, err = u.do("get b\r\n")
+	r, err = u.Do("get b\r\n")
 	mustReply(t, r, err, "END\r\n")
 
 	// A value over the kernel maximum is stored by memcached only.
 	big := strings.Repeat("z", 1100)
-	r, err = u.do("set big 0 0 1100\r\n" + big + "\r\n")
+	r, err = u.Do("set big 0 0 1100\r\n" + big + "\r\n")
 	mustReply(t, r, err, "STORED\r\n")
-	r, err = u.do("get big\r\n")
+	r, err = u.Do("get big\r\n")
 	mustReply(t, r, err, "VALUE big 0 1100\r\n"+big+"\r\nEND\r\n")
 	if e.counter(t, "oversize") == 0 {
 		t.Fatal("oversize value not counted")
@@ -351,7 +288,7 @@ func TestConsistencyAfterAck(t *testing.T) {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
 				floor := acked.Load()
-				r, err := u.do("get hot\r\n")
+				r, err := u.Do("get hot\r\n")
 				if err != nil {
 					continue
 				}
@@ -386,7 +323,7 @@ func TestConsistencyAfterAck(t *testing.T) {
 			// Sent once: a resent UDP set could be applied after the
 			// next (TCP) write, making memcached itself return an
 			// older value.
-			r, err = w.once(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val), 3*time.Second*ts)
+			r, err = w.Once(fmt.Sprintf("set hot 0 0 %d\r\n%s\r\n", len(val), val), 3*time.Second*ts)
 		}
 		if err != nil || r != "STORED\r\n" {
 			t.Fatalf("set v%d: %q %v", version, r, err)

@@ -24,7 +24,7 @@ func getsOnce(t *testing.T, e *kvEnv, u *udpClient, keys []string, vals map[stri
 	h0 := e.counter(t, "hits")
 	for i := 0; i < n; i++ {
 		k := keys[i%len(keys)]
-		r, err := u.once("get "+k+"\r\n", wait)
+		r, err := u.Once("get "+k+"\r\n", wait)
 		if err != nil {
 			continue
 		}
@@ -46,7 +46,7 @@ func setKeys(t *testing.T, u *udpClient) ([]string, map[string]string) {
 		for _, size := range []int{16, 1000} {
 			k := fmt.Sprintf("k%d-%d", i, size)
 			v := strings.Repeat(string(rune('a'+i)), size)
-			r, err := u.do(fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", k, size, v))
+			r, err := u.Do(fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", k, size, v))
 			mustReply(t, r, err, "STORED\r\n")
 			keys, vals[k] = append(keys, k), v
 		}
@@ -147,7 +147,7 @@ func TestVethNativeWithoutPeerXDP(t *testing.T) {
 	// like the small ones. Either way it is delivered or counted, never
 	// lost silently.
 	before := must(e.srv.Stats()).Counters
-	r, err := u.once("get k0-1000\r\n", 500*time.Millisecond*testenv.TimeScale())
+	r, err := u.Once("get k0-1000\r\n", 500*time.Millisecond*testenv.TimeScale())
 	after := must(e.srv.Stats()).Counters
 	switch {
 	case err == nil:
@@ -180,7 +180,7 @@ func TestVethNativeWithoutPeerXDP(t *testing.T) {
 	if hits != n || replies != n {
 		t.Fatalf("peer with XDP: %d hits, %d replies of %d", hits, replies, n)
 	}
-	r, err = u.once("get k0-1000\r\n", 500*time.Millisecond*testenv.TimeScale())
+	r, err = u.Once("get k0-1000\r\n", 500*time.Millisecond*testenv.TimeScale())
 	mustReply(t, r, err, "VALUE k0-1000 0 1000\r\n"+vals["k0-1000"]+"\r\nEND\r\n")
 }
 

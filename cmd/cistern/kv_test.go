@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -87,46 +86,18 @@ func (s *kvServe) stop(t *testing.T) {
 	}
 }
 
-// mcUDP is a memcached UDP client in the client namespace that sends each
-// request once: a lost reply stays lost.
-type mcUDP struct {
-	c  *net.UDPConn
-	id uint16
-}
+// mcUDP is the tests' memcached UDP client, in the client namespace.
+type mcUDP struct{ *testenv.MemcachedUDP }
 
 func newMCUDP(t *testing.T, pair *netenv.Pair) *mcUDP {
 	t.Helper()
-	var c *net.UDPConn
-	if err := netenv.Do(pair.ClientNS, func() (err error) {
-		c, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: pair.ServerIP, Port: 11211})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &mcUDP{c: c}
+	return &mcUDP{testenv.DialMemcachedUDP(t, pair, 11211)}
 }
 
+// once sends text once; ok is false when no reply came within wait.
 func (m *mcUDP) once(text string, wait time.Duration) (string, bool) {
-	m.id++
-	req := make([]byte, 8+len(text))
-	binary.BigEndian.PutUint16(req[0:], m.id)
-	binary.BigEndian.PutUint16(req[4:], 1)
-	copy(req[8:], text)
-	if _, err := m.c.Write(req); err != nil {
-		return "", false
-	}
-	buf := make([]byte, 65536)
-	m.c.SetReadDeadline(time.Now().Add(wait))
-	for {
-		n, err := m.c.Read(buf)
-		if err != nil {
-			return "", false
-		}
-		if n >= 8 && binary.BigEndian.Uint16(buf[0:]) == m.id {
-			return string(buf[8:n]), true
-		}
-	}
+	r, err := m.Once(text, wait)
+	return r, err == nil
 }
 
 // gets sends n GETs of key once each and counts the correct replies.
