@@ -20,3 +20,28 @@ func TestGuestScriptParses(t *testing.T) {
 		}
 	}
 }
+
+// The guest's "unavailable" shell function reads the doctor's systems: on
+// 5.10 (a real doctor.json from that kernel) kv and capture are out, cbuf
+// and query are in, and steps without a system are never "unavailable".
+func TestGuestUnavailable(t *testing.T) {
+	sh, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox (the guest's shell) is not installed: make deps")
+	}
+	var fn string
+	for _, l := range strings.Split(guestScript("/x", true, nil), "\n") {
+		if strings.HasPrefix(l, "unavailable()") {
+			fn = strings.ReplaceAll(l, "/results/doctor.json", "testdata/doctor-5.10.json")
+		}
+	}
+	if fn == "" {
+		t.Fatal("no unavailable() in the guest script")
+	}
+	for sys, want := range map[string]bool{"pool": true, "kv": true, "accum": true, "capture": true, "evict": true, "pagecache": true, "cbuf": false, "query": false, "-": false} {
+		err := exec.Command(sh, "sh", "-c", fn+"\nunavailable "+sys).Run()
+		if got := err == nil; got != want {
+			t.Errorf("unavailable %s = %v, want %v", sys, got, want)
+		}
+	}
+}
