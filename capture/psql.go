@@ -37,6 +37,18 @@ func CapturePsql(psqlPath, conninfo string, statements []string, opt Options) (*
 // reads statements one per line on its standard input (psql, mariadb).
 func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, error) {
 	self := opt.PID == 0 && opt.Cgroup == "" && !opt.All
+	// Capturing the client itself over plain sockets: the client waits, in
+	// a shell that execs it (same pid), for one line on its standard input,
+	// written once the capture is attached. Else a slow machine may attach
+	// after it connected and sent its first bytes, and raw mode, which
+	// takes the side that speaks first for the requester, would see the
+	// server's greeting first.
+	gated := self && opt.Transport == TransportPlain
+	if gated {
+		w := exec.Command("/bin/sh", append([]string{"-c", `read -r _ && exec "$@"`, "sh", cl.Path}, cl.Args[1:]...)...)
+		w.Env, w.Dir = cl.Env, cl.Dir
+		cl = w
+	}
 	var c *Capture
 	if !self {
 		var err error
@@ -76,6 +88,11 @@ func CaptureClient(cl *exec.Cmd, statements []string, opt Options) (*PsqlRun, er
 	}
 
 	go func() {
+		if gated {
+			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+				return
+			}
+		}
 		for _, s := range statements {
 			if _, err := io.WriteString(stdin, s+"\n"); err != nil {
 				break
