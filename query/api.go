@@ -55,6 +55,13 @@ type Options struct {
 	Metrics   string
 	OnMetrics func(addr string)
 
+	// Window, when set, is the window of a query that has no WINDOW clause
+	// (the exporter's default window).
+	Window time.Duration
+	// OnWindow, when set, is called after each window's rows were written
+	// to Out (windowed queries only).
+	OnWindow func(endNs int64)
+
 	// SampleRate is how long the optimizer samples event rates (default 100ms).
 	SampleRate time.Duration
 	// Refuse makes the named plans fail as if the verifier refused them
@@ -123,6 +130,9 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q.Window == 0 && opt.Window > 0 && q.Grouped {
+		q.Window = opt.Window
+	}
 	if opt.Plot != "" && !q.Grouped {
 		return nil, cli.Usagef("--plot needs an aggregate query (GROUP BY or an aggregate)")
 	}
@@ -173,7 +183,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 		}
 	}
 	res := &Result{Plan: p.Name}
-	err = loop(ctx, q, p, prog, eng)
+	err = loop(ctx, q, p, prog, eng, opt.OnWindow)
 	st := prog.Stats()
 	res.LostEvents = st[kern.StLostRB] + st[kern.StLostAgg] + st[kern.StLostJoin]
 	res.Events = eng.Matched()
@@ -189,7 +199,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	return res, err
 }
 
-func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog, eng *exec.Engine) error {
+func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog, eng *exec.Engine, onWindow func(int64)) error {
 	rb := prog.Reader()
 	var tick <-chan time.Time
 	if q.Window > 0 {
@@ -207,7 +217,14 @@ func loop(ctx context.Context, q *sema.Query, p *plan.Physical, prog *kern.Prog,
 				eng.Partial(p.Kernel.Keys, pt)
 			}
 		}
-		return eng.Window(monoNs())
+		end := monoNs()
+		if err := eng.Window(end); err != nil {
+			return err
+		}
+		if onWindow != nil {
+			onWindow(end)
+		}
+		return nil
 	}
 	var rec ringbuf.Record
 	slots := make([]uint64, kern.NSlot+1)

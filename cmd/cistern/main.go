@@ -24,6 +24,7 @@ func newRoot() *cobra.Command {
   cache    eviction policies for in-kernel caches and the page cache
   cbuf     zero-copy shared buffers between processes
   query    SQL over kernel events, compiled to eBPF that always loads
+  exporter query results as Prometheus metrics
 Start with 'cistern doctor' to see what this kernel supports.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -40,6 +41,7 @@ Start with 'cistern doctor' to see what this kernel supports.`,
 		newCacheCmd(),
 		newCBufCmd(),
 		newQueryCmd(),
+		newExporterCmd(),
 		newBenchCmd(),
 	)
 	return root

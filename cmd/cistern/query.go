@@ -12,6 +12,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/query"
+	"github.com/cistern-ebpf/cistern/query/exporter"
 )
 
 func newQueryRunCmd() *cobra.Command {
@@ -24,9 +25,13 @@ func newQueryRunCmd() *cobra.Command {
 		mode     string
 		maddr    string
 		plotPath string
+		serve    string
+		name     string
+		window   time.Duration
+		maxSer   int
 	)
 	c := &cobra.Command{
-		Use:   "query 'SQL' [--duration D] [--format table|json|csv] [--out FILE] [--explain] [--plot F.png] [--metrics ADDR] | --schema",
+		Use:   "query 'SQL' [--duration D] [--format table|json|csv] [--out FILE] [--explain] [--plot F.png] [--metrics ADDR] | --serve ADDR | --schema",
 		Short: "SQL over kernel events, compiled to eBPF",
 		Long: `query runs one SELECT over kernel events. The kernel part is built only
 from operator templates verified ahead of time, so every query that passes
@@ -58,6 +63,11 @@ lists the tables and columns; docs/query.md has the details.`,
 			}
 			if err := query.Check(args[0]); err != nil {
 				return err
+			}
+			if serve != "" {
+				// The exporter with this one query.
+				return runExporter(cmd, exporter.Config{Listen: serve, Window: window, MaxSeries: maxSer,
+					Queries: []exporter.Query{{Name: name, SQL: args[0]}}})
 			}
 			out := cmd.OutOrStdout()
 			if outPath != "" {
@@ -93,6 +103,10 @@ lists the tables and columns; docs/query.md has the details.`,
 	c.Flags().BoolVar(&schema, "schema", false, "print the tables and columns")
 	c.Flags().StringVar(&plotPath, "plot", "", "draw the first numeric aggregate per group to this PNG")
 	c.Flags().StringVar(&maddr, "metrics", "", "serve the kernel counters for Prometheus at HOST:PORT")
+	c.Flags().StringVar(&serve, "serve", "", "run until stopped, serving the rows of each window as Prometheus series at HOST:PORT (see 'cistern exporter')")
+	c.Flags().StringVar(&name, "name", "q", "with --serve: the query's name in metric names")
+	c.Flags().DurationVar(&window, "window", exporter.DefaultWindow, "with --serve: the window if the query has no WINDOW")
+	c.Flags().IntVar(&maxSer, "max-series", exporter.DefaultMaxSeries, "with --serve: label sets kept; rows past it are dropped and counted")
 	c.Flags().StringVar(&mode, "mode", "optimizer", "optimizer, or mvsf_only (everything after the read in user space)")
 	return c
 }

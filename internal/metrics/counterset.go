@@ -31,7 +31,7 @@ type counterSet struct {
 // read is meant to sum per-CPU BPF map counters; it must be safe to call
 // concurrently, as scrapes may overlap.
 func NewCounterSet(namespace, subsystem string, read func() (map[string]uint64, error)) prometheus.Collector {
-	ns, sub := sanitizeName(namespace), sanitizeName(subsystem)
+	ns, sub := SanitizeName(namespace), SanitizeName(subsystem)
 	return &counterSet{
 		namespace: ns,
 		subsystem: sub,
@@ -55,7 +55,7 @@ func (c *counterSet) Collect(ch chan<- prometheus.Metric) {
 	sums := make(map[string]float64, len(vals))
 	origin := make(map[string][]string, len(vals))
 	for name, v := range vals {
-		s := strings.TrimSuffix(sanitizeName(name), "_total")
+		s := strings.TrimSuffix(SanitizeName(name), "_total")
 		if s == "" || s == "_" {
 			continue // an unnamed counter cannot become a metric
 		}
@@ -75,10 +75,10 @@ func (c *counterSet) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.errDesc, prometheus.CounterValue, float64(c.errors.Load()))
 }
 
-// sanitizeName maps s onto [a-zA-Z0-9_] (the colon is reserved for recording
+// SanitizeName maps s onto [a-zA-Z0-9_] (the colon is reserved for recording
 // rules), so "rx-drops" and "rx.drops" become rx_drops, and prefixes a
 // leading digit with an underscore.
-func sanitizeName(s string) string {
+func SanitizeName(s string) string {
 	var b strings.Builder
 	for i, r := range s {
 		switch {

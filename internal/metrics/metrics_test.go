@@ -226,8 +226,8 @@ func TestSanitizeName(t *testing.T) {
 		"Ünïcode ok": "_n_code_ok",
 		"":           "",
 	} {
-		if got := sanitizeName(in); got != want {
-			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		if got := SanitizeName(in); got != want {
+			t.Errorf("SanitizeName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

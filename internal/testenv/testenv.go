@@ -76,6 +76,22 @@ func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 	return m
 }
 
+// Prometheus starts a Prometheus server scraping opt.Targets, stopped with
+// the test.
+func Prometheus(t testing.TB, opt servers.PrometheusOptions) *servers.Prometheus {
+	t.Helper()
+	NeedServers(t)
+	p, err := servers.StartPrometheus(opt)
+	if err != nil {
+		if servers.IsNotInstalled(err) {
+			t.Skipf("skipped: %v", err)
+		}
+		t.Fatalf("prometheus: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
 // TLSCert makes a CA and a server certificate for the test (removed
 // after); it skips the test when openssl is not installed.
 func TLSCert(t testing.TB) *servers.TLSCert {
