@@ -37,4 +37,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 command -v go >/dev/null || { echo "deps: Go is not installed (install Go 1.24 or newer)" >&2; exit 1; }
+"$(dirname "$0")/jaeger.sh"
 echo "deps: all present"

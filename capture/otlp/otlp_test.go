@@ -1,0 +1,138 @@
+package otlp
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/capture"
+	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+func TestAttributes(t *testing.T) {
+	q := capture.Query{Protocol: "postgres", Query: "select * FROM t;", Rows: 3, Database: "shop", User: "app",
+		Error: `ERROR 42P01: relation "t" does not exist`}
+	got := map[string]any{}
+	for _, a := range Attributes(q) {
+		got[string(a.Key)] = a.Value.AsInterface()
+	}
+	for k, v := range map[string]any{"db.system.name": "postgresql", "db.query.text": "select * FROM t;", "db.operation.name": "SELECT",
+		"db.namespace": "shop", "db.response.returned_rows": int64(3), "error.type": "42P01"} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, err := New(Options{Endpoint: "x:1", Protocol: "udp"}); err == nil {
+		t.Error("protocol udp accepted")
+	}
+}
+
+// TestSpansReachJaeger captures psql's queries against a real PostgreSQL
+// and sends them, over OTLP gRPC and HTTP, to a real Jaeger v2: each query
+// is one span with its attributes. Then Jaeger stops: spans sent after that
+// are counted as failed or dropped, and Send never waits.
+func TestSpansReachJaeger(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.NeedServers(t)
+	j, err := servers.StartJaeger()
+	if err != nil {
+		if servers.IsNotInstalled(err) {
+			t.Skipf("skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			j.Stop()
+		}
+	}()
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54361})
+	mark := fmt.Sprintf("otlp%d", time.Now().UnixNano()%1e9)
+	issued := []string{
+		fmt.Sprintf("SELECT 1 AS %s_a;", mark),
+		fmt.Sprintf("SELECT generate_series(1, 4) AS %s_b;", mark),
+		fmt.Sprintf("SELECT * FROM %s_missing;", mark),
+	}
+	run, err := capture.CapturePsql(pg.Bin("psql"), fmt.Sprintf("sslmode=disable host=127.0.0.1 port=%d user=postgres dbname=postgres", pg.Opt.Port),
+		issued, capture.Options{Transport: capture.TransportPlain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Queries) != len(issued) {
+		t.Fatalf("captured %d queries, want %d: %+v", len(run.Queries), len(issued), run.Queries)
+	}
+	for _, proto := range []string{"grpc", "http"} {
+		port := map[string]string{"grpc": "4317", "http": "4318"}[proto]
+		e, err := New(Options{Endpoint: "127.0.0.1:" + port, Protocol: proto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range run.Queries {
+			q.Query += " -- " + proto // one set of spans per protocol
+			e.Send(q)
+		}
+		st := e.Close(10 * time.Second)
+		if st.Exported != uint64(len(issued)) || st.Dropped != 0 || st.Failed != 0 {
+			t.Fatalf("%s: %+v", proto, st)
+		}
+	}
+	want := map[string]capture.Query{}
+	for _, q := range run.Queries {
+		want[q.Query+" -- grpc"] = q
+		want[q.Query+" -- http"] = q
+	}
+	var spans []servers.Span
+	for deadline := time.Now().Add(20 * time.Second * testenv.TimeScale()); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		if spans, err = j.Spans("cistern-capture"); err == nil && len(spans) >= len(want) {
+			break
+		}
+	}
+	seen := map[string]int{}
+	for _, s := range spans {
+		text, _ := s.Tags["db.query.text"].(string)
+		q, ok := want[text]
+		if !ok {
+			continue
+		}
+		seen[text]++
+		if s.Tags["db.system.name"] != "postgresql" || s.Tags["db.operation.name"] != "SELECT" || s.Kind != "client" {
+			t.Errorf("span %q: %+v", text, s)
+		}
+		if rows, _ := s.Tags["db.response.returned_rows"].(float64); int64(rows) != q.Rows {
+			t.Errorf("span %q: %v rows, captured %d", text, s.Tags["db.response.returned_rows"], q.Rows)
+		}
+		if (q.Error != "") != (s.Tags["error.type"] != nil) || (q.Error != "" && s.Tags["error.type"] != "42P01") {
+			t.Errorf("span %q: error.type %v for error %q", text, s.Tags["error.type"], q.Error)
+		}
+		if d := s.Duration - time.Duration(q.LatencyUS*1e3); d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("span %q lasts %v, the query %vµs", text, s.Duration, q.LatencyUS)
+		}
+	}
+	for text := range want {
+		if seen[text] != 1 {
+			t.Errorf("%q: %d spans in Jaeger, want 1", text, seen[text])
+		}
+	}
+
+	// The collector goes away: nothing blocks, everything is counted.
+	j.Stop()
+	stopped = true
+	e, err := New(Options{Endpoint: "127.0.0.1:4317", Queue: 64, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	for i := 0; i < 1000; i++ {
+		e.Send(run.Queries[i%len(run.Queries)])
+	}
+	if d := time.Since(t0); d > 500*time.Millisecond*testenv.TimeScale() {
+		t.Errorf("1000 sends to a dead collector took %v", d)
+	}
+	st := e.Close(5 * time.Second)
+	t.Logf("collector down: %+v", st)
+	if st.Queued+st.Dropped != 1000 || st.Dropped == 0 || st.Exported != 0 || st.Failed == 0 || st.Failed+st.Unsent != st.Queued {
+		t.Errorf("counts with the collector down: %+v", st)
+	}
+}

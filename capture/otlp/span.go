@@ -1,0 +1,85 @@
+package otlp
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cistern-ebpf/cistern/capture"
+)
+
+// system is db.system.name for a capture protocol.
+func system(protocol string) string {
+	switch protocol {
+	case "postgres":
+		return "postgresql"
+	case "mysql":
+		return "mysql"
+	}
+	return "other_sql"
+}
+
+// operation is db.operation.name: the statement's first keyword.
+func operation(text string) string {
+	f := strings.Fields(text)
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.ToUpper(strings.TrimRight(f[0], ";("))
+}
+
+// errorType is the SQLSTATE (PostgreSQL "ERROR 42P01: ...") or MySQL error
+// number of an error answer, else "error".
+func errorType(msg string) string {
+	f := strings.Fields(msg)
+	if len(f) >= 2 {
+		return strings.TrimSuffix(f[1], ":")
+	}
+	return "error"
+}
+
+// Attributes are q's span attributes (OpenTelemetry database conventions).
+func Attributes(q capture.Query) []attribute.KeyValue {
+	a := []attribute.KeyValue{
+		attribute.String("db.system.name", system(q.Protocol)),
+		attribute.String("db.query.text", q.Query),
+		attribute.Int64("db.response.returned_rows", q.Rows),
+		attribute.Int64("process.pid", int64(q.PID)),
+	}
+	if op := operation(q.Query); op != "" {
+		a = append(a, attribute.String("db.operation.name", op))
+	}
+	if q.Database != "" {
+		a = append(a, attribute.String("db.namespace", q.Database))
+	}
+	if q.User != "" {
+		a = append(a, attribute.String("db.user", q.User))
+	}
+	if q.Error != "" {
+		a = append(a, attribute.String("error.type", errorType(q.Error)))
+	}
+	return append(a, endpoints(q)...)
+}
+
+// span records q: start and end are the query's first byte and its
+// answer's last (capture's per-turn times).
+func (e *Exporter) span(q capture.Query) {
+	start := q.Time
+	end := start.Add(time.Duration(q.LatencyUS * 1e3))
+	name := operation(q.Query)
+	if name == "" {
+		name = system(q.Protocol)
+	}
+	if q.Database != "" {
+		name += " " + q.Database
+	}
+	_, sp := e.tr.Start(context.Background(), name, trace.WithTimestamp(start), trace.WithSpanKind(kind(q)), trace.WithAttributes(Attributes(q)...))
+	if q.Error != "" {
+		sp.SetStatus(codes.Error, q.Error)
+	}
+	sp.End(trace.WithTimestamp(end))
+}
