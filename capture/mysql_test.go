@@ -152,7 +152,10 @@ func TestCaptureMariaDB(t *testing.T) {
 		name, ssl string
 		opt       Options
 	}{
-		{"tls", "--ssl", Options{Protocol: "mysql", Transport: TransportTLS}},
+		// Both transports (the default) over a TLS session: the MySQL SSL
+		// request is plaintext, then the socket carries TLS.
+		{"tls", "--ssl", Options{Protocol: "mysql"}},
+		{"tls-only", "--ssl", Options{Protocol: "mysql", Transport: TransportTLS}},
 		{"plain", "--skip-ssl", Options{Protocol: "mysql", Transport: TransportPlain}},
 	} {
 		t.Run(tr.name, func(t *testing.T) {

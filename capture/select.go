@@ -221,7 +221,7 @@ const (
 // that is not attached yet (tls transport, not a single process).
 func (c *Capture) rescan() {
 	now := time.Now()
-	if c.tls == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
+	if c.uprobeOpts == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
 		return
 	}
 	c.lastScan = now
@@ -252,7 +252,7 @@ func (c *Capture) rescan() {
 			continue
 		}
 		c.libs[id] = true
-		if err := c.attachTLS(lib, c.tls, c.uprobeOpts); err != nil {
+		if err := c.attachTLS(lib, c.objs, c.uprobeOpts); err != nil {
 			c.nLibErrors.Add(1)
 			continue
 		}
