@@ -179,7 +179,7 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
-	f.Uint32Var(&ring, "ring-size", accum.DefaultRingSize, "accumulating channel ring buffer bytes (power of two)")
+	f.Uint32Var(&ring, "ring-size", capture.DefaultRingSize, "accumulating channel ring buffer bytes (power of two): must hold the largest TLS write on every CPU")
 	return c
 }
 
