@@ -93,6 +93,8 @@ type Capture struct {
 	lastScan, lastFull time.Time
 	nLibs, nLibErrors  atomic.Uint64
 	nGoBins            atomic.Uint64
+	goBins             map[libFile]bool // Go executables looked at
+	lastErr            atomic.Value     // string: the last attach error
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -174,9 +176,9 @@ func (c *Capture) open() error {
 		if libs, err = c.libSSLs(); err != nil {
 			return err
 		}
-		if len(libs) == 0 && opt.perPID() && opt.Transport == TransportTLS {
+		if len(libs) == 0 && opt.perPID() && opt.Transport == TransportTLS && !isGoTLS(opt.PID) {
 			_, err := FindLibSSL(opt.PID)
-			return err
+			return fmt.Errorf("%w, and is no Go program with crypto/tls", err)
 		}
 	}
 	spec, err := loadCap()
@@ -213,7 +215,7 @@ func (c *Capture) open() error {
 		if opt.perPID() {
 			uo.PID = opt.PID
 		}
-		c.uprobeOpts, c.libs, c.pidSeen = uo, map[libFile]bool{}, map[int]time.Time{}
+		c.uprobeOpts, c.libs, c.pidSeen, c.goBins = uo, map[libFile]bool{}, map[int]time.Time{}, map[libFile]bool{}
 		c.lastScan, c.lastFull = time.Now(), time.Now()
 		c.LibSSL = strings.Join(libs, ", ")
 		for _, lib := range libs {
@@ -224,6 +226,13 @@ func (c *Capture) open() error {
 				c.libs[id] = true
 			}
 			c.nLibs.Add(1)
+		}
+		pids, err := c.targets()
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			c.scanGo(pid)
 		}
 	}
 	// The uprobes come first: a TLS call that starts before the
@@ -433,6 +442,13 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 		"go_binaries_attached": c.nGoBins.Load(),
 	}, nil
+}
+
+// LastAttachError is the last library or Go binary the capture failed to
+// attach to, and why ("" if none): library_attach_errors counts them.
+func (c *Capture) LastAttachError() string {
+	s, _ := c.lastErr.Load().(string)
+	return s
 }
 
 // Gaps are the losses the reader saw (sequence gaps).
