@@ -125,6 +125,7 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		}
 	}
 	res := map[string]captureResult{}
+	var churn *churnResult
 	for _, mode := range opt.Modes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -135,7 +136,7 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			if err != nil {
 				return nil, fmt.Errorf("mode churn: %w", err)
 			}
-			reportChurn(rep, r)
+			churn = &r
 			continue
 		}
 		r, err := runCaptureMode(ctx, pg, mb, mode, opt)
@@ -174,6 +175,9 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		if base > 0 {
 			rep.Set(mode, "probe_effect_pct", (base-r.tps)/base*100)
 		}
+	}
+	if churn != nil { // its own workload: reported after the pgbench modes
+		reportChurn(rep, *churn)
 	}
 	get := func(mode, k string) (float64, bool) {
 		v, ok := rep.Get(mode, k)

@@ -88,8 +88,10 @@ struct cap_tls_call {
 	__u8 pad[7];
 };
 
+/* LRU: a Go Read that resumes on another thread leaves its first
+ * thread's entry behind (harmless: for Go only TLS-record writes count). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct cap_tls_call);
