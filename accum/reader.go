@@ -94,6 +94,7 @@ type Reader struct {
 	rec     Record
 	Streams *Reassembler
 	Bytes   uint64 // ring record bytes read (record headers included)
+	pump    *pump  // see Pump
 }
 
 // NewReader reads the ring buffer map accum_ring.
@@ -110,14 +111,23 @@ func NewReader(ring *ebpf.Map) (*Reader, error) {
 // without a wakeup are found too, when the deadline passes. The record's
 // segments alias a buffer the next Read overwrites: copy what you keep.
 func (r *Reader) Read(timeout time.Duration) (Record, error) {
-	r.rb.SetDeadline(time.Now().Add(timeout))
-	if err := r.rb.ReadInto(&r.raw); err != nil {
+	var b []byte
+	if r.pump != nil {
+		var err error
+		if b, err = r.pump.next(timeout); err != nil {
+			return Record{}, err
+		}
+	} else {
+		r.rb.SetDeadline(time.Now().Add(timeout))
+		if err := r.rb.ReadInto(&r.raw); err != nil {
+			return Record{}, err
+		}
+		b = r.raw.RawSample
+	}
+	if err := ParseRecordInto(b, &r.rec); err != nil {
 		return Record{}, err
 	}
-	if err := ParseRecordInto(r.raw.RawSample, &r.rec); err != nil {
-		return Record{}, err
-	}
-	r.Bytes += uint64(len(r.raw.RawSample))
+	r.Bytes += uint64(len(b))
 	r.Streams.Add(r.rec)
 	return r.rec, nil
 }
@@ -137,5 +147,13 @@ func (r *Reader) Drain(idle time.Duration) (int, error) {
 	}
 }
 
-// Close stops the reader.
-func (r *Reader) Close() error { return r.rb.Close() }
+// Close stops the reader (and its pump).
+func (r *Reader) Close() error {
+	if r.pump == nil {
+		return r.rb.Close()
+	}
+	close(r.pump.stop)
+	err := r.rb.Close() // interrupts the pump's wait
+	<-r.pump.done
+	return err
+}

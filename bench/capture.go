@@ -30,16 +30,21 @@ type CaptureOptions struct {
 	Duration time.Duration // pgbench -T per mode (default 15s; quick 5s)
 	Clients  int           // pgbench -c (default 2; -j the same)
 	Modes    []string      // subset of CaptureModes
-	Port     int           // PostgreSQL port (default 54339); MariaDB's is Port+1
+	Port     int           // PostgreSQL port (default 54339); MariaDB's is Port+1, churn's PostgreSQL Port+7
 	PlotPath string
 	Progress func(step string)
+	// ChurnRing: the churn mode's ring size (0: the capture default, which
+	// is what the mode is meant to judge).
+	ChurnRing uint32
 }
 
 // CaptureModes are the modes, in order. The plain names use a 256 KiB ring.
 // sysbench*: MariaDB with sysbench oltp_point_select over TLS (prepared
 // statements), untraced and accumulated.
+// churn: short-lived TLS connections, big answers, every capture default
+// (capture_churn.go).
 var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
-	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m"}
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn"}
 
 func (o *CaptureOptions) defaults() {
 	if o.Duration == 0 {
@@ -120,11 +125,20 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		}
 	}
 	res := map[string]captureResult{}
+	var churn *churnResult
 	for _, mode := range opt.Modes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		opt.Progress("mode " + mode)
+		if mode == "churn" {
+			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing)
+			if err != nil {
+				return nil, fmt.Errorf("mode churn: %w", err)
+			}
+			churn = &r
+			continue
+		}
 		r, err := runCaptureMode(ctx, pg, mb, mode, opt)
 		if err != nil {
 			return nil, fmt.Errorf("mode %s: %w", mode, err)
@@ -132,8 +146,8 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		res[mode] = r
 	}
 	for _, mode := range opt.Modes {
-		r := res[mode]
-		if !r.ok {
+		r, ok := res[mode]
+		if !ok || !r.ok {
 			continue
 		}
 		base := res["untraced"].tps
@@ -161,6 +175,9 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 		if base > 0 {
 			rep.Set(mode, "probe_effect_pct", (base-r.tps)/base*100)
 		}
+	}
+	if churn != nil { // its own workload: reported after the pgbench modes
+		reportChurn(rep, *churn)
 	}
 	get := func(mode, k string) (float64, bool) {
 		v, ok := rep.Get(mode, k)

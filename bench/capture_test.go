@@ -89,3 +89,38 @@ func TestCaptureBenchSysbench(t *testing.T) {
 		t.Errorf("captured %v of %v executions, %v events lost: %v", a["queries_captured"], a["queries_sent"], a["lost_events"], a)
 	}
 }
+
+// TestCaptureBenchChurn runs the churn mode (160 short TLS connections,
+// answers up to 1 MiB, capture defaults) and checks it is reported whole:
+// every query issued and captured on both sides, nothing lost.
+func TestCaptureBenchChurn(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep, err := Capture(context.Background(), CaptureOptions{Modes: []string{"churn"}, Port: 54355})
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]float64 `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := doc.Modes["churn"]
+	t.Logf("churn: %v", c)
+	if c["queries_issued"] != churnConns {
+		t.Fatalf("issued %v queries, want %d", c["queries_issued"], churnConns)
+	}
+	if c["queries_captured"] != c["queries_issued"] || c["lost_events"] != 0 {
+		t.Errorf("captured %v of %v, lost %v events", c["queries_captured"], c["queries_issued"], c["lost_events"])
+	}
+	if v, ok := c["queries_captured_client"]; ok && v != c["queries_issued"] {
+		t.Errorf("client side: captured %v of %v", v, c["queries_issued"])
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,11 +31,26 @@ const (
 	ProtoRaw      uint8 = 3
 )
 
-// Transports of Options.Transport.
+// Transports of Options.Transport: a filter on what is captured. Every
+// capture attaches the socket tracepoints (they also tell TLS sockets from
+// plaintext ones and give TLS connections their addresses).
 const (
-	TransportAuto  = "auto"  // tls if the process maps libssl.so.3, else plain
-	TransportTLS   = "tls"   // uprobes on libssl
-	TransportPlain = "plain" // syscall tracepoints on TCP/UDP sockets
+	TransportBoth  = "both"  // TLS plaintext and plaintext sockets (default)
+	TransportTLS   = "tls"   // uprobes on libssl and Go crypto/tls only
+	TransportPlain = "plain" // socket syscalls of plaintext TCP/UDP connections only
+)
+
+// DefaultRingSize is the capture's ring (Options.Accum.RingSize 0): it has
+// to hold what TLS calls write in one go (a PostgreSQL backend hands
+// SSL_write a whole 1 MiB row, which one uprobe turns into 1 MiB of records
+// at once) on every CPU while the pump wakes up. 1 MiB lost a third of the
+// churn benchmark's bytes; 8 MiB lost none.
+const DefaultRingSize = 8 << 20
+
+// Sides of Options.Side and Query.Side.
+const (
+	SideClient = "client"
+	SideServer = "server"
 )
 
 // Options of Open.
@@ -49,33 +63,38 @@ type Options struct {
 	Cgroup    string
 	All       bool
 	Protocol  string       // "postgres" (default) or "mysql" (MySQL and MariaDB)
-	Transport string       // TransportAuto (default), TransportTLS or TransportPlain
+	Transport string       // TransportBoth (default), TransportTLS or TransportPlain
+	Side      string       // SideClient, SideServer, or "" for both
 	Accum     accum.Config // channel sizes (zero: defaults)
+	// Pump: the ring is drained by a goroutine of its own at a raised
+	// priority into a queue Next reads (accum.Reader.Pump).
+	Pump accum.PumpOptions
 }
 
-// Capture is a loaded, attached capture of one process.
+// Capture is a loaded, attached capture.
 type Capture struct {
-	Opt       Options
-	Transport string // what was attached: TransportTLS or TransportPlain
-	LibSSL    string // the libssl attached to, as seen from here (tls)
-	Reader    *accum.Reader
-	objs      io.Closer
-	stats     *ebpf.Map
-	links     []link.Link
-	conns     map[uint64]connParser
+	Opt    Options
+	LibSSL string // the libssl files attached to, as seen from here
+	Reader *accum.Reader
+	objs   *capObjects
+	stats  *ebpf.Map
+	links  []link.Link
+	conns  map[uint64]*connState
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
 	out                   []Query // Next's result, reused
 	clock                 int64   // wall minus monotonic, ns
 
-	// tls transport: what rescan needs to attach libraries found later.
-	tls                *tlsObjects
+	// What rescan needs to attach libraries and Go binaries found later.
 	uprobeOpts         *link.UprobeOptions
 	libs               map[libFile]bool // attached (or failed: not retried)
 	pidSeen            map[int]time.Time
 	lastScan, lastFull time.Time
 	nLibs, nLibErrors  atomic.Uint64
+	nGoBins            atomic.Uint64
+	goBins             map[libFile]bool // Go executables looked at
+	lastErr            atomic.Value     // string: the last attach error
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -103,10 +122,11 @@ func FindLibSSL(pid int) (string, error) {
 	return "", fmt.Errorf("process %d has no libssl.so.3 mapped (not a TLS client or server, or statically linked)", pid)
 }
 
-// Open loads the capture programs and attaches them to opt.PID: to its libssl
-// (transport tls) or to the socket syscalls it makes (transport plain). Auto
-// picks tls when the process maps libssl.so.3: a process that maps it but
-// talks plaintext (psql with sslmode=disable) needs TransportPlain.
+// Open loads the capture programs and attaches them for the selection in
+// opt: the socket tracepoints always, and (unless opt.Transport is plain)
+// uprobes on every libssl.so.3 the selected processes map and on the
+// crypto/tls functions of every Go binary they run; rescans from Next
+// attach to libraries and binaries that appear later.
 func Open(opt Options) (*Capture, error) {
 	if opt.Protocol == "" {
 		opt.Protocol = "postgres"
@@ -118,72 +138,106 @@ func Open(opt Options) (*Capture, error) {
 		return nil, err
 	}
 	if opt.Transport == "" {
-		opt.Transport = TransportAuto
+		opt.Transport = TransportBoth
 	}
-	c := &Capture{Opt: opt, conns: map[uint64]connParser{}, clock: clockOffset()}
+	if opt.Accum.RingSize == 0 {
+		opt.Accum.RingSize = DefaultRingSize
+	}
+	switch opt.Transport {
+	case TransportBoth, TransportTLS, TransportPlain:
+	default:
+		return nil, fmt.Errorf("transport %q: want both, tls or plain", opt.Transport)
+	}
+	if opt.Side != "" && opt.Side != SideClient && opt.Side != SideServer {
+		return nil, fmt.Errorf("side %q: want client, server or both", opt.Side)
+	}
+	c := &Capture{Opt: opt, conns: map[uint64]*connState{}, clock: clockOffset()}
 	var err error
 	if opt.Cgroup != "" {
 		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
 			return nil, err
 		}
 	}
-	switch opt.Transport {
-	case TransportAuto:
-		if libs, _ := c.libSSLs(); len(libs) > 0 {
-			err = c.openTLS()
-		} else {
-			err = c.openPlain()
-		}
-	case TransportTLS:
-		err = c.openTLS()
-	case TransportPlain:
-		err = c.openPlain()
-	default:
-		return nil, fmt.Errorf("transport %q: want auto, tls or plain", opt.Transport)
-	}
-	if err != nil {
+	if err := c.open(); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-// prepare sets what both transports' objects share: the channel's sizes,
-// the protocol tag of the records and the process selection.
-func (c *Capture) prepare(spec *ebpf.CollectionSpec) error {
-	if err := c.Opt.Accum.Apply(spec); err != nil {
-		return err
-	}
-	if err := spec.Variables["cap_proto"].Set(c.protoTag()); err != nil {
-		return err
-	}
-	return c.setSelection(spec)
-}
+func (c *Capture) wantTLS() bool   { return c.Opt.Transport != TransportPlain }
+func (c *Capture) wantPlain() bool { return c.Opt.Transport != TransportTLS }
 
-func (c *Capture) openPlain() (err error) {
-	c.Transport = TransportPlain
-	spec, err := loadPlain()
+func (c *Capture) open() error {
+	opt := c.Opt
+	var libs []string
+	if c.wantTLS() {
+		var err error
+		if libs, err = c.libSSLs(); err != nil {
+			return err
+		}
+		if len(libs) == 0 && opt.perPID() && opt.Transport == TransportTLS && !isGoTLS(opt.PID) {
+			_, err := FindLibSSL(opt.PID)
+			return fmt.Errorf("%w, and is no Go program with crypto/tls", err)
+		}
+	}
+	spec, err := loadCap()
 	if err != nil {
 		return err
 	}
-	if err := c.prepare(spec); err != nil {
+	if err := c.Opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	var objs plainObjects
+	for name, v := range map[string]any{"cap_proto": c.protoTag(), "cap_want_tls": u8of(c.wantTLS()), "cap_want_plain": u8of(c.wantPlain())} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	if err := c.setSelection(spec); err != nil {
+		return err
+	}
+	var objs capObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return fmt.Errorf("load capture programs: %w", err)
 	}
 	c.objs, c.stats = &objs, objs.AccumStats
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
 		return err
 	}
 	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
 		return err
 	}
+	if c.wantTLS() {
+		// One process: the uprobes' own pid filter keeps every other process
+		// from trapping. Otherwise every user of the library traps and
+		// cap_selected decides.
+		uo := &link.UprobeOptions{}
+		if opt.perPID() {
+			uo.PID = opt.PID
+		}
+		c.uprobeOpts, c.libs, c.pidSeen, c.goBins = uo, map[libFile]bool{}, map[int]time.Time{}, map[libFile]bool{}
+		c.lastScan, c.lastFull = time.Now(), time.Now()
+		c.LibSSL = strings.Join(libs, ", ")
+		for _, lib := range libs {
+			if err := c.attachTLS(lib, &objs, uo); err != nil {
+				return err
+			}
+			if id, ok := libFileOf(lib); ok {
+				c.libs[id] = true
+			}
+			c.nLibs.Add(1)
+		}
+		pids, err := c.targets()
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			c.scanGo(pid)
+		}
+	}
+	// The uprobes come first: a TLS call that starts before the
+	// tracepoints are attached cannot have its ciphertext taken for
+	// plaintext then.
 	// Exits first: an entry recorded before its exit program is attached
 	// would only linger until the thread's next call.
 	for _, a := range []struct {
@@ -213,65 +267,28 @@ func (c *Capture) openPlain() (err error) {
 	return c.newReader(objs.AccumRing)
 }
 
-func (c *Capture) openTLS() (err error) {
-	c.Transport = TransportTLS
-	opt := c.Opt
-	libs, err := c.libSSLs()
-	if err != nil {
-		return err
-	}
-	if len(libs) == 0 && opt.PID != 0 {
-		_, err := FindLibSSL(opt.PID)
-		return err
-	}
-	// A cgroup or the whole machine may have no TLS user yet: the rescans
-	// attach to the libraries of processes that come later.
-	c.LibSSL = strings.Join(libs, ", ")
-	spec, err := loadTls()
-	if err != nil {
-		return err
-	}
-	if err := c.prepare(spec); err != nil {
-		return err
-	}
-	var objs tlsObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return fmt.Errorf("load capture programs: %w", err)
-	}
-	c.objs, c.stats = &objs, objs.AccumStats
-	defer func() {
-		if err != nil {
-			c.Close()
+// Via says what the capture is attached to, for messages.
+func (c *Capture) Via() string {
+	var parts []string
+	if c.wantTLS() {
+		lib := c.LibSSL
+		if lib == "" {
+			lib = "libssl.so.3 (none mapped yet: attached as processes map it)"
 		}
-	}()
-	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
-		return err
+		parts = append(parts, lib, "Go crypto/tls")
 	}
-	if err := c.startSelection(objs.CapPids, objs.CapFork, objs.CapExitProc); err != nil {
-		return err
-	}
-	// One process: the uprobes' own pid filter keeps every other process
-	// from trapping. Otherwise every user of the library traps and
-	// cap_selected decides.
-	uo := &link.UprobeOptions{}
-	if opt.perPID() {
-		uo.PID = opt.PID
-	}
-	c.tls, c.uprobeOpts, c.libs, c.pidSeen = &objs, uo, map[libFile]bool{}, map[int]time.Time{}
-	c.lastScan, c.lastFull = time.Now(), time.Now()
-	for _, lib := range libs {
-		if err := c.attachTLS(lib, &objs, uo); err != nil {
-			return err
-		}
-		if id, ok := libFileOf(lib); ok {
-			c.libs[id] = true
-		}
-		c.nLibs.Add(1)
-	}
-	return c.newReader(objs.AccumRing)
+	parts = append(parts, "socket syscalls")
+	return strings.Join(parts, ", ")
 }
 
-func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions) error {
+func u8of(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *Capture) attachTLS(lib string, objs *capObjects, uo *link.UprobeOptions) error {
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		return err
@@ -291,6 +308,14 @@ func (c *Capture) attachTLS(lib string, objs *tlsObjects, uo *link.UprobeOptions
 		{"SSL_read_ex", objs.CapSslReadEx, false, true},
 		{"SSL_read_ex", objs.CapSslReadRet, true, true},
 		{"SSL_free", objs.CapSslFree, false, true},
+		// The handshake's socket I/O marks the socket TLS before any
+		// ciphertext could reach the plaintext parser.
+		{"SSL_connect", objs.CapSslHandshake, false, true},
+		{"SSL_connect", objs.CapSslHandshakeRet, true, true},
+		{"SSL_accept", objs.CapSslHandshake, false, true},
+		{"SSL_accept", objs.CapSslHandshakeRet, true, true},
+		{"SSL_do_handshake", objs.CapSslHandshake, false, true},
+		{"SSL_do_handshake", objs.CapSslHandshakeRet, true, true},
 	} {
 		var l link.Link
 		if a.ret {
@@ -326,6 +351,7 @@ func (c *Capture) newReader(ring *ebpf.Map) (err error) {
 		return err
 	}
 	c.Reader.Streams.SeqOnly = true
+	c.Reader.Pump(c.Opt.Pump)
 	return nil
 }
 
@@ -346,11 +372,15 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		return nil, err
 	}
 	gap := len(c.Reader.Streams.Gaps) > gaps
-	pc := c.conns[rec.ConnID]
-	if pc == nil {
-		pc = newParser(c.Opt.Protocol, rec.ConnID)
-		c.conns[rec.ConnID] = pc
+	cs := c.conns[rec.ConnID]
+	if cs == nil {
+		cs = &connState{p: newParser(c.Opt.Protocol, rec.ConnID)}
+		c.conns[rec.ConnID] = cs
 	}
+	if !cs.known {
+		c.lookupConn(rec.ConnID, cs)
+	}
+	pc := cs.p
 	if gap {
 		pc.lost()
 		c.nGaps.Add(1)
@@ -362,17 +392,29 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		ft := fragTimes{first: seg.FirstNS, last: seg.LastNS, opens: seg.FirstExact, closes: seg.LastExact}
 		out = pc.feed(out, seg.Dir, seg.Data, ft, rec.PID)
 	}
-	c.out = out
 	if rec.Flags&accum.FlagClose != 0 {
 		out = pc.close(out)
 		delete(c.conns, rec.ConnID)
 		c.Reader.Streams.Take(rec.ConnID)
+		_ = c.objs.CapInfo.Delete(rec.ConnID) // read: the LRU need not keep it
 	}
 	c.nBad.Add(pc.bad() - bad0)
-	c.nQueries.Add(uint64(len(out)))
+	side := pc.side()
+	n := 0
 	for i := range out {
-		out[i].Time = time.Unix(0, int64(out[i].startNS)+c.clock)
+		if c.Opt.Side != "" && side != c.Opt.Side {
+			continue
+		}
+		q := &out[n]
+		*q = out[i]
+		q.Time = time.Unix(0, int64(q.startNS)+c.clock)
+		q.TID, q.Side = rec.TID, side
+		cs.fill(q)
+		n++
 	}
+	out = out[:n]
+	c.out = out
+	c.nQueries.Add(uint64(len(out)))
 	return out, nil
 }
 
@@ -398,7 +440,15 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
+		"go_binaries_attached": c.nGoBins.Load(),
 	}, nil
+}
+
+// LastAttachError is the last library or Go binary the capture failed to
+// attach to, and why ("" if none): library_attach_errors counts them.
+func (c *Capture) LastAttachError() string {
+	s, _ := c.lastErr.Load().(string)
+	return s
 }
 
 // Gaps are the losses the reader saw (sequence gaps).

@@ -80,6 +80,8 @@ func newMyConn(id uint64) *myConn { return &myConn{id: id, stmts: map[uint32]str
 
 func (p *myConn) bad() uint64 { return p.badBytes }
 
+func (p *myConn) side() string { return sideOf(p.known, p.frontDir) }
+
 // lost drops what a gap made unparseable: a packet boundary is found again at
 // the next command the client sends.
 func (p *myConn) lost() {

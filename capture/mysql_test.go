@@ -2,10 +2,14 @@ package capture
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/internal/servers"
@@ -152,7 +156,10 @@ func TestCaptureMariaDB(t *testing.T) {
 		name, ssl string
 		opt       Options
 	}{
-		{"tls", "--ssl", Options{Protocol: "mysql", Transport: TransportTLS}},
+		// Both transports (the default) over a TLS session: the MySQL SSL
+		// request is plaintext, then the socket carries TLS.
+		{"tls", "--ssl", Options{Protocol: "mysql"}},
+		{"tls-only", "--ssl", Options{Protocol: "mysql", Transport: TransportTLS}},
 		{"plain", "--skip-ssl", Options{Protocol: "mysql", Transport: TransportPlain}},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
@@ -194,5 +201,99 @@ func TestCaptureMariaDB(t *testing.T) {
 				t.Errorf("loss: %+v gaps %v bad bytes %d", st, run.Gaps, run.BadBytes)
 			}
 		})
+	}
+}
+
+// TestCaptureMariaDBServerBoth: mariadbd is one process serving every
+// connection from its threads, so it holds TLS and plaintext connections
+// at once. Two mariadb clients, one --ssl and one --skip-ssl, send 30
+// marked statements each at the same time; the capture of mariadbd (by
+// pid, both transports) sees each once, on the server side, with its
+// transport.
+func TestCaptureMariaDBServerBoth(t *testing.T) {
+	testenv.RequireRoot(t)
+	tc := testenv.TLSCert(t)
+	m, err := servers.StartMariaDB(servers.MariaDBOptions{Port: 53309, TLS: tc})
+	if servers.IsNotInstalled(err) {
+		t.Skipf("skipped: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	pid, err := m.PID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{PID: pid, Protocol: "mysql"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 30
+	tok := strconv.FormatInt(time.Now().UnixNano(), 36)
+	done := make(chan error, 2)
+	for _, mode := range []string{"tls", "plain"} {
+		flag := map[string]string{"tls": "--ssl", "plain": "--skip-ssl"}[mode]
+		cl := exec.Command("mariadb", "--no-defaults", "-h", "127.0.0.1", "-P", strconv.Itoa(m.Opt.Port), "-u", "root",
+			flag, "--batch", "--skip-column-names")
+		var sb strings.Builder
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&sb, "SELECT 'y-%s-%s-%d' AS mark;\n", tok, mode, i)
+		}
+		cl.Stdin = strings.NewReader(sb.String())
+		if err := cl.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cl.Wait() }()
+	}
+	got := map[string][]Query{}
+	exited := 0
+	for idle, end := time.Now(), time.Now().Add(time.Minute); time.Now().Before(end); {
+		qs, err := c.Next(100 * time.Millisecond)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if i := strings.Index(q.Query, "'y-"+tok+"-"); i >= 0 {
+				k := strings.TrimSuffix(strings.Fields(q.Query[i+1:])[0], "'")
+				got[k] = append(got[k], q)
+			}
+		}
+		if len(qs) > 0 {
+			idle = time.Now()
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("mariadb client: %v", err)
+			}
+			exited++
+			idle = time.Now()
+		default:
+		}
+		if exited == 2 && time.Since(idle) > 2*time.Second {
+			break
+		}
+	}
+	if exited != 2 {
+		t.Fatal("the clients did not finish in a minute")
+	}
+	for _, mode := range []string{"tls", "plain"} {
+		lib := map[string]string{"tls": "openssl", "plain": "none"}[mode]
+		for i := 0; i < n; i++ {
+			k := fmt.Sprintf("y-%s-%s-%d", tok, mode, i)
+			qs := got[k]
+			if len(qs) != 1 {
+				t.Errorf("%s captured %d times, want once", k, len(qs))
+				continue
+			}
+			q := qs[0]
+			if q.Transport != mode || q.Library != lib || q.Side != SideServer || int(q.PID) != pid || q.Local != m.Addr() {
+				t.Errorf("%s: transport %q library %q side %q pid %d local %q", k, q.Transport, q.Library, q.Side, q.PID, q.Local)
+			}
+		}
+	}
+	if st, _ := c.Stats(); st.LostRecords != 0 || len(c.Gaps()) != 0 || c.BadBytes() != 0 {
+		t.Errorf("loss or unparseable bytes: %+v, gaps %v, skipped %d", st, c.Gaps(), c.BadBytes())
 	}
 }

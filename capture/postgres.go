@@ -12,12 +12,24 @@ import (
 
 // Query is one statement seen on a connection and its outcome.
 type Query struct {
-	Time      time.Time `json:"ts"`
-	PID       uint32    `json:"pid"`
-	ConnID    uint64    `json:"conn"`
-	Protocol  string    `json:"protocol"`
-	Query     string    `json:"query"`
-	LatencyUS float64   `json:"latency_us"`
+	Time time.Time `json:"ts"`
+	PID  uint32    `json:"pid"`
+	TID  uint32    `json:"tid"`  // the thread that completed it (wrote or read the answer)
+	Comm string    `json:"comm"` // of the thread that opened the connection
+	// Side: which end this process is, from the protocol (who sent the
+	// query): client or server.
+	Side string `json:"side"`
+	// Local and Remote: the socket's addresses, ip:port ([ip6]:port);
+	// empty when the socket is not known (a TLS object on no socket seen).
+	// Both ends of a local connection have the same pair, swapped.
+	Local     string  `json:"local"`
+	Remote    string  `json:"remote"`
+	Transport string  `json:"transport"` // tls or plain
+	Library   string  `json:"library"`   // openssl, go, or none (plain)
+	ConnID    uint64  `json:"conn"`
+	Protocol  string  `json:"protocol"`
+	Query     string  `json:"query"`
+	LatencyUS float64 `json:"latency_us"`
 	// LatencyExact: the query's first byte opened its batch and the answer's
 	// last byte closed one, so the batch timestamps are the fragments' own.
 	// Otherwise LatencyUS is an upper bound (batch granularity).
@@ -74,11 +86,25 @@ type connParser interface {
 	// times ft and appends the queries they completed to out.
 	feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query
 	lost()                     // a sequence gap: drop what cannot be parsed any more
+	side() string              // SideClient, SideServer, or "" while unknown
 	close(out []Query) []Query // the connection ended
 	bad() uint64               // bytes skipped as unparseable
 }
 
 func (p *pgConn) bad() uint64 { return p.badBytes }
+
+func (p *pgConn) side() string { return sideOf(p.known, p.frontDir) }
+
+// sideOf: the end that writes the frontend's (client's) messages is the client.
+func sideOf(known bool, frontDir accum.Direction) string {
+	switch {
+	case !known:
+		return ""
+	case frontDir == accum.Write:
+		return SideClient
+	}
+	return SideServer
+}
 
 // newParser makes the parser of protocol for connection id.
 func newParser(protocol string, id uint64) connParser {

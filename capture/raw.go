@@ -28,6 +28,9 @@ type rawConn struct {
 
 func newRawConn(id uint64) *rawConn { return &rawConn{id: id} }
 
+// side: the end that speaks first is taken as the client.
+func (r *rawConn) side() string { return sideOf(r.known, r.reqDir) }
+
 func (r *rawConn) feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query {
 	d := dir & 1
 	if !r.known {

@@ -217,11 +217,12 @@ const (
 	rescanFullGap = 5 * time.Second
 )
 
-// rescan attaches the uprobes to any libssl.so.3 a selected process maps
-// that is not attached yet (tls transport, not a single process).
+// rescan attaches the uprobes to any libssl.so.3 a selected process maps,
+// and to any Go executable with crypto/tls it runs, that is not attached
+// yet (TLS wanted, not a single process).
 func (c *Capture) rescan() {
 	now := time.Now()
-	if c.tls == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
+	if c.uprobeOpts == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
 		return
 	}
 	c.lastScan = now
@@ -243,6 +244,7 @@ func (c *Capture) rescan() {
 		if !full && ok && now.Sub(first) > rescanYoung {
 			continue
 		}
+		c.scanGo(pid)
 		lib, err := FindLibSSL(pid)
 		if err != nil {
 			continue
@@ -252,8 +254,9 @@ func (c *Capture) rescan() {
 			continue
 		}
 		c.libs[id] = true
-		if err := c.attachTLS(lib, c.tls, c.uprobeOpts); err != nil {
+		if err := c.attachTLS(lib, c.objs, c.uprobeOpts); err != nil {
 			c.nLibErrors.Add(1)
+			c.lastErr.Store(err.Error())
 			continue
 		}
 		c.nLibs.Add(1)

@@ -35,6 +35,7 @@ statements), untraced and captured with --protocol mysql.`,
 	bf.add(c)
 	c.Flags().DurationVar(&opt.Duration, "duration", 0, "pgbench run per mode (default 15s, quick 5s)")
 	c.Flags().IntVar(&opt.Clients, "clients", 0, "pgbench clients and threads (default 2)")
+	c.Flags().Uint32Var(&opt.ChurnRing, "churn-ring-size", 0, "churn mode: ring buffer bytes (default: cistern capture's default)")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(bench.CaptureModes, ",")+")")
 	return c
 }

@@ -29,6 +29,8 @@ func newCaptureRunCmd() *cobra.Command {
 		all       bool
 		protocol  string
 		transport string
+		side      string
+		ring      uint32
 		format    string
 		duration  time.Duration
 		flush     uint32
@@ -37,32 +39,54 @@ func newCaptureRunCmd() *cobra.Command {
 		metricsAt string
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport auto|tls|plain] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
-		Long: `capture attaches uprobes to the libssl.so.3 that process P has mapped
-(SSL_write, SSL_read and their _ex forms, SSL_free) with --transport tls, or
-tracepoints on the write/read/sendto/recvfrom/sendmsg/recvmsg syscalls P makes
-on TCP/UDP sockets (and close) with --transport plain; auto (the default)
-picks tls when P maps libssl.so.3, else plain, so a libssl-linked client
-talking plaintext (psql sslmode=disable) needs --transport plain. It batches
-the bytes per connection in the kernel (the accumulating channel), and prints one record per
-query (PostgreSQL: simple and extended protocol; MySQL/MariaDB: COM_QUERY,
-COM_STMT_PREPARE/EXECUTE; raw: one record per request/response
-exchange, the request's first 256 bytes as the query and the answer's size
-in bytes as rows): time, pid, query text, latency, rows, error, and
-user and database when the connection's start was seen. Latency comes
-from per-turn times inside each batch (microseconds): latency_exact is
-false when the query was written in pieces or its answer's end is not a
-turn's end (the value is then a bound).
-On exit (--duration, Ctrl-C) it prints the channel's loss counters.
+		Long: `capture prints one record per query sent over every connection of the
+selected processes, TLS or not.
+
+Transports (--transport both, the default; tls or plain filter):
+  tls    uprobes on every libssl.so.3 the selected processes map (SSL_write,
+         SSL_read, their _ex forms, SSL_free; SSL_connect, SSL_accept and
+         SSL_do_handshake to recognise the socket) and on crypto/tls
+         (*Conn).Write/Read/Close of every Go binary they run (found by the
+         symbol table or .gopclntab; returns caught at the RET instructions).
+  plain  tracepoints on the write/read/sendto/recvfrom/sendmsg/recvmsg
+         syscalls on TCP/UDP sockets (and close).
+A socket used by a TLS call, or whose first bytes are a TLS hello (STARTTLS,
+as after PostgreSQL's SSLRequest), is TLS: its ciphertext is skipped and its
+plaintext comes from the uprobes, so no query is captured twice.
 
 Selection: --pid P captures P and every process it has forked or forks
 (a PostgreSQL postmaster's backends; --children=false: P alone, with the
 uprobes' own per-process filter); --cgroup PATH the tasks of a cgroup-v2
-directory and its descendants; --all every process. Except for
---children=false, the uprobes trap in every process using the library and a
-check in BPF decides; the libraries are those the selected processes map
-when the capture starts.`,
+directory and its descendants; --all every process. Libraries and Go
+binaries that appear later are found by rescans.
+
+Protocols: postgres (simple and extended), mysql (MySQL/MariaDB: COM_QUERY,
+COM_STMT_PREPARE/EXECUTE), raw (one record per request/response exchange:
+the request's first 256 bytes as the query, the answer's bytes as rows).
+
+Record (JSON keys; the table shows the same, in this order):
+  ts             time the query was sent (RFC 3339)
+  pid, tid       process, and the thread that completed the query
+  comm           name of the thread that opened the connection
+  side           client or server: which end of the connection this process
+                 is (from the protocol: the client sends the queries)
+  local, remote  the socket's addresses, ip:port or [ip6]:port (empty if
+                 unknown); both ends of a local connection carry the same
+                 pair, swapped, and can be joined on it
+  transport      tls or plain
+  library        openssl, go, or none (plain)
+  conn           connection id (this capture's)
+  protocol       postgres, mysql or raw
+  query          the statement text
+  latency_us     from the query's first byte sent to its answer's last byte
+  latency_exact  false when the value is a bound (the query written in
+                 pieces, or its answer's end not a turn's end)
+  rows           rows returned or affected (raw: answer bytes)
+  error          the server's error, empty if none
+  user, database when the connection's start was seen
+On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := 0
@@ -81,14 +105,21 @@ when the capture starts.`,
 				return cli.Usagef("--protocol %q: want postgres, mysql (MySQL and MariaDB) or raw", protocol)
 			}
 			switch transport {
-			case capture.TransportAuto, capture.TransportTLS, capture.TransportPlain:
+			case capture.TransportBoth, capture.TransportTLS, capture.TransportPlain:
 			default:
-				return cli.Usagef("--transport %q: want auto, tls or plain", transport)
+				return cli.Usagef("--transport %q: want both, tls or plain", transport)
+			}
+			switch side {
+			case "both":
+				side = ""
+			case capture.SideClient, capture.SideServer:
+			default:
+				return cli.Usagef("--side %q: want client, server or both", side)
 			}
 			if format != "table" && format != "json" {
 				return cli.Usagef("--format %q: want table or json", format)
 			}
-			cfg := accum.Config{FlushSize: flush, Latency: latency}
+			cfg := accum.Config{FlushSize: flush, Latency: latency, RingSize: ring}
 			if err := cfg.Validate(); err != nil {
 				return cli.UsageError{Err: err}
 			}
@@ -101,7 +132,7 @@ when the capture starts.`,
 				}
 			}
 			opt := capture.Options{PID: pid, Children: pid != 0 && children, Cgroup: cgroup, All: all,
-				Protocol: protocol, Transport: transport, Accum: cfg}
+				Protocol: protocol, Transport: transport, Side: side, Accum: cfg}
 			if cgroup != "" {
 				if _, err := capture.ResolveCgroup(cgroup); err != nil {
 					return cli.Usagef("--cgroup: %v", err)
@@ -130,14 +161,7 @@ when the capture starts.`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
-			via := cp.LibSSL
-			if via == "" {
-				via = "libssl.so.3 (none mapped yet: attached as processes map it)"
-			}
-			if cp.Transport == capture.TransportPlain {
-				via = "socket syscalls (plaintext)"
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), via)
+			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), cp.Via())
 			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration)
 		},
 	}
@@ -146,7 +170,8 @@ when the capture starts.`,
 	f.BoolVar(&children, "children", true, "with --pid: also capture the processes it has forked or forks")
 	f.StringVar(&cgroup, "cgroup", "", "cgroup-v2 directory whose tasks (and descendants') are captured")
 	f.BoolVar(&all, "all", false, "capture every process")
-	f.StringVar(&transport, "transport", capture.TransportAuto, "auto (tls if the process maps libssl.so.3, else plain), tls or plain")
+	f.StringVar(&transport, "transport", capture.TransportBoth, "both (TLS and plaintext connections), tls or plain")
+	f.StringVar(&side, "side", "both", "client, server or both: which ends of the connections to report")
 	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, mysql (MySQL and MariaDB), or raw (request/response exchanges, unparsed)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
 	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
@@ -154,6 +179,7 @@ when the capture starts.`,
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
+	f.Uint32Var(&ring, "ring-size", capture.DefaultRingSize, "accumulating channel ring buffer bytes (power of two): must hold the largest TLS write on every CPU")
 	return c
 }
 
@@ -170,7 +196,7 @@ func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, durat
 	var tw *tabwriter.Writer
 	if format == "table" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tPID\tLATENCY_US\tROWS\tQUERY\tERROR")
+		fmt.Fprintln(tw, "TIME\tPID\tTID\tCOMM\tSIDE\tLOCAL\tREMOTE\tTRANSPORT\tLIBRARY\tLATENCY_US\tROWS\tQUERY\tERROR")
 		tw.Flush()
 	}
 	enc := json.NewEncoder(out)
@@ -213,7 +239,8 @@ loop:
 			if !q.LatencyExact {
 				lat = "<=" + lat
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", q.Time.Format("15:04:05.000000"), q.PID, lat, q.Rows,
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", q.Time.Format("15:04:05.000000"),
+				q.PID, q.TID, q.Comm, q.Side, dash(q.Local), dash(q.Remote), q.Transport, q.Library, lat, q.Rows,
 				oneLine(q.Query), q.Error)
 			tw.Flush()
 		}
@@ -227,6 +254,13 @@ loop:
 		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
 		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes())
 	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func oneLine(s string) string {

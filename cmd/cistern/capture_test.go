@@ -108,12 +108,14 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("not JSON: %q: %v", line, err)
 		}
-		for _, k := range []string{"ts", "pid", "protocol", "query", "latency_us", "rows", "error"} {
+		for _, k := range []string{"ts", "pid", "tid", "comm", "side", "local", "remote", "transport", "library",
+			"conn", "protocol", "query", "latency_us", "latency_exact", "rows", "error"} {
 			if _, ok := rec[k]; !ok {
 				t.Errorf("record %q has no %q", line, k)
 			}
 		}
-		if rec["query"] == q && rec["rows"] == 1.0 && rec["pid"] != float64(pid) && rec["user"] == "postgres" {
+		if rec["query"] == q && rec["rows"] == 1.0 && rec["pid"] != float64(pid) && rec["user"] == "postgres" &&
+			rec["side"] == "server" && rec["comm"] == "postgres" && rec["local"] == pg.Addr() {
 			found = true
 		}
 	}

@@ -131,7 +131,8 @@ func demoCapture(cmd *cobra.Command) error {
 		if !q.LatencyExact {
 			exact = "bound"
 		}
-		line := fmt.Sprintf("  %-60s rows %-4d %8.0f us (%s)", q.Query, q.Rows, q.LatencyUS, exact)
+		line := fmt.Sprintf("  %-60s rows %-4d %8.0f us (%s)  %s %s %s %s->%s", q.Query, q.Rows, q.LatencyUS, exact,
+			q.Comm, q.Side, q.Transport+"/"+q.Library, q.Local, q.Remote)
 		if q.Error != "" {
 			line += "  " + q.Error
 		}

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * plain.bpf.h - plaintext socket capture (part of capture.bpf.c).
+ *
+ * Tracepoints on syscalls/sys_enter_* and sys_exit_* of write, read, sendto,
+ * recvfrom, sendmsg and recvmsg. At entry, a call of a captured process
+ * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its
+ * fd is an AF_INET/AF_INET6 stream or datagram socket (conn.bpf.h) that is
+ * not marked TLS. The buffer (or the msghdr) is remembered per thread; at
+ * exit the bytes the call returned are fed from user memory to accum_write.
+ *
+ * TLS. A socket is marked TLS (cap_tls_fds) and skipped from then on when
+ *  - the call is made from inside a libssl call (cap_in_tls: SSL_read,
+ *    SSL_write, SSL_connect, SSL_accept, SSL_do_handshake), or is a write
+ *    of a TLS record from inside Go's (*tls.Conn).Write or Read (a
+ *    goroutine may move to another thread while it waits, so for Go the
+ *    bytes must confirm it);
+ *  - or a young stream (its first CAP_YOUNG bytes) carries a ClientHello or
+ *    ServerHello: STARTTLS, as after PostgreSQL's SSLRequest, or a TLS
+ *    stack without uprobes;
+ *  - or the first bytes seen of a connection start a TLS record (one open
+ *    before the capture, whose first TLS call the uprobes have not seen yet).
+ * The plaintext stream the socket had before (the SSLRequest) is closed
+ * then, so the parser drops it. The uprobes see the decrypted bytes.
+ *
+ * A connection is (tgid, fd, struct file *): (tgid, fd) maps to a connection
+ * id together with the file it was seen on. close() sends ACCUM_F_CLOSE and
+ * forgets it; if the fd turns up bound to another file (reused after a close
+ * we missed, dup2 onto it) the old stream is closed and a new id starts, so
+ * fd reuse never continues an old stream.
+ *
+ * sendmsg/recvmsg: up to CAP_MAX_IOV iovecs are copied; bytes beyond them
+ * are counted as lost and break the connection's sequence (never silent).
+ */
+#ifndef CISTERN_CAPTURE_PLAIN_BPF_H
+#define CISTERN_CAPTURE_PLAIN_BPF_H
+
+#define CAP_MAX_IOV 8
+#define CAP_YOUNG 1024 /* bytes of a stream in which a TLS hello means STARTTLS */
+
+struct plain_val {
+	__u64 id;
+	__u64 file;
+	__u64 bytes; /* carried so far */
+};
+
+struct plain_args {
+	__u64 buf;  /* buffer, or struct user_msghdr * when msg */
+	__u64 file;
+	__u64 sk;
+	__u32 fd;
+	__u8 dir;
+	__u8 msg;
+	__u8 pad[2];
+};
+
+/* (tgid, fd) -> connection id and the file it belongs to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct cap_fd_key);
+	__type(value, struct plain_val);
+} plain_fds SEC(".maps");
+
+/* tid -> the socket call in flight. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct plain_args);
+} plain_inflight SEC(".maps");
+
+static long plain_gone_cb(void *map, struct cap_fd_key *k, struct plain_val *v, __u32 *tgid)
+{
+	if (k->pid == *tgid) {
+		accum_close(v->id);
+		bpf_map_delete_elem(map, k);
+	}
+	return 0;
+}
+
+/* The plaintext connection of (tgid, fd) on file; a new one if the fd is
+ * new or now names another file (the old stream is closed first). */
+static __always_inline struct plain_val *plain_conn(__u32 pid, __u32 fd, __u64 file, __u64 sk)
+{
+	struct cap_fd_key k = { .pid = pid, .fd = fd };
+	struct plain_val *v = bpf_map_lookup_elem(&plain_fds, &k), nv = { .file = file };
+	struct cap_addr a = {};
+
+	if (v) {
+		if (v->file == file)
+			return v;
+		accum_close(v->id);
+		bpf_map_delete_elem(&plain_fds, &k);
+	}
+	nv.id = cap_new_id();
+	if (!nv.id)
+		return 0;
+	cap_sock_addr(sk, &a);
+	cap_set_info(nv.id, CAP_TR_PLAIN, CAP_LIB_NONE, &a);
+	bpf_map_update_elem(&plain_fds, &k, &nv, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&plain_fds, &k);
+}
+
+/* Marks (pid, fd) on file as TLS and ends its plaintext stream; in (the
+ * TLS call the thread is in, or NULL) learns the socket's addresses. */
+static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 sk,
+					 struct cap_tls_call *in)
+{
+	struct cap_fd_key fk = { .pid = pid, .fd = fd };
+	struct cap_obj_key ok = { .pid = pid };
+	struct plain_val *v;
+	__u64 *mark = bpf_map_lookup_elem(&cap_tls_fds, &fk), *id;
+	struct cap_conn_info *info;
+	struct cap_addr a = {};
+
+	if (in)
+		ok.obj = in->key;
+	if (mark && *mark == file && (!in || bpf_map_lookup_elem(&cap_tls_sock, &ok)))
+		return; /* known */
+	bpf_map_update_elem(&cap_tls_fds, &fk, &file, BPF_ANY);
+	v = bpf_map_lookup_elem(&plain_fds, &fk);
+	if (v) {
+		accum_close(v->id);
+		bpf_map_delete_elem(&plain_fds, &fk);
+	}
+	if (!in)
+		return;
+	cap_sock_addr(sk, &a);
+	bpf_map_update_elem(&cap_tls_sock, &ok, &a, BPF_ANY);
+	/* A TLS connection that already has records (a Go server reads before
+	 * it writes) gets its addresses now. */
+	if (in->library == CAP_LIB_GO)
+		id = bpf_map_lookup_elem(&go_conns, &ok);
+	else
+		id = bpf_map_lookup_elem(&ssl_conns, &ok);
+	if (!id)
+		return;
+	info = bpf_map_lookup_elem(&cap_info, id);
+	if (info && !info->a.family)
+		info->a = a;
+}
+
+static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg)
+{
+	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0, *mark;
+	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
+	struct plain_args a = { .buf = buf, .fd = (__u32)fd, .dir = dir, .msg = msg };
+	struct cap_fd_key fk = { .pid = pid, .fd = (__u32)fd };
+	struct cap_tls_call *in;
+
+	if (fd > 0x7fffffff || !cap_selected(pid))
+		return 0;
+	a.file = cap_inet_file((__u32)fd, &sk);
+	if (!a.file)
+		return 0;
+	a.sk = sk;
+	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+	if (in && (in->library != CAP_LIB_GO || (dir == ACCUM_DIR_WRITE && !msg && cap_tls_rec(buf)))) {
+		cap_mark_tls(pid, (__u32)fd, a.file, sk, in);
+		return 0;
+	}
+	mark = bpf_map_lookup_elem(&cap_tls_fds, &fk);
+	if (mark) {
+		if (*mark == a.file)
+			return 0; /* TLS: the uprobes see its plaintext */
+		bpf_map_delete_elem(&cap_tls_fds, &fk); /* the fd was reused */
+	}
+	if (!cap_want_plain)
+		return 0;
+	bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
+	return 0;
+}
+
+/* Bytes a msghdr's iovecs did not carry to the channel: counted, and the
+ * connection's sequence broken so the reader sees the gap. */
+static __always_inline void plain_lose(__u64 id, __u64 n)
+{
+	struct accum_conn *c = bpf_map_lookup_elem(&accum_conns, &id);
+
+	accum_stat_add(ACCUM_STAT_LOST_BYTES, n);
+	if (c)
+		__sync_fetch_and_add(&c->next_seq, 1);
+}
+
+static __always_inline int plain_exit(long ret)
+{
+	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen;
+	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
+	struct plain_args *a;
+	struct plain_val *v;
+	struct cap_fd_key fk;
+	struct user_msghdr mh;
+	struct iovec iov;
+	__u32 meta;
+
+	a = bpf_map_lookup_elem(&plain_inflight, &tid);
+	if (!a)
+		return 0;
+	if (ret <= 0 || ret > 0x7fffffff)
+		goto out;
+	first = a->buf;
+	flen = ret;
+	if (a->msg) {
+		if (bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf) || !mh.msg_iovlen ||
+		    bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[0])) {
+			first = 0;
+		} else {
+			first = (__u64)iov.iov_base;
+			flen = iov.iov_len < flen ? iov.iov_len : flen;
+		}
+	}
+	fk.pid = pid;
+	fk.fd = a->fd;
+	v = bpf_map_lookup_elem(&plain_fds, &fk);
+	/* The first bytes of a connection the capture did not see begin (or
+	 * that is new) on a TLS record, or a hello early in the stream. */
+	if (first && (((!v || v->file != a->file) && cap_tls_rec(first)) ||
+		      ((!v || v->file != a->file || v->bytes < CAP_YOUNG) && cap_tls_hello(first, flen)))) {
+		cap_mark_tls(pid, a->fd, a->file, a->sk, 0);
+		goto out;
+	}
+	v = plain_conn(pid, a->fd, a->file, a->sk);
+	if (!v)
+		goto out;
+	v->bytes += ret;
+	id = v->id;
+	meta = ACCUM_META(a->dir, cap_proto, 1);
+	if (!a->msg) {
+		accum_write(id, a->buf, (__u32)ret, ACCUM_PIDTID(pid, tid), meta);
+		goto out;
+	}
+	left = ret;
+	if (bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
+		accum_stat_add(ACCUM_STAT_FAULTS, 1);
+		plain_lose(id, left);
+		goto out;
+	}
+	for (int i = 0; i < CAP_MAX_IOV && left; i++) {
+		__u64 n;
+
+		if (i >= mh.msg_iovlen)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[i])) {
+			accum_stat_add(ACCUM_STAT_FAULTS, 1);
+			break;
+		}
+		n = iov.iov_len < left ? iov.iov_len : left;
+		if (n)
+			accum_write(id, (__u64)iov.iov_base, (__u32)n, ACCUM_PIDTID(pid, tid), meta);
+		left -= n;
+	}
+	if (left)
+		plain_lose(id, left);
+out:
+	bpf_map_delete_elem(&plain_inflight, &tid);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_write")
+int cap_enter_write(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendto")
+int cap_enter_sendto(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int cap_enter_sendmsg(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 1);
+}
+
+SEC("tracepoint/syscalls/sys_enter_read")
+int cap_enter_read(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_recvfrom")
+int cap_enter_recvfrom(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_recvmsg")
+int cap_enter_recvmsg(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 1);
+}
+
+/* One exit program serves every call: the in-flight entry says which. */
+SEC("tracepoint/syscalls/sys_exit_write")
+int cap_exit_io(struct trace_event_raw_sys_exit *ctx)
+{
+	return plain_exit(ctx->ret);
+}
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int cap_close(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 pidtid = bpf_get_current_pid_tgid();
+	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = (__u32)ctx->args[0] };
+	struct plain_val *v;
+
+	bpf_map_delete_elem(&cap_tls_fds, &k);
+	v = bpf_map_lookup_elem(&plain_fds, &k);
+	if (!v)
+		return 0;
+	accum_close(v->id);
+	bpf_map_delete_elem(&plain_fds, &k);
+	return 0;
+}
+
+#endif

@@ -1,0 +1,271 @@
+package capture
+
+import (
+	"debug/buildinfo"
+	"debug/elf"
+	"debug/gosym"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// Go's crypto/tls (bpf/capture/gotls.bpf.h): uprobes at the entry of
+// (*Conn).Write, (*Conn).Read and (*Conn).Close, and at every RET
+// instruction of Write and Read (found by disassembling them), never
+// uretprobes: a uretprobe replaces the return address on the stack, and Go
+// moves and copies goroutine stacks (and walks them for tracebacks and the
+// garbage collector), which a foreign return address breaks.
+
+// Functions of crypto/tls the uprobes go on.
+const (
+	goTLSWrite = "crypto/tls.(*Conn).Write"
+	goTLSRead  = "crypto/tls.(*Conn).Read"
+	goTLSClose = "crypto/tls.(*Conn).Close"
+)
+
+// errNotGoTLS: the file is not a Go program that links crypto/tls.
+var errNotGoTLS = errors.New("not a Go program with crypto/tls")
+
+// goTLS says where the uprobes go in one Go binary: file offsets of the
+// functions' entries, and of their RET instructions relative to the entry.
+type goTLS struct {
+	version             string
+	write, read, close  uint64 // 0: close not found
+	writeRets, readRets []uint64
+	fromPclntab         bool // symbols from .gopclntab (a stripped binary)
+}
+
+type goFunc struct{ entry, end uint64 } // virtual addresses
+
+// findGoTLS reads path (an ELF file) and finds crypto/tls's Write, Read and
+// Close in its symbol table or, when it is stripped, in .gopclntab (which
+// every Go binary keeps: the runtime needs it).
+func findGoTLS(path string) (*goTLS, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, errNotGoTLS
+	}
+	defer f.Close()
+	if f.Section(".gopclntab") == nil && f.Section(".go.buildinfo") == nil {
+		return nil, errNotGoTLS
+	}
+	if f.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("%s: Go TLS capture supports x86-64 binaries, this is %v", path, f.Machine)
+	}
+	g := &goTLS{}
+	funcs, err := goSymbols(f)
+	if err != nil || funcs[goTLSWrite].entry == 0 {
+		if funcs, err = goPclntab(f); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		g.fromPclntab = true
+	}
+	if funcs[goTLSWrite].entry == 0 || funcs[goTLSRead].entry == 0 {
+		return nil, errNotGoTLS
+	}
+	// The register ABI (arguments in RAX, RBX, RCX ...) came with Go 1.17.
+	if bi, err := buildinfo.ReadFile(path); err == nil {
+		g.version = bi.GoVersion
+		if !goABIRegs(bi.GoVersion) {
+			return nil, fmt.Errorf("%s: built by %s: Go TLS capture needs go1.17 or later (register ABI)", path, bi.GoVersion)
+		}
+	}
+	text := f.Section(".text")
+	if text == nil {
+		return nil, fmt.Errorf("%s: no .text section", path)
+	}
+	for _, fn := range []struct {
+		name string
+		off  *uint64
+		rets *[]uint64
+	}{
+		{goTLSWrite, &g.write, &g.writeRets},
+		{goTLSRead, &g.read, &g.readRets},
+		{goTLSClose, &g.close, nil},
+	} {
+		sym, ok := funcs[fn.name]
+		if !ok || sym.entry == 0 {
+			continue // Close: optional (connections also end with their process)
+		}
+		if *fn.off, err = fileOffset(f, sym.entry); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
+		}
+		if fn.rets == nil {
+			continue
+		}
+		if sym.end <= sym.entry || sym.entry < text.Addr || sym.end > text.Addr+text.Size {
+			return nil, fmt.Errorf("%s: %s: bounds %#x-%#x outside .text", path, fn.name, sym.entry, sym.end)
+		}
+		code := make([]byte, sym.end-sym.entry)
+		if _, err := text.ReadAt(code, int64(sym.entry-text.Addr)); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
+		}
+		if *fn.rets, err = retOffsets(code); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
+		}
+		if len(*fn.rets) == 0 {
+			return nil, fmt.Errorf("%s: %s: no RET instruction found", path, fn.name)
+		}
+	}
+	return g, nil
+}
+
+func goSymbols(f *elf.File) (map[string]goFunc, error) {
+	syms, err := f.Symbols()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]goFunc{}
+	for _, s := range syms {
+		switch s.Name {
+		case goTLSWrite, goTLSRead, goTLSClose:
+			out[s.Name] = goFunc{s.Value, s.Value + s.Size}
+		}
+	}
+	return out, nil
+}
+
+// goPclntab finds the functions in .gopclntab, the runtime's own table of
+// function names and bounds, which stripping (-ldflags=-s) leaves.
+func goPclntab(f *elf.File) (map[string]goFunc, error) {
+	sec, text := f.Section(".gopclntab"), f.Section(".text")
+	if sec == nil || text == nil {
+		return nil, errors.New("stripped, and no .gopclntab")
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, err
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return nil, fmt.Errorf(".gopclntab: %w", err)
+	}
+	out := map[string]goFunc{}
+	for _, name := range []string{goTLSWrite, goTLSRead, goTLSClose} {
+		if fn := tab.LookupFunc(name); fn != nil {
+			out[name] = goFunc{fn.Entry, fn.End}
+		}
+	}
+	return out, nil
+}
+
+// fileOffset converts a virtual address to the file offset a uprobe takes.
+func fileOffset(f *elf.File, vaddr uint64) (uint64, error) {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= vaddr && vaddr < p.Vaddr+p.Memsz {
+			return vaddr - p.Vaddr + p.Off, nil
+		}
+	}
+	return 0, fmt.Errorf("address %#x in no executable segment", vaddr)
+}
+
+// retOffsets disassembles code (one function) and returns the offsets of
+// its RET instructions. An instruction it cannot decode stops it: a uprobe
+// placed inside an instruction would corrupt the program.
+func retOffsets(code []byte) ([]uint64, error) {
+	var rets []uint64
+	for off := 0; off < len(code); {
+		inst, err := x86asm.Decode(code[off:], 64)
+		if err != nil {
+			// Padding after the last instruction (INT3) decodes; anything
+			// else is a function we do not understand.
+			return nil, fmt.Errorf("cannot decode the instruction at +%#x: %v", off, err)
+		}
+		if inst.Op == x86asm.RET {
+			rets = append(rets, uint64(off))
+		}
+		off += inst.Len
+	}
+	return rets, nil
+}
+
+// goABIRegs: Go 1.17 and later pass arguments in registers on amd64.
+func goABIRegs(v string) bool {
+	v = strings.TrimPrefix(v, "go")
+	major, rest, _ := strings.Cut(v, ".")
+	minorS, _, _ := strings.Cut(rest, ".")
+	for i, r := range minorS { // go1.21rc1
+		if r < '0' || r > '9' {
+			minorS = minorS[:i]
+			break
+		}
+	}
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minorS)
+	if err1 != nil || err2 != nil {
+		return true // a development build: assume current
+	}
+	return ma > 1 || mi >= 17
+}
+
+// isGoTLS tells whether process pid runs a Go program with crypto/tls.
+func isGoTLS(pid int) bool {
+	_, err := findGoTLS(fmt.Sprintf("/proc/%d/exe", pid))
+	return err == nil
+}
+
+// attachGo puts the Go TLS uprobes on the binary at path.
+func (c *Capture) attachGo(path string, g *goTLS) error {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return err
+	}
+	type probe struct {
+		addr uint64
+		prog string
+	}
+	probes := []probe{{g.write, "write"}, {g.read, "read"}}
+	if g.close != 0 {
+		probes = append(probes, probe{g.close, "close"})
+	}
+	for _, r := range g.writeRets {
+		probes = append(probes, probe{g.write + r, "write_ret"})
+	}
+	for _, r := range g.readRets {
+		probes = append(probes, probe{g.read + r, "read_ret"})
+	}
+	progs := map[string]*ebpf.Program{"write": c.objs.CapGoWrite, "read": c.objs.CapGoRead, "close": c.objs.CapGoClose,
+		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet}
+	var links []link.Link
+	for _, p := range probes {
+		l, err := ex.Uprobe("", progs[p.prog], &link.UprobeOptions{Address: p.addr, PID: c.uprobeOpts.PID})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return fmt.Errorf("attach Go TLS %s at %#x (%s): %w", p.prog, p.addr, path, err)
+		}
+		links = append(links, l)
+	}
+	c.links = append(c.links, links...)
+	return nil
+}
+
+// scanGo attaches the Go TLS uprobes to pid's executable if it is a Go
+// program with crypto/tls not attached yet. Each file is looked at once.
+func (c *Capture) scanGo(pid int) {
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	id, ok := libFileOf(exe)
+	if !ok || c.goBins[id] {
+		return
+	}
+	c.goBins[id] = true // attached, not Go, or failed: not retried
+	g, err := findGoTLS(exe)
+	if errors.Is(err, errNotGoTLS) {
+		return
+	}
+	if err == nil {
+		err = c.attachGo(exe, g)
+	}
+	if err != nil {
+		c.nLibErrors.Add(1)
+		c.lastErr.Store(err.Error())
+		return
+	}
+	c.nGoBins.Add(1)
+}
