@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -97,6 +98,8 @@ func New(opt Options) (*Exporter, error) {
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithResource(res),
 		sdktrace.WithBatcher(e.counting, sdktrace.WithBlocking(), sdktrace.WithMaxQueueSize(opt.Queue),
 			sdktrace.WithMaxExportBatchSize(min(512, opt.Queue)), sdktrace.WithBatchTimeout(time.Second), sdktrace.WithExportTimeout(opt.Timeout)))
+	// Export errors are counted (Stats), not logged per batch.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
 	e.tr = e.tp.Tracer("github.com/cistern-ebpf/cistern/capture")
 	e.wg.Add(1)
 	go e.run()

@@ -12,16 +12,20 @@ import (
 
 func TestAttributes(t *testing.T) {
 	q := capture.Query{Protocol: "postgres", Query: "select * FROM t;", Rows: 3, Database: "shop", User: "app",
-		Error: `ERROR 42P01: relation "t" does not exist`}
+		Error: `ERROR 42P01: relation "t" does not exist`, Side: "server", Local: "10.0.0.1:5432", Remote: "10.0.0.2:40000"}
 	got := map[string]any{}
 	for _, a := range Attributes(q) {
 		got[string(a.Key)] = a.Value.AsInterface()
 	}
 	for k, v := range map[string]any{"db.system.name": "postgresql", "db.query.text": "select * FROM t;", "db.operation.name": "SELECT",
-		"db.namespace": "shop", "db.response.returned_rows": int64(3), "error.type": "42P01"} {
+		"db.namespace": "shop", "db.response.returned_rows": int64(3), "error.type": "42P01",
+		"server.address": "10.0.0.1", "server.port": int64(5432), "client.address": "10.0.0.2", "client.port": int64(40000)} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+	if kind(q).String() != "server" {
+		t.Errorf("kind %v for the server side", kind(q))
 	}
 	if _, err := New(Options{Endpoint: "x:1", Protocol: "udp"}); err == nil {
 		t.Error("protocol udp accepted")
@@ -97,7 +101,8 @@ func TestSpansReachJaeger(t *testing.T) {
 			continue
 		}
 		seen[text]++
-		if s.Tags["db.system.name"] != "postgresql" || s.Tags["db.operation.name"] != "SELECT" || s.Kind != "client" {
+		if s.Tags["db.system.name"] != "postgresql" || s.Tags["db.operation.name"] != "SELECT" || s.Kind != "client" ||
+			s.Tags["server.port"] != float64(pg.Opt.Port) || s.Tags["server.address"] != "127.0.0.1" || s.Tags["db.namespace"] != "postgres" {
 			t.Errorf("span %q: %+v", text, s)
 		}
 		if rows, _ := s.Tags["db.response.returned_rows"].(float64); int64(rows) != q.Rows {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/capture"
+	"github.com/cistern-ebpf/cistern/capture/otlp"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 )
@@ -37,9 +38,11 @@ func newCaptureRunCmd() *cobra.Command {
 		latency   time.Duration
 		outPath   string
 		metricsAt string
+		otlpAt    string
+		otlpProto string
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture prints one record per query sent over every connection of the
 selected processes, TLS or not.
@@ -152,17 +155,41 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 				return err
 			}
 			defer cp.Close()
+			var spans *otlp.Exporter
+			if otlpAt != "" {
+				if spans, err = otlp.New(otlp.Options{Endpoint: otlpAt, Protocol: otlpProto}); err != nil {
+					return err
+				}
+				defer func() {
+					st := spans.Close(5 * time.Second)
+					fmt.Fprintf(cmd.ErrOrStderr(), "otlp %s: %d spans exported, %d failed (collector refused or unreachable), %d dropped (queue full), %d unsent at exit\n",
+						otlpAt, st.Exported, st.Failed, st.Dropped, st.Unsent)
+				}()
+			}
+			counters := func() (map[string]uint64, error) {
+				m, err := cp.Counters()
+				if spans != nil && m != nil {
+					for k, v := range spans.Counters() {
+						m[k] = v
+					}
+				}
+				return m, err
+			}
 			if metricsAt != "" {
 				ctx, stop := context.WithCancel(cmd.Context())
 				defer stop()
-				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", cp.Counters))
+				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", counters))
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), cp.Via())
-			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration)
+			send := func(capture.Query) {}
+			if spans != nil {
+				send = spans.Send
+			}
+			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration, send)
 		},
 	}
 	f := c.Flags()
@@ -176,6 +203,8 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
 	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
+	f.StringVar(&otlpAt, "otlp", "", "send each query as an OpenTelemetry span to this collector (HOST:PORT or http(s)://HOST:PORT)")
+	f.StringVar(&otlpProto, "otlp-protocol", "grpc", "OTLP over grpc (port 4317) or http (4318)")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
@@ -183,7 +212,9 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	return c
 }
 
-func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, duration time.Duration) error {
+// runCapture prints each query and hands it to send (the OTLP exporter,
+// which never blocks).
+func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, duration time.Duration, send func(capture.Query)) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -229,6 +260,7 @@ loop:
 		}
 		for _, q := range qs {
 			n++
+			send(q)
 			if tw == nil {
 				if err := enc.Encode(q); err != nil {
 					return err
