@@ -52,7 +52,7 @@ func TestSpansReachJaeger(t *testing.T) {
 			j.Stop()
 		}
 	}()
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54361})
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54369})
 	mark := fmt.Sprintf("otlp%d", time.Now().UnixNano()%1e9)
 	issued := []string{
 		fmt.Sprintf("SELECT 1 AS %s_a;", mark),

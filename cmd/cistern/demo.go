@@ -34,6 +34,7 @@ func demoSegments() []demoSegment {
 		{"page cache", "a file search in a tight memory cgroup, kernel LRU against an MRU agent", demoPagecache, "pagecache"},
 		{"CBUF", "a two-process ping-pong over zero-copy buffers beside a pipe", demoCBuf, "cbuf"},
 		{"query", "top syscalls by count, compiled from SQL to eBPF, with --explain", demoQuery, "query"},
+		{"exporter", "a query's rows as Prometheus series: one scrape", demoExporter, "query"},
 	}
 }
 
@@ -141,7 +142,7 @@ func demoCapture(cmd *cobra.Command) error {
 	st := run.Stats
 	fmt.Fprintf(out, "captured %d of %d; channel: %d records for %d payload bytes (%.2f ring bytes per payload byte); lost %d records, %d bytes; %d sequence gaps\n",
 		len(run.Queries), len(statements), st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes, len(run.Gaps))
-	return nil
+	return demoSpan(out, run.Queries)
 }
 
 // demoEvict replays the bundled Twitter trace through the in-kernel
