@@ -8,7 +8,8 @@
 //   - HIST is a Prometheus histogram (`_bucket{le}`, `_sum`, `_count`), its
 //     log2 buckets added up over windows like counters;
 //   - QUANTILE is a gauge with a `quantile` label; MIN, MAX, AVG and other
-//     expressions are gauges of the last window;
+//     expressions are gauges: the value of the last window the group was in
+//     (a scrape between windows still sees it; max_series bounds them);
 //   - value names carry their unit: a column ending in `_ns` gives
 //     `_nanoseconds`, bytes-like columns (`bytes`, `size`, `len`, `ret`)
 //     nothing added when the alias already says it.

@@ -16,10 +16,10 @@ import (
 type series struct {
 	labels   []string
 	counters map[int]float64            // column -> running total
-	gauges   map[int]float64            // column -> last window's value
+	gauges   map[int]float64            // column -> value in the last window the series was in
 	buckets  map[int]map[float64]uint64 // column -> le -> count in that bucket (not cumulative)
 	sums     map[int]float64            // column -> estimated sum of a HIST
-	seen     bool                       // in the last window
+	seen     bool                       // in the last window (non-cumulative histograms show only then)
 }
 
 // state is a query's series, fed by its JSON rows, read by Collect.
@@ -93,7 +93,6 @@ func (s *state) window() {
 	s.windows++
 	for _, se := range s.series {
 		se.seen = false
-		clear(se.gauges)
 	}
 	for _, row := range s.pending {
 		vals := make([]string, len(s.lbl))
@@ -205,11 +204,11 @@ func (s *state) collect(ch chan<- prometheus.Metric) {
 			case kCounter:
 				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, se.counters[i], se.labels...)
 			case kGauge:
-				if v, ok := se.gauges[i]; ok && se.seen {
+				if v, ok := se.gauges[i]; ok {
 					ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, se.labels...)
 				}
 			case kQuantile:
-				if v, ok := se.gauges[i]; ok && se.seen {
+				if v, ok := se.gauges[i]; ok {
 					ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(append([]string{}, se.labels...), c.quantile)...)
 				}
 			case kHistogram:
