@@ -159,8 +159,12 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 		t.Errorf("tracker saw too little: %v", st)
 	}
 	// The deletes of the agent's own evictions are seen and not reported.
-	if st["events_del_own"] == 0 || st["events_del_own"] > st["victims"]+st["retried"] {
-		t.Errorf("deletes by the agent's evictions: %d for %d victims", st["events_del_own"], st["victims"])
+	// A victim's range may hold more than one folio by the time it is
+	// dropped (a large folio split, readahead next to it: 8,021 deletes for
+	// 7,925 victims in one CI run), but every delete drops at least one of
+	// the pages the agent evicted.
+	if st["events_del_own"] == 0 || st["events_del_own"] > st["pages_evicted"]+st["retried"] {
+		t.Errorf("deletes by the agent's evictions: %d for %d victims, %d pages", st["events_del_own"], st["victims"], st["pages_evicted"])
 	}
 
 	if err := a.Close(); err != nil {
