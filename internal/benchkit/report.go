@@ -129,6 +129,17 @@ func (r *Report) Get(mode, metric string) (any, bool) {
 	return nil, false
 }
 
+// Rows returns the modes (table rows) in the order they were first set.
+func (r *Report) Rows() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.modes))
+	for i, m := range r.modes {
+		out[i] = m.name
+	}
+	return out
+}
+
 // Ratio records a named ratio between modes, e.g. "kerby_vs_memcached_ops".
 func (r *Report) Ratio(name string, v float64) {
 	r.mu.Lock()

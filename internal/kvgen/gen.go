@@ -303,11 +303,23 @@ func (g *Gen) Run(ctx context.Context, o RunOptions) (Result, error) {
 	var mu sync.Mutex
 	var sent uint64
 	var firstErr error
-	for range o.Threads {
+	for t := range o.Threads {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := o.InNS(func() error {
+				// One sender per CPU: two on one CPU would take turns.
+				var set unix.CPUSet
+				set.Set(t % runtime.NumCPU())
+				_ = unix.SchedSetaffinity(0, &set) // best effort: a cpuset may forbid it
+				defer func() {
+					// The thread goes back to the pool: let it run anywhere.
+					var all unix.CPUSet
+					for c := range runtime.NumCPU() {
+						all.Set(c)
+					}
+					_ = unix.SchedSetaffinity(0, &all)
+				}()
 				var n uint64
 				defer func() { mu.Lock(); sent += n; mu.Unlock() }()
 				for time.Now().Before(deadline) && ctx.Err() == nil {
