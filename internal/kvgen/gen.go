@@ -297,8 +297,7 @@ func (g *Gen) Run(ctx context.Context, o RunOptions) (Result, error) {
 	}
 	ctxIn.DataEnd = reqLen
 	ctxIn.IngressIfindex = uint32(o.Ifindex)
-	deadline := time.Now().Add(o.Duration)
-	start := time.Now()
+	var first, last time.Time // the senders' earliest start and latest end
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var sent uint64
@@ -320,9 +319,24 @@ func (g *Gen) Run(ctx context.Context, o RunOptions) (Result, error) {
 					}
 					_ = unix.SchedSetaffinity(0, &all)
 				}()
+				// Each sender times itself: on a busy machine a thread
+				// may get its CPU late.
 				var n uint64
-				defer func() { mu.Lock(); sent += n; mu.Unlock() }()
-				for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
+				deadline := t0.Add(o.Duration)
+				defer func() {
+					t1 := time.Now()
+					mu.Lock()
+					sent += n
+					if first.IsZero() || t0.Before(first) {
+						first = t0
+					}
+					if t1.After(last) {
+						last = t1
+					}
+					mu.Unlock()
+				}()
+				for n == 0 || time.Now().Before(deadline) && ctx.Err() == nil {
 					_, err := g.objs.KvgenTx.Run(&ebpf.RunOptions{
 						Data: frame, Context: ctxIn, Repeat: repeatPerCall, Flags: kernel.BPFFTestXDPLiveFrames,
 					})
@@ -341,7 +355,7 @@ func (g *Gen) Run(ctx context.Context, o RunOptions) (Result, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := last.Sub(first)
 	time.Sleep(20 * time.Millisecond) // replies still in flight
 	if firstErr != nil {
 		return Result{}, firstErr
