@@ -48,6 +48,13 @@ type Report struct {
 	ratioSamples map[string][]float64
 	ratioKeys    []string
 	headline     []string // the table's columns (see Headline)
+	sections     []section
+}
+
+// section is one printed table of a report with several (see Section).
+type section struct {
+	title      string
+	rows, cols []string
 }
 
 type modeResult struct {

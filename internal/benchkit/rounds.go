@@ -183,6 +183,16 @@ func (r *Report) Headline(metrics ...string) {
 	r.headline = metrics
 }
 
+// Section adds a printed table of its own, titled, with the given rows
+// (modes) and columns (metrics), for benches whose parts measure different
+// things; rows and columns nothing was recorded for are left out. Once a
+// report has sections, the table prints only them (the JSON has all).
+func (r *Report) Section(title string, rows, cols []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sections = append(r.sections, section{title, rows, cols})
+}
+
 // spread is the median, min and max of xs (NaN for none).
 func spread(xs []float64) (med, lo, hi float64) {
 	med = Median(xs)

@@ -101,3 +101,26 @@ func TestBarChartSpread(t *testing.T) {
 		t.Error("mismatched spread: no error")
 	}
 }
+
+func TestSections(t *testing.T) {
+	r := New("x", false)
+	r.Sample("a", "x_ns", 1)
+	r.Sample("a", "x_ns", 3)
+	r.Set("b", "y", 2.0)
+	r.Set("c", "hidden", 5.0)
+	r.Section("part one (ns)", []string{"a", "missing"}, []string{"x_ns", "nobody"})
+	r.Section("part two", []string{"b"}, []string{"y"})
+	var b strings.Builder
+	r.WriteTable(&b)
+	out := b.String()
+	for _, want := range []string{"part one (ns)", "2 [1–3]", "part two"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, no := range []string{"hidden", "nobody", "missing"} {
+		if strings.Contains(out, no) {
+			t.Errorf("table shows %q:\n%s", no, out)
+		}
+	}
+}

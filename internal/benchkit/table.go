@@ -33,9 +33,20 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 
 	fmt.Fprintln(w)
-	if len(r.modes) == 0 {
+	switch {
+	case len(r.modes) == 0:
 		fmt.Fprintln(w, "(no results)")
-	} else {
+	case len(r.sections) > 0:
+		for i, sec := range r.sections {
+			if rows := r.sectionRows(sec); len(rows) > 1 {
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintln(w, sec.title)
+				writeAligned(w, rows)
+			}
+		}
+	default:
 		cols := r.tableColumns()
 		rows := [][]string{append([]string{"mode"}, cols...)}
 		for _, m := range r.modes {
@@ -111,6 +122,44 @@ func (r *Report) tableColumns() []string {
 		})
 	}
 	return cols
+}
+
+// sectionRows are a section's cells, header first; columns no row has are
+// dropped.
+func (r *Report) sectionRows(sec section) [][]string {
+	var ms []*modeResult
+	for _, name := range sec.rows {
+		for _, m := range r.modes {
+			if m.name == name {
+				ms = append(ms, m)
+			}
+		}
+	}
+	var cols []string
+	for _, c := range sec.cols {
+		for _, m := range ms {
+			if _, ok := m.metrics.get(c); ok {
+				cols = append(cols, c)
+				break
+			}
+		}
+	}
+	if len(cols) == 0 {
+		return nil
+	}
+	out := [][]string{append([]string{"mode"}, cols...)}
+	for _, m := range ms {
+		row := []string{m.name}
+		for _, c := range cols {
+			if v, ok := m.metrics.get(c); ok {
+				row = append(row, formatCell(&m.metrics, c, v))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // isSpreadKey reports whether k is the _min or _max of another key of m.
