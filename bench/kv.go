@@ -29,9 +29,9 @@ import (
 
 // KVOptions configure the Kerby-KV benchmark.
 type KVOptions struct {
-	Quick   bool
-	Keys    int           // distinct keys (default 100000; quick 20000)
-	Phase   time.Duration // one user-space client phase (default 5s; quick 2s)
+	Quick bool
+	Keys  int           // distinct keys (default 100000; quick 20000)
+	Phase time.Duration // one user-space client phase (default 5s; quick 2s)
 	// GenPhase is one kernel-generator phase (default 3s; quick 1s).
 	GenPhase time.Duration
 	Rounds   int // interleaved rounds (default 5; quick 3)
@@ -129,7 +129,7 @@ type kvBench struct {
 	pair    *netenv.Pair
 	mc      *servers.Memcached
 	srv     map[string]*kv.Server
-	gen     *kvgen.Gen          // nil without the kernel generator
+	gen     *kvgen.Gen // nil without the kernel generator
 	clients map[float64]*loadgen.Client
 	phase   string // for the live line
 	cur     string // the mode running, for the live line
@@ -529,7 +529,10 @@ func (b *kvBench) targets() {
 	if b.gen == nil {
 		row = func(m string) string { return userRow + m }
 	}
-	has := func(m string) bool { _, ok := rep.Get(row(m), "mops_per_sec"); return ok && len(rep.Samples(row(m), "mops_per_sec")) > 0 }
+	has := func(m string) bool {
+		_, ok := rep.Get(row(m), "mops_per_sec")
+		return ok && len(rep.Samples(row(m), "mops_per_sec")) > 0
+	}
 	if has("kerby") {
 		for _, t := range []struct {
 			other string
