@@ -20,7 +20,10 @@ type PagecacheOptions struct {
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
 	Parts    []string // search, getscan, overhead (default all)
-	Progress func(string)
+	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
+	// on the cache dir's disk (see pcRAMDisk).
+	GetScanRAMDisk bool
+	Progress    func(string)
 }
 
 const linuxSourceTarball = "/usr/src/linux-source-6.1.tar.xz"

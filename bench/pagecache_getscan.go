@@ -113,6 +113,17 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) 
 	}
 	const getThreads = 2
 	dir := filepath.Join(opt.CacheDir, "getscan")
+	device := "the cache dir's disk"
+	if opt.GetScanRAMDisk {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("cistern-bench-getscan-%d", os.Getpid()))
+		undo, err := pcRAMDisk(dir, hot+scan)
+		if err != nil {
+			return fmt.Errorf("getscan RAM disk: %w", err)
+		}
+		defer func() { undo(); os.Remove(dir) }()
+		device = "ext4 on a loop device backed by /dev/shm (RAM): a miss costs the same in every round, and little"
+	}
+	rep.SetConfig("getscan_device", device)
 	opt.Progress("getscan: preparing data files")
 	hotPath, err := pcDataFile(dir, fmt.Sprintf("hot-%dM", hot>>20), hot)
 	if err != nil {

@@ -80,7 +80,7 @@ func demoKV(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
 	rep, err := bench.KV(cmd.Context(), bench.KVOptions{
 		Quick: true, Keys: 5000, Phase: 3 * time.Second, Skews: []float64{0.99},
-		Modes:    []string{"vanilla", "kerby"}, Clients: []string{"user-space"}, Rounds: 1,
+		Modes: []string{"vanilla", "kerby"}, Clients: []string{"user-space"}, Rounds: 1,
 		Live:     func(line string) { fmt.Fprintln(out, "  "+line) },
 		Progress: func(step string) { fmt.Fprintln(out, "- "+step) },
 	})
