@@ -15,7 +15,7 @@ import (
 func TestCaptureBenchRuns(t *testing.T) {
 	testenv.RequireRoot(t)
 	rep, err := Capture(context.Background(), CaptureOptions{
-		Duration: time.Second, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
+		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
 	})
 	if servers.IsNotInstalled(err) {
 		t.Skipf("skipped: %v", err)

@@ -23,7 +23,7 @@ type PagecacheOptions struct {
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
 	GetScanRAMDisk bool
-	Progress    func(string)
+	Progress       func(string)
 }
 
 const linuxSourceTarball = "/usr/src/linux-source-6.1.tar.xz"
