@@ -27,7 +27,8 @@ import (
 // CaptureOptions configure the capture benchmark.
 type CaptureOptions struct {
 	Quick    bool
-	Duration time.Duration // pgbench -T per mode (default 15s; quick 5s)
+	Duration time.Duration // pgbench -T per mode and round (default 8s; quick 1s)
+	Rounds   int           // interleaved rounds (default 5; quick 3)
 	Clients  int           // pgbench -c (default 2; -j the same)
 	Modes    []string      // subset of CaptureModes
 	Port     int           // PostgreSQL port (default 54339); MariaDB's is Port+1, churn's PostgreSQL Port+7
@@ -48,16 +49,22 @@ var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "acc
 
 func (o *CaptureOptions) defaults() {
 	if o.Duration == 0 {
-		o.Duration = 15 * time.Second
+		o.Duration = 8 * time.Second
 		if o.Quick {
-			o.Duration = 5 * time.Second
+			o.Duration = time.Second // pgbench -T counts whole seconds
 		}
+	}
+	if o.Rounds == 0 {
+		o.Rounds = benchkit.Rounds(o.Quick)
 	}
 	if o.Clients == 0 {
 		o.Clients = 2
 	}
 	if len(o.Modes) == 0 {
 		o.Modes = CaptureModes
+		if o.Quick { // three rounds of every mode would take minutes: the 4 MiB twins only where a target needs them
+			o.Modes = []string{"untraced", "naive", "accumulated", "bpftrace", "sysbench", "sysbench_accumulated_4m"}
+		}
 	}
 	if o.Port == 0 {
 		o.Port = 54339
@@ -87,6 +94,8 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	rep := benchkit.New("capture", opt.Quick)
 	rep.SetConfig("workload", "pgbench -S (select-only, simple protocol), scale 1, TLS on loopback")
 	rep.SetConfig("seconds_per_mode", opt.Duration.Seconds())
+	rep.SetConfig("rounds", opt.Rounds)
+	rep.Headline("tps", "probe_effect_pct", "queries_captured", "lost_events", "ring_bytes_per_payload_byte", "agent_cpu_pct")
 	rep.SetConfig("clients", opt.Clients)
 	rep.SetConfig("ring_bytes", map[string]int{"default": 256 << 10, "_4m": 4 << 20})
 	rep.SetConfig("naive_record_bytes", capture.NaiveRecordSize)
@@ -124,92 +133,98 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			rep.SetConfig("sysbench_workload", "sysbench oltp_point_select, 1 table of 10000 rows, MariaDB with TLS on loopback")
 		}
 	}
-	res := map[string]captureResult{}
-	var churn *churnResult
-	for _, mode := range opt.Modes {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		opt.Progress("mode " + mode)
-		if mode == "churn" {
+	// Interleaved rounds: each round runs every mode once, and each traced
+	// mode's probe effect is against the same round's untraced run.
+	res := map[string]captureResult{} // the last round's, for which ran
+	base := map[string]float64{}      // this round's untraced tps per workload
+	sum := map[string]float64{}       // per mode: queries missed and events lost, all rounds
+	var churn churnTotals
+	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
+		if mode == "churn" { // its own workload and server, one more mode of the round
 			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing)
 			if err != nil {
-				return nil, fmt.Errorf("mode churn: %w", err)
+				return err
 			}
-			churn = &r
-			continue
+			churn.add(rep, r)
+			return nil
 		}
 		r, err := runCaptureMode(ctx, pg, mb, mode, opt)
 		if err != nil {
-			return nil, fmt.Errorf("mode %s: %w", mode, err)
+			return err
 		}
 		res[mode] = r
-	}
-	for _, mode := range opt.Modes {
-		r, ok := res[mode]
-		if !ok || !r.ok {
-			continue
+		if !r.ok {
+			return nil
 		}
-		base := res["untraced"].tps
+		sample := func(k string, v float64) { rep.Sample(mode, k, v) }
+		workload := "pgbench"
 		if strings.HasPrefix(mode, "sysbench") {
-			base = res["sysbench"].tps // queries per second, sysbench's own count
+			workload = "sysbench" // queries per second, sysbench's own count
 		}
-		rep.Set(mode, "tps", r.tps)
-		rep.Set(mode, "queries_sent", r.sent)
+		if mode == "untraced" || mode == "sysbench" {
+			base[workload] = r.tps
+		}
+		sample("tps", r.tps)
+		sample("queries_sent", r.sent)
 		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" {
-			rep.Set(mode, "queries_captured", r.captured)
-			rep.Set(mode, "lost_events", r.lostEvents)
-			rep.Set(mode, "lost_bytes", r.lostByte)
-			rep.Set(mode, "ring_bytes_per_payload_byte", r.ringPer)
-			rep.Set(mode, "events_per_sec", r.eventsPS)
-			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+			sample("queries_captured", r.captured)
+			sample("lost_events", r.lostEvents)
+			sample("lost_bytes", r.lostByte)
+			sample("ring_bytes_per_payload_byte", r.ringPer)
+			sample("events_per_sec", r.eventsPS)
+			sample("agent_cpu_pct", r.cpuPct)
+			sum[mode+" missed"] += r.sent - r.captured
+			sum[mode+" lost"] += r.lostEvents
 			if mode != "naive" && mode != "naive_4m" {
-				rep.Set(mode, "protocol_bytes_skipped", r.badBytes)
-				rep.Set(mode, "latency_exact_pct", 100*r.exact/max(r.captured, 1))
+				sample("protocol_bytes_skipped", r.badBytes)
+				sample("latency_exact_pct", 100*r.exact/max(r.captured, 1))
 			}
 		}
 		if mode == "bpftrace" {
-			rep.Set(mode, "events_per_sec", r.eventsPS)
-			rep.Set(mode, "agent_cpu_pct", r.cpuPct)
+			sample("events_per_sec", r.eventsPS)
+			sample("agent_cpu_pct", r.cpuPct)
 		}
-		if base > 0 {
-			rep.Set(mode, "probe_effect_pct", (base-r.tps)/base*100)
+		if b := base[workload]; b > 0 {
+			sample("probe_effect_pct", (b-r.tps)/b*100)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if churn != nil { // its own workload: reported after the pgbench modes
-		reportChurn(rep, *churn)
+	if churn.rounds > 0 {
+		churn.targets(rep)
 	}
 	get := func(mode, k string) (float64, bool) {
 		v, ok := rep.Get(mode, k)
 		f, _ := v.(float64)
 		return f, ok
 	}
-	if a, ok := res["accumulated"]; ok && a.ok {
-		rep.Target("accumulated queries_captured == queries_sent", a.captured, "==", a.sent)
-		rep.Target("accumulated lost_events", a.lostEvents, "==", 0)
-		rep.Target("accumulated ring_bytes_per_payload_byte", a.ringPer, "<=", 1.2)
-		if n, ok := res["naive"]; ok && n.ok {
+	ran := func(m string) bool { r, ok := res[m]; return ok && r.ok }
+	if ran("accumulated") {
+		rep.Target("accumulated queries_sent - queries_captured (all rounds)", sum["accumulated missed"], "==", 0)
+		rep.Target("accumulated lost_events (all rounds)", sum["accumulated lost"], "==", 0)
+		rep.TargetMetric("accumulated ring_bytes_per_payload_byte", "accumulated", "ring_bytes_per_payload_byte", "<=", 1.2)
+		if ran("naive") {
 			// Loss or ≥ 10 ring bytes per payload byte: one number that is
 			// ≥ 10 when either holds.
-			v := n.ringPer
-			if n.lostEvents > 0 {
+			v, _ := get("naive", "ring_bytes_per_payload_byte")
+			if sum["naive lost"] > 0 {
 				v = max(v, 10)
 			}
 			rep.Target("naive lost_events > 0 or ring_bytes_per_payload_byte >= 10", v, ">=", 10)
-			rep.Target("accumulated agent_cpu_pct <= naive/3", a.cpuPct, "<=", n.cpuPct/3)
-			if n.cpuPct > 0 {
-				rep.Ratio("naive_vs_accumulated_agent_cpu", n.cpuPct/max(a.cpuPct, 1e-9))
-			}
+			nc, _ := get("naive", "agent_cpu_pct")
+			rep.TargetMetric("accumulated agent_cpu_pct <= naive/3", "accumulated", "agent_cpu_pct", "<=", nc/3)
+			rep.PairedRatio("naive_vs_accumulated_agent_cpu", "naive", "agent_cpu_pct", "accumulated", "agent_cpu_pct")
 		}
-		if b, ok := res["bpftrace"]; ok && b.ok {
-			ap, _ := get("accumulated", "probe_effect_pct")
+		if ran("bpftrace") {
 			bp, _ := get("bpftrace", "probe_effect_pct")
-			rep.Target("accumulated probe_effect_pct <= bpftrace + 5", ap, "<=", bp+5)
+			rep.TargetMetric("accumulated probe_effect_pct <= bpftrace + 5", "accumulated", "probe_effect_pct", "<=", bp+5)
 		}
 	}
-	if a, ok := res["sysbench_accumulated_4m"]; ok && a.ok {
-		rep.Target("sysbench_accumulated_4m queries_captured == queries_sent", a.captured, "==", a.sent)
-		rep.Target("sysbench_accumulated_4m lost_events", a.lostEvents, "==", 0)
+	if ran("sysbench_accumulated_4m") {
+		rep.Target("sysbench_accumulated_4m queries_sent - queries_captured (all rounds)", sum["sysbench_accumulated_4m missed"], "==", 0)
+		rep.Target("sysbench_accumulated_4m lost_events (all rounds)", sum["sysbench_accumulated_4m lost"], "==", 0)
 	}
 	if _, ok := res["sysbench"]; ok {
 		rep.Note("sysbench modes: MariaDB over TLS, sysbench oltp_point_select (one prepared statement per " +
@@ -230,8 +245,8 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			if strings.HasPrefix(m, "sysbench") {
 				continue // another workload: its rate is in the table, not on this axis
 			}
-			if v, ok := get(m, "tps"); ok {
-				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}})
+			if v, lo, hi, ok := rep.Spread(m, "tps"); ok {
+				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
 			}
 		}
 		if err := benchkit.BarChart(opt.PlotPath, "Capture: pgbench -S over TLS ("+rep.Kernel()+")",

@@ -15,7 +15,7 @@ import (
 func TestCaptureBenchRuns(t *testing.T) {
 	testenv.RequireRoot(t)
 	rep, err := Capture(context.Background(), CaptureOptions{
-		Duration: time.Second, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
+		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
 	})
 	if servers.IsNotInstalled(err) {
 		t.Skipf("skipped: %v", err)
@@ -95,7 +95,7 @@ func TestCaptureBenchSysbench(t *testing.T) {
 // every query issued and captured on both sides, nothing lost.
 func TestCaptureBenchChurn(t *testing.T) {
 	testenv.RequireRoot(t)
-	rep, err := Capture(context.Background(), CaptureOptions{Modes: []string{"churn"}, Port: 54355})
+	rep, err := Capture(context.Background(), CaptureOptions{Modes: []string{"churn"}, Rounds: 1, Port: 54355})
 	if servers.IsNotInstalled(err) {
 		t.Skipf("skipped: %v", err)
 	}

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +68,7 @@ func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	cbufSections(rep, iox2 != "")
 	if opt.PlotPath != "" {
 		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
 			"seconds", "producer messages per second", series); err != nil {
@@ -79,6 +80,27 @@ func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// cbufSections prints each experiment as its own small table.
+func cbufSections(rep *benchkit.Report, iox2 bool) {
+	sizes := func(prefix string) []string {
+		var cs []string
+		for _, p := range cbufPages {
+			cs = append(cs, fmt.Sprintf("%s_%dp", prefix, p))
+		}
+		return cs
+	}
+	rep.Section("fast path, ns per alloc+free (malloc+free for glibc and jemalloc), by pages",
+		[]string{"fast_cbuf", "fast_glibc", "fast_jemalloc"}, sizes("alloc_free_ns"))
+	rep.Section("round trip between two processes, microseconds, by pages", rttModes(iox2), sizes("rtt_us"))
+	var pools []string
+	for _, p := range cbufGCPools {
+		pools = append(pools, fmt.Sprintf("alloc_ns_pool_%dp", p))
+	}
+	rep.Section("1-page allocation with collection, ns, by pool size (pages)", []string{"alloc_vs_pool"}, pools)
+	rep.Section("pool policies (one run each)", policyModes,
+		[]string{"producer_msgs_per_sec_quiet", "producer_msgs_per_sec_interference", "producer_blocked_pct_interference", "interferer_blocked_pct_interference"})
 }
 
 func firstLine(s string) string {
@@ -135,35 +157,49 @@ func cbufFast(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, p
 	if opt.Quick {
 		iters = 300000
 	}
-	opt.Progress("fast path: cbuf_alloc/free/send/cbuf2buf beside malloc")
+	// Rounds interleave the peers (cbuf with glibc beside it, jemalloc);
+	// every row's figure is malloc+free or alloc+free, one column per size.
+	peers := []string{"cbuf"}
+	if jepeer != "" {
+		peers = append(peers, "jemalloc")
+	}
 	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 256 << 20, Pool: 64 << 20, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
-		for _, p := range cbufPages {
-			kv, err := runKV(ctx, nil, peer, "fast", sock, strconv.Itoa(p), strconv.Itoa(iters))
-			if err != nil {
-				return err
-			}
-			sfx := fmt.Sprintf("_%dp", p)
-			for _, k := range []string{"alloc_free_ns", "alloc_ns", "free_ns", "send_ns", "cbuf2buf_ns"} {
-				rep.Set("fast_cbuf", k+sfx, kv[k])
-			}
-			rep.Set("fast_glibc", "malloc_free_ns"+sfx, kv["malloc_free_ns"])
-			if jepeer != "" {
-				je, err := runKV(ctx, nil, jepeer, "fast", sock, strconv.Itoa(p), strconv.Itoa(iters))
+		n := max(iters/cbufRounds(opt), 20000)
+		err := benchkit.Interleave(ctx, cbufRounds(opt), peers, func(s string) { opt.Progress("fast path: " + s) }, func(ctx context.Context, _ int, which string) error {
+			for _, p := range cbufPages {
+				sfx := fmt.Sprintf("_%dp", p)
+				if which == "jemalloc" {
+					je, err := runKV(ctx, nil, jepeer, "fast", sock, strconv.Itoa(p), strconv.Itoa(n))
+					if err != nil {
+						return err
+					}
+					rep.Sample("fast_jemalloc", "alloc_free_ns"+sfx, je["malloc_free_ns"])
+					continue
+				}
+				kv, err := runKV(ctx, nil, peer, "fast", sock, strconv.Itoa(p), strconv.Itoa(n))
 				if err != nil {
 					return err
 				}
-				rep.Set("fast_jemalloc", "malloc_free_ns"+sfx, je["malloc_free_ns"])
+				for _, k := range []string{"alloc_free_ns", "alloc_ns", "free_ns", "send_ns", "cbuf2buf_ns"} {
+					rep.Sample("fast_cbuf", k+sfx, kv[k])
+				}
+				rep.Sample("fast_glibc", "alloc_free_ns"+sfx, kv["malloc_free_ns"])
 			}
-			if p == 1 {
-				rep.Target("cached alloc+free <= 40 ns (1 page)", kv["alloc_free_ns"], "<=", 40)
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
+		rep.TargetMetric("cached alloc+free <= 40 ns (1 page)", "fast_cbuf", "alloc_free_ns_1p", "<=", 40)
 		if jepeer == "" {
 			rep.Note("jemalloc baseline skipped: Debian's libjemalloc-dev is not installed")
 		}
+		rep.Note("fast_glibc and fast_jemalloc: alloc_free_ns is malloc+free of the same size")
 		return nil
 	})
 }
+
+func cbufRounds(opt CBufOptions) int { return benchkit.Rounds(opt.Quick) }
 
 func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, peer, iox2 string) error {
 	iters := func(p int) int {
@@ -181,13 +217,9 @@ func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, pe
 	// idle costs 20-70 us more to wake), so one long run per mode is a coin
 	// toss. Each size runs the modes in interleaved rounds and reports the
 	// median round, with the spread beside it.
-	rounds := 5
-	if opt.Quick {
-		rounds = 3
-	}
+	rounds := cbufRounds(opt)
 	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 1 << 30, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
 		for _, p := range cbufPages {
-			samples := map[string][]float64{}
 			n := max(iters(p)/rounds, 200)
 			for r := 0; r < rounds; r++ {
 				for _, mode := range modes {
@@ -211,43 +243,26 @@ func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, pe
 						}
 						ns = kv["rtt_ns"]
 					}
-					samples[mode] = append(samples[mode], ns/1000)
+					rep.Sample(mode, fmt.Sprintf("rtt_us_%dp", p), ns/1000)
 				}
 			}
-			for _, mode := range modes {
-				v := samples[mode]
-				rep.Set(mode, fmt.Sprintf("rtt_us_%dp", p), benchkit.Median(v))
-				rep.Set(mode, fmt.Sprintf("rtt_us_%dp_min", p), slices.Min(v))
-				rep.Set(mode, fmt.Sprintf("rtt_us_%dp_max", p), slices.Max(v))
-			}
 		}
-		get := func(mode string, p int) float64 {
-			v, _ := rep.Get(mode, fmt.Sprintf("rtt_us_%dp", p))
-			f, _ := v.(float64)
-			return f
+		// Ratios round by round (the rounds pair the modes), judged on
+		// their medians.
+		ratio := func(name, a, b string, p int, want float64, target string) {
+			m := fmt.Sprintf("rtt_us_%dp", p)
+			rep.PairedRatio(name, a, m, b, m)
+			rep.TargetRatio(name, "<=", want)
+			_ = target
 		}
-		r1 := get("cbuf_poll", 1) / get("pipe", 1)
-		r64 := get("cbuf_poll", 64) / get("pipe", 64)
-		b64 := get("cbuf_block", 64) / get("pipe", 64)
-		rep.Ratio("cbuf_poll_vs_pipe_1p", r1)
-		rep.Ratio("cbuf_poll_vs_pipe_64p", r64)
-		rep.Ratio("cbuf_block_vs_pipe_64p", b64)
-		rep.Target("cbuf_poll rtt at 1 page <= 1/10 of pipe", r1, "<=", 0.1)
-		rep.Target("cbuf_poll rtt at 64 pages <= 1/50 of pipe", r64, "<=", 0.02)
-		rep.Target("cbuf_block rtt at 64 pages <= 1/10 of pipe", b64, "<=", 0.1)
-		b64c := get("cbuf_block_1core", 64) / get("pipe_1core", 64)
-		rep.Ratio("cbuf_block_vs_pipe_64p_1core", b64c)
-		rep.Target("cbuf_block rtt at 64 pages <= 1/10 of pipe (both on one core)", b64c, "<=", 0.1)
+		ratio("cbuf_poll_vs_pipe_1p", "cbuf_poll", "pipe", 1, 0.1, "")
+		ratio("cbuf_poll_vs_pipe_64p", "cbuf_poll", "pipe", 64, 0.02, "")
+		ratio("cbuf_block_vs_pipe_64p", "cbuf_block", "pipe", 64, 0.1, "")
+		ratio("cbuf_block_vs_pipe_64p_1core", "cbuf_block_1core", "pipe_1core", 64, 0.1, "")
 		if iox2 != "" {
-			pp := get("cbuf_poll", 16) / get("iceoryx2_poll", 16)
-			bb := get("cbuf_block", 16) / get("iceoryx2_block", 16)
-			bbc := get("cbuf_block_1core", 16) / get("iceoryx2_block_1core", 16)
-			rep.Ratio("cbuf_poll_vs_iceoryx2_poll_64KiB", pp)
-			rep.Ratio("cbuf_block_vs_iceoryx2_block_64KiB", bb)
-			rep.Ratio("cbuf_block_vs_iceoryx2_block_64KiB_1core", bbc)
-			rep.Target("cbuf_poll at 64 KiB <= 1.5x iceoryx2_poll", pp, "<=", 1.5)
-			rep.Target("cbuf_block at 64 KiB <= 1.5x iceoryx2_block", bb, "<=", 1.5)
-			rep.Target("cbuf_block at 64 KiB <= 1.5x iceoryx2_block (both on one core)", bbc, "<=", 1.5)
+			ratio("cbuf_poll_vs_iceoryx2_poll_64KiB", "cbuf_poll", "iceoryx2_poll", 16, 1.5, "")
+			ratio("cbuf_block_vs_iceoryx2_block_64KiB", "cbuf_block", "iceoryx2_block", 16, 1.5, "")
+			ratio("cbuf_block_vs_iceoryx2_block_64KiB_1core", "cbuf_block_1core", "iceoryx2_block_1core", 16, 1.5, "")
 		}
 		return nil
 	})
@@ -309,28 +324,31 @@ func iox2RTT(ctx context.Context, bin, variant string, size, iters int, oneCore 
 // buffers a second process receives and frees, so every refill of the
 // free list is a collection; larger pools collect more per request.
 func cbufGC(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, peer string) error {
-	pools := []int{16, 64, 256, 1024, 4096}
 	iters := 400000
 	if opt.Quick {
 		iters = 60000
 	}
-	for _, pool := range pools {
-		opt.Progress(fmt.Sprintf("allocation cost with collection, pool of %d pages", pool))
-		err := withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 64 << 20, Pool: uint64(pool) * 4096, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
-			kv, err := runKV(ctx, nil, peer, "gc", sock, strconv.Itoa(iters), strconv.Itoa(pool))
-			if err != nil {
-				return err
-			}
-			rep.Set("alloc_vs_pool", fmt.Sprintf("alloc_ns_pool_%dp", pool), kv["alloc_ns"])
-			rep.Set("alloc_vs_pool", fmt.Sprintf("allocs_per_collection_pool_%dp", pool), float64(iters)/max(kv["collects"], 1))
-			return nil
-		})
-		if err != nil {
-			return err
-		}
+	n := max(iters/cbufRounds(opt), 10000)
+	var names []string
+	for _, pool := range cbufGCPools {
+		names = append(names, strconv.Itoa(pool))
 	}
-	return nil
+	return benchkit.Interleave(ctx, cbufRounds(opt), names, func(s string) { opt.Progress("allocation cost with collection, pool of pages: " + s) },
+		func(ctx context.Context, _ int, name string) error {
+			pool, _ := strconv.Atoi(name)
+			return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 64 << 20, Pool: uint64(pool) * 4096, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
+				kv, err := runKV(ctx, nil, peer, "gc", sock, strconv.Itoa(n), strconv.Itoa(pool))
+				if err != nil {
+					return err
+				}
+				rep.Sample("alloc_vs_pool", fmt.Sprintf("alloc_ns_pool_%dp", pool), kv["alloc_ns"])
+				rep.Sample("alloc_vs_pool", fmt.Sprintf("allocs_per_collection_pool_%dp", pool), float64(n)/max(kv["collects"], 1))
+				return nil
+			})
+		})
 }
+
+var cbufGCPools = []int{16, 64, 256, 1024, 4096}
 
 func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	modes := rttModes(iox2)
@@ -338,9 +356,11 @@ func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	for _, m := range modes {
 		s := benchkit.BarSeries{Name: m}
 		for _, p := range cbufPages {
-			v, _ := rep.Get(m, fmt.Sprintf("rtt_us_%dp", p))
-			f, _ := v.(float64)
-			s.Values = append(s.Values, f)
+			med, lo, hi, _ := rep.Spread(m, fmt.Sprintf("rtt_us_%dp", p))
+			if math.IsNaN(med) {
+				med, lo, hi = 0, 0, 0
+			}
+			s.Values, s.Lo, s.Hi = append(s.Values, med), append(s.Lo, lo), append(s.Hi, hi)
 		}
 		series = append(series, s)
 	}

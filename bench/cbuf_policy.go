@@ -64,7 +64,7 @@ func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tm
 	rep.SetConfig("policy_consumer_hold_us", policyHoldUs)
 	rep.SetConfig("policy_qos_target_pct", policyQosPct)
 	var series []benchkit.Series
-	for _, pol := range []string{"max-throughput", "priority", "qos"} {
+	for _, pol := range policies {
 		opt.Progress(fmt.Sprintf("policy %s: producer -> consumer with an interfering allocator (%.0f s)", pol, ph.total()))
 		s, err := runPolicy(ctx, rep, tmp, peer, pol, ph)
 		if err != nil {
@@ -74,6 +74,11 @@ func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tm
 	}
 	return series, nil
 }
+
+var policies = []string{"max-throughput", "priority", "qos"}
+
+// policyModes are the report rows of the policy experiment.
+var policyModes = []string{"policy_max-throughput", "policy_priority", "policy_qos"}
 
 func runPolicy(ctx context.Context, rep *benchkit.Report, tmp, peer, pol string, ph policyPhase) (benchkit.Series, error) {
 	series := benchkit.Series{Name: pol}

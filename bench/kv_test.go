@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // TestKVBenchRuns drives a miniature bench end to end and checks what it
@@ -18,7 +19,7 @@ func TestKVBenchRuns(t *testing.T) {
 	dir := t.TempDir()
 	plot := filepath.Join(dir, "kv.png")
 	rep, err := KV(context.Background(), KVOptions{
-		Keys: 2000, Phase: 500 * time.Millisecond, Skews: []float64{0.99},
+		Keys: 2000, Phase: 300 * time.Millisecond, GenPhase: 200 * time.Millisecond, Rounds: 2, Skews: []float64{0.99},
 		Modes: []string{"vanilla", "fixed128", "kerby"}, PlotPath: plot,
 	})
 	if err != nil {
@@ -29,26 +30,43 @@ func TestKVBenchRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Bench  string                    `json:"bench"`
-		Modes  map[string]map[string]any `json:"modes"`
-		Ratios map[string]float64        `json:"ratios"`
+		Bench  string                          `json:"bench"`
+		Modes  map[string]map[string]any       `json:"modes"`
+		Ratios map[string]float64              `json:"ratios"`
+		Rounds map[string]map[string][]float64 `json:"rounds"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"vanilla", "fixed128", "kerby"} {
+	rows := []string{"user-space vanilla", "user-space fixed128", "user-space kerby"}
+	gen := kernel.XDPLiveFrames() == nil
+	if gen {
+		rows = append(rows, "vanilla", "fixed128", "kerby", "reflector")
+	}
+	for _, m := range rows {
 		row := doc.Modes[m]
-		for _, k := range []string{"ops_per_sec", "p50_us", "p99_us", "kernel_hit_ratio", "memory_efficiency", "wrong_values", "lost_replies"} {
+		for _, k := range []string{"mops_per_sec", "mops_per_sec_min", "mops_per_sec_max", "p50_us", "p99_us", "wrong_values"} {
 			if _, ok := row[k]; !ok {
 				t.Errorf("modes.%s has no %s", m, k)
 			}
 		}
-		if row["wrong_values"].(float64) != 0 || row["ops_per_sec"].(float64) <= 0 {
+		if row["wrong_values"].(float64) != 0 || row["mops_per_sec"].(float64) <= 0 {
 			t.Errorf("%s: %v", m, row)
 		}
+		if got := len(doc.Rounds[m]["mops_per_sec"]); got != 2 {
+			t.Errorf("%s: %d rounds of mops_per_sec, want 2", m, got)
+		}
 	}
-	if doc.Modes["kerby"]["kernel_hit_ratio"].(float64) < 0.9 || doc.Modes["kerby"]["memory_efficiency"].(float64) < 0.9 {
-		t.Errorf("kerby: %v", doc.Modes["kerby"])
+	for _, m := range []string{"user-space kerby", "kerby"} {
+		if !gen && m == "kerby" {
+			continue
+		}
+		if doc.Modes[m]["kernel_hit_ratio"].(float64) < 0.9 || doc.Modes[m]["memory_efficiency"].(float64) < 0.9 {
+			t.Errorf("%s: %v", m, doc.Modes[m])
+		}
+	}
+	if gen && doc.Modes["kerby"]["value_hit_ratio"].(float64) < 0.99 {
+		t.Errorf("kernel generator against kerby: value hit ratio %v", doc.Modes["kerby"]["value_hit_ratio"])
 	}
 	if _, ok := doc.Ratios["kerby_vs_vanilla"]; !ok {
 		t.Error("no kerby_vs_vanilla ratio")

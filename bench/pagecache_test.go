@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/pagecache"
@@ -59,5 +63,52 @@ func TestGetScanWorkloadRuns(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", name)); err == nil {
 			t.Errorf("%s: cgroup left behind", mode)
 		}
+	}
+}
+
+// TestOverheadMeasuresAgentCost runs one fio run with the no-op agent: the
+// agent's cost must be measured within the run (BPF run time and its
+// thread's CPU, both nonzero: the warm-up's adds reach it) and small beside
+// fio's own CPU.
+func TestOverheadMeasuresAgentCost(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skipf("skipped: fio not installed: %v", err)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	dir := t.TempDir()
+	path, err := pcDataFile(dir, "data", 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runOverhead(context.Background(), "agent_lru", dir, path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cpu %v agent %v bpf %v ios %.0f", r.cpu, r.agent, r.bpf, r.ios)
+	if r.ios <= 0 || r.bpf <= 0 || r.agent <= 0 || r.agent+r.bpf >= r.cpu {
+		t.Errorf("cpu %v, agent thread %v, bpf %v, %v I/Os: want the agent's parts measured and below the total", r.cpu, r.agent, r.bpf, r.ios)
+	}
+}
+
+// TestRAMDisk mounts the getscan RAM disk, writes a data file on it and
+// takes it down again.
+func TestRAMDisk(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "mnt")
+	undo, err := pcRAMDisk(dir, 16<<20)
+	if err != nil {
+		t.Skipf("skipped: no loop device here: %v", err)
+	}
+	if _, err := pcDataFile(dir, "f", 8<<20); err != nil {
+		t.Error(err)
+	}
+	undo()
+	if _, err := os.Stat(filepath.Join(dir, "f")); err == nil {
+		t.Error("the file system is still mounted after undo")
 	}
 }

@@ -2,31 +2,51 @@ package bench
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
-// plotKV draws ops/sec per mode for each phase.
-func plotKV(rep *benchkit.Report, path string, modes, names []string) error {
+// plotKV draws Mops/s per mode (median bars, min–max error bars): the
+// kernel generator's rows, then the user-space client's per GET phase.
+func plotKV(rep *benchkit.Report, path string, modes []string, skews []float64, gen bool) error {
+	type group struct{ label, prefix, suffix string }
+	var groups []group
+	if gen {
+		groups = append(groups, group{"kernel generator, GET zipf 0.99", "", ""})
+	}
+	for _, sk := range skews {
+		ph := phaseName("get", sk)
+		suffix := ""
+		if ph != headline {
+			suffix = " " + ph
+		}
+		if _, ok := rep.Get(userRow+modes[0]+suffix, "mops_per_sec"); ok {
+			groups = append(groups, group{"user-space client, " + phaseLabel(ph), userRow, suffix})
+		}
+	}
+	all := slices.Clone(modes)
+	if gen {
+		all = append(all, reflector)
+	}
 	var series []benchkit.BarSeries
-	for _, m := range modes {
+	for _, m := range all {
 		s := benchkit.BarSeries{Name: m}
-		for _, ph := range names {
-			row := m + " " + ph
-			if ph == headline {
-				row = m
+		for _, g := range groups {
+			med, lo, hi, _ := rep.Spread(g.prefix+m+g.suffix, "mops_per_sec")
+			if math.IsNaN(med) {
+				med, lo, hi = 0, 0, 0
 			}
-			v, _ := rep.Get(row, "ops_per_sec")
-			f, _ := v.(float64)
-			s.Values = append(s.Values, f)
+			s.Values, s.Lo, s.Hi = append(s.Values, med), append(s.Lo, lo), append(s.Hi, hi)
 		}
 		series = append(series, s)
 	}
-	var groups []string
-	for _, ph := range names {
-		groups = append(groups, phaseLabel(ph))
+	var labels []string
+	for _, g := range groups {
+		labels = append(labels, g.label)
 	}
-	return benchkit.BarChart(path, "Kerby-KV: memcached UDP throughput ("+rep.Kernel()+")", "operations per second", groups, series)
+	return benchkit.BarChart(path, "Kerby-KV: memcached UDP GETs ("+rep.Kernel()+")", "million replies per second (median, min–max)", labels, series)
 }
 
 func phaseLabel(ph string) string {

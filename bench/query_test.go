@@ -20,7 +20,7 @@ func TestQueryBenchRuns(t *testing.T) {
 	if btErr == nil {
 		modes = append(modes, "bpftrace")
 	}
-	rep, err := Query(context.Background(), QueryOptions{Quick: true, Runtime: time.Second, Rounds: 1, Modes: modes})
+	rep, err := Query(context.Background(), QueryOptions{Quick: true, Runtime: time.Second, Rounds: 2, Modes: modes})
 	if servers.IsNotInstalled(err) {
 		t.Skipf("skipped: %v", err)
 	}
@@ -40,9 +40,15 @@ func TestQueryBenchRuns(t *testing.T) {
 	}
 	t.Logf("%s", data)
 	row := func(mode, q string) map[string]any {
-		var m map[string]any
-		if raw, ok := doc.Modes[mode][q]; ok {
-			json.Unmarshal(raw, &m)
+		raws, ok := doc.Modes[mode+" "+q]
+		if !ok {
+			return nil
+		}
+		m := map[string]any{}
+		for k, raw := range raws {
+			var v any
+			json.Unmarshal(raw, &v)
+			m[k] = v
 		}
 		return m
 	}
@@ -58,7 +64,7 @@ func TestQueryBenchRuns(t *testing.T) {
 				t.Errorf("modes.%s.%s missing", mode, q)
 				continue
 			}
-			for _, k := range []string{"iops", "probe_effect_pct", "events", "lost_events"} {
+			for _, k := range []string{"iops", "probe_effect_pct", "probe_effect_pct_min", "probe_effect_pct_max", "events", "lost_events"} {
 				if _, ok := r[k]; !ok {
 					t.Errorf("modes.%s.%s has no %s", mode, q, k)
 				}
@@ -77,6 +83,9 @@ func TestQueryBenchRuns(t *testing.T) {
 				}
 			}
 		}
+	}
+	if _, _, _, ok := rep.RatioSpread("q1_optimizer_minus_hand_written_pct_points"); !ok {
+		t.Error("no per-round q1 optimizer - hand_written difference")
 	}
 	// The reference writes every syscall: fio's reads all appear, none lost.
 	h := row("hand_written", "q2")

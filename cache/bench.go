@@ -1,11 +1,11 @@
 package cache
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
@@ -63,6 +63,7 @@ type BenchOptions struct {
 	Policies []string  // default BenchPolicies()
 	Percents []float64 // cache sizes, % of each trace's distinct objects
 	Quick    bool
+	Rounds   int          // interleaved rounds (default benchkit.Rounds)
 	Progress func(string) // may be nil
 }
 
@@ -107,7 +108,6 @@ func Bench(opt BenchOptions) (*benchkit.Report, []Curve, error) {
 	rep.SetConfig("policies", strings.Join(opt.Policies, ","))
 	rep.SetConfig("sizes_pct_of_distinct", opt.Percents)
 	rep.SetConfig("unit", "objects")
-	var curves []Curve
 	sizes := make([][]uint32, len(opt.Traces))
 	for i, t := range opt.Traces {
 		d := Distinct(t.Reqs)
@@ -118,38 +118,60 @@ func Bench(opt BenchOptions) (*benchkit.Report, []Curve, error) {
 		}
 		rep.SetConfig(t.Name+"_sizes", sizes[i])
 	}
-	for _, p := range opt.Policies {
+	// Rounds interleave the policies. Hit ratios are a property of the
+	// replay, so every size is replayed in the first round only; later
+	// rounds replay the largest size again, for the replay rate's spread.
+	rounds := opt.Rounds
+	if rounds == 0 {
+		rounds = benchkit.Rounds(opt.Quick)
+	}
+	rep.SetConfig("rounds", rounds)
+	last := len(opt.Percents) - 1
+	var headline []string
+	for _, t := range opt.Traces {
+		headline = append(headline, t.Name+"_hit_ratio_"+PercentLabel(opt.Percents[last]), t.Name+"_requests_per_sec")
+	}
+	rep.Headline(headline...)
+	noted := map[string]bool{}
+	err := benchkit.Interleave(context.Background(), rounds, opt.Policies, opt.Progress, func(_ context.Context, r int, p string) error {
 		for i, t := range opt.Traces {
-			c := Curve{Trace: t.Name, Policy: p, Percents: opt.Percents}
-			var reqs uint64
-			var secs float64
 			for j, pct := range opt.Percents {
-				if opt.Progress != nil {
-					opt.Progress(fmt.Sprintf("%s %s %g%% (%d objects)", p, t.Name, pct, sizes[i][j]))
+				if r > 0 && j != last {
+					continue
 				}
-				start := time.Now()
 				res, err := Replay(t.Reqs, Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
 				if err != nil {
-					return nil, nil, fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
+					return fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
 				}
-				if res.RequestsPerSec > 0 {
-					secs += float64(res.Requests) / res.RequestsPerSec
-				} else {
-					secs += time.Since(start).Seconds()
+				rep.Sample(p, t.Name+"_hit_ratio_"+PercentLabel(pct), res.HitRatio)
+				if j == last && res.RequestsPerSec > 0 {
+					rep.Sample(p, t.Name+"_requests_per_sec", res.RequestsPerSec)
 				}
-				reqs += res.Requests
-				rep.Set(p, t.Name+"_hit_ratio_"+PercentLabel(pct), res.HitRatio)
-				c.MissRatios = append(c.MissRatios, 1-res.HitRatio)
-				if res.Fallbacks > 0 {
+				key := fmt.Sprintf("%s/%s/%d", p, t.Name, j)
+				if res.Fallbacks > 0 && !noted[key] {
+					noted[key] = true
 					rep.Note(fmt.Sprintf("%s on %s at %d objects needed the fallback %d times", p, t.Name, sizes[i][j], res.Fallbacks))
 				}
 			}
-			if secs > 0 {
-				rep.Set(p, t.Name+"_requests_per_sec", float64(reqs)/secs)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var curves []Curve
+	for _, p := range opt.Policies {
+		for _, t := range opt.Traces {
+			c := Curve{Trace: t.Name, Policy: p, Percents: opt.Percents}
+			for _, pct := range opt.Percents {
+				v, _ := rep.Get(p, t.Name+"_hit_ratio_"+PercentLabel(pct))
+				c.MissRatios = append(c.MissRatios, 1-v.(float64))
 			}
 			curves = append(curves, c)
 		}
 	}
+	rep.Note(fmt.Sprintf("hit ratios are replayed at every size in round 1 and at %s in every round; TRACE_requests_per_sec is the replay rate at %s",
+		PercentLabel(opt.Percents[last]), PercentLabel(opt.Percents[last])))
 	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects); lfu samples 8 candidates and is not libCacheSim's exact LFU; lhd rebuilds its table every 65,536 accesses, libCacheSim's every 2^20 (docs/eviction.md)")
 	return rep, curves, nil
 }

@@ -48,7 +48,7 @@ func TestBenchTiny(t *testing.T) {
 		if v, ok := rep.Get(p, "tiny2_hit_ratio_50pct"); !ok || v.(float64) != 0 {
 			t.Errorf("%s tiny2 at 50%%: %v, want 0", p, v)
 		}
-		if v, ok := rep.Get(p, "tiny_requests_per_sec"); !ok || v.(float64) <= 0 {
+		if v, ok := rep.Get(p, "tiny_requests_per_sec"); !ok || v.(float64) <= 0 || len(rep.Samples(p, "tiny_requests_per_sec")) != 3 {
 			t.Errorf("%s requests_per_sec: %v", p, v)
 		}
 	}

@@ -466,6 +466,7 @@ func featureChecks() []Check {
 		{"for_each_map_elem", "the bpf_for_each_map_elem helper loads"},
 		{"cachestat", "cachestat(2) answers"},
 		{"filemap_get_pages", "the mm_filemap_get_pages tracepoint exists"},
+		{"xdp_live_frames", "BPF_PROG_RUN sends XDP frames (bench kv's kernel load generator)"},
 	} {
 		if err := kernel.Has(f.name); err != nil {
 			cs = append(cs, unsupported(f.name, f.name, err))

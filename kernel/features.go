@@ -153,6 +153,7 @@ func Features() []Feature {
 		{"bpf_timer", "5.15", "bpf_timer", Timer},
 		{"bpf_loop", "5.17", "the bpf_loop helper", BPFLoop},
 		{"xdp_load_bytes", "5.18", "bpf_xdp_load_bytes and bpf_xdp_store_bytes", XDPLoadBytes},
+		{"xdp_live_frames", "5.18", "BPF_PROG_RUN sending XDP frames (live frames)", XDPLiveFrames},
 		{"syscall_prog", "5.14", "SYSCALL programs", SyscallProgram},
 		{"struct_ops", "5.6", "struct_ops maps", StructOps},
 		{"struct_ops_link", "6.4", "struct_ops links", StructOpsLink},

@@ -305,6 +305,16 @@ func (s *Server) detach() error {
 	return errors.Join(errs...)
 }
 
+// Detach undoes Attach but keeps the maps and their values, so that the
+// server can be attached again (the bench swaps modes on one interface).
+// Run it in the interface's network namespace.
+func (s *Server) Detach() error {
+	err := s.detach()
+	s.driver.close()
+	s.driver = nil
+	return err
+}
+
 // AttachPeerPass puts an XDP_PASS program on the client side of a veth pair,
 // which native XDP_TX on the server side needs to deliver its frames.
 func (s *Server) AttachPeerPass(ifindex int) (link.Link, error) {

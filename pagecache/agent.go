@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cilium/ebpf"
 	"math/bits"
 	"os"
 	"sort"
@@ -49,6 +50,7 @@ type Agent struct {
 	failOpen, failFadvise, stillDirty    atomic.Uint64
 	stillWriteback, stillBusy, pressured atomic.Uint64
 	retried, cpuMicros                   atomic.Uint64
+	tid                                  atomic.Int32 // Run's thread, while it runs
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
 	// again at the next step, up to maxTries, before they count as not
@@ -161,6 +163,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("set the agent's thread: %w", err)
 	}
 	defer self.Set(uint32(0))
+	a.tid.Store(int32(unix.Gettid()))
+	defer a.tid.Store(0)
 	var ru0 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
 	defer func() { // the agent's own CPU time, for the benches
@@ -455,4 +459,52 @@ func (a *Agent) Close() error {
 		a.cg = nil
 	}
 	return errors.Join(errs...)
+}
+
+// ProgramRuntime is the time the agent's BPF programs (tracker and policy)
+// have run so far, in the contexts of the processes they trace, and how
+// often they ran. It is zero unless BPF run-time statistics are on
+// (ebpf.EnableStats with BPF_STATS_RUN_TIME), which the overhead bench turns
+// on to measure the agent's cost directly.
+func (a *Agent) ProgramRuntime() (time.Duration, uint64, error) {
+	var total time.Duration
+	var runs uint64
+	for _, c := range []*ebpf.Collection{a.tr.coll, a.polColl()} {
+		if c == nil {
+			continue
+		}
+		for _, p := range c.Programs {
+			st, err := p.Stats()
+			if err != nil {
+				return 0, 0, fmt.Errorf("program stats: %w", err)
+			}
+			total += st.Runtime
+			runs += st.RunCount
+		}
+	}
+	return total, runs, nil
+}
+
+// ThreadCPU is the CPU time of the thread running Run so far (0 when
+// Run is not running), to the nanosecond: the thread's own CPU clock.
+func (a *Agent) ThreadCPU() time.Duration {
+	tid := a.tid.Load()
+	if tid == 0 {
+		return 0
+	}
+	// MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): any thread of this
+	// process may read another's clock.
+	clk := (^tid)<<3 | 4 | 2
+	var ts unix.Timespec
+	if err := unix.ClockGettime(clk, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+func (a *Agent) polColl() *ebpf.Collection {
+	if a.pol == nil {
+		return nil
+	}
+	return a.pol.coll
 }

@@ -21,12 +21,17 @@ search:   10 ripgrep searches over the Linux source (Debian linux-source-6.1,
           unpacked once into --cache-dir) in a cgroup limited to 70% of
           the tree: default vs agent_mru (target search_speedup_mru >= 1.5).
 getscan:  2 GET threads doing random 4 KiB preads over a hot file and a
-          scanner process reading a large file, in one cgroup: default,
+          scanner process reading a large file, in one cgroup (on the
+          cache dir's disk; --getscan-ramdisk: on a RAM-backed loop
+          device, where a miss costs little): default,
           agent_get_scan, fadvise_noreuse, fadvise_dontneed (target
           get_speedup >= 1.3 with scan throughput >= 0.7 of default).
 overhead: fio randread psync on a cached file, agent off vs on with the
           no-op policy (target cpu_per_io_overhead_pct <= 3).
-Files are dropped from the page cache (fadvise DONTNEED) before each mode.`,
+Files are dropped from the page cache (fadvise DONTNEED) before each mode.
+Modes run interleaved for 5 rounds (--quick 3); ratios are medians of the
+rounds' ratios. The overhead target is the agent's own cost (BPF run time
+plus its thread's CPU) within each agent run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, p := range opt.Parts {
@@ -43,5 +48,6 @@ Files are dropped from the page cache (fadvise DONTNEED) before each mode.`,
 	bf.add(c)
 	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
 	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default search,getscan,overhead)")
+	c.Flags().BoolVar(&opt.GetScanRAMDisk, "getscan-ramdisk", false, "run getscan on a RAM-backed loop device (misses cost little: a diagnostic)")
 	return c
 }

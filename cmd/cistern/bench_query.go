@@ -38,8 +38,8 @@ mode's Q1 maxima agree with the reference on the same syscalls.`,
 		},
 	}
 	bf.add(c)
-	c.Flags().DurationVar(&opt.Runtime, "runtime", 0, "fio runtime per run (default 3s, quick 2s)")
-	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "runs per mode and query; medians are reported (default 5, quick 1)")
+	c.Flags().DurationVar(&opt.Runtime, "runtime", 0, "fio runtime per run (default 3s, quick 1s)")
+	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "interleaved rounds; medians are reported (default 5, quick 3)")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "traced modes (default hand_written,bpftrace,optimizer,mvsf_only)")
 	c.Flags().StringSliceVar(&opt.Queries, "queries", nil, "queries (default q1,q2)")
 	return c

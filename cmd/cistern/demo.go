@@ -81,20 +81,20 @@ func demoKV(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
 	rep, err := bench.KV(cmd.Context(), bench.KVOptions{
 		Quick: true, Keys: 5000, Phase: 3 * time.Second, Skews: []float64{0.99},
-		Modes:    []string{"vanilla", "kerby"},
+		Modes: []string{"vanilla", "kerby"}, Clients: []string{"user-space"}, Rounds: 1,
 		Live:     func(line string) { fmt.Fprintln(out, "  "+line) },
 		Progress: func(step string) { fmt.Fprintln(out, "- "+step) },
 	})
 	if err != nil {
 		return err
 	}
-	r, _ := rep.Get("kerby", "ops_per_sec")
-	v, _ := rep.Get("vanilla", "ops_per_sec")
-	h, _ := rep.Get("kerby", "kernel_hit_ratio")
-	m, _ := rep.Get("kerby", "memory_efficiency")
-	w, _ := rep.Get("kerby", "wrong_values")
+	r, _ := rep.Get("user-space kerby", "mops_per_sec")
+	v, _ := rep.Get("user-space vanilla", "mops_per_sec")
+	h, _ := rep.Get("user-space kerby", "kernel_hit_ratio")
+	m, _ := rep.Get("user-space kerby", "memory_efficiency")
+	w, _ := rep.Get("user-space kerby", "wrong_values")
 	fmt.Fprintf(out, "result: kerby %.0f ops/s vs memcached alone %.0f ops/s (x%.2f); kernel hit ratio %.3f; memory efficiency %.3f; wrong values %v\n",
-		r, v, r.(float64)/max(v.(float64), 1), h, m, w)
+		r.(float64)*1e6, v.(float64)*1e6, r.(float64)/max(v.(float64), 1e-9), h, m, w)
 	return nil
 }
 

@@ -22,6 +22,9 @@ import (
 type BarSeries struct {
 	Name   string
 	Values []float64
+	// Lo and Hi, when set, are each bar's spread over rounds (min and max
+	// around a median Value), drawn as an error bar.
+	Lo, Hi []float64
 }
 
 // Series is one named line of a line chart, e.g. a miss-ratio curve.
@@ -74,6 +77,13 @@ func BarChart(path, title, ylabel string, groups []string, series []BarSeries) e
 		p.Add(b)
 		leg.Add(s.Name, b)
 		bars[i] = b
+		if s.Lo != nil || s.Hi != nil {
+			eb, err := errorBars(s, i, len(series))
+			if err != nil {
+				return fmt.Errorf("bar chart %q: series %q: %w", title, s.Name, err)
+			}
+			p.Add(eb)
+		}
 	}
 	// Each group owns one unit of x, so gridlines span the whole plot and
 	// bars never need padding; 5% headroom keeps the tallest bar off the frame.
@@ -88,6 +98,36 @@ func BarChart(path, title, ylabel string, groups []string, series []BarSeries) e
 		}
 	}
 	return render(path, p, leg, names, fit)
+}
+
+// spreadBars places min–max error bars on a series' bars: group g is one
+// unit of x wide and its bars fill 80% of it (as fit lays them out).
+type spreadBars struct {
+	xs, ys, lo, hi []float64
+}
+
+func (e spreadBars) Len() int                    { return len(e.xs) }
+func (e spreadBars) XY(i int) (float64, float64) { return e.xs[i], e.ys[i] }
+func (e spreadBars) YError(i int) (float64, float64) {
+	return e.ys[i] - e.lo[i], e.hi[i] - e.ys[i]
+}
+
+func errorBars(s BarSeries, i, n int) (*plotter.YErrorBars, error) {
+	if len(s.Lo) != len(s.Values) || len(s.Hi) != len(s.Values) {
+		return nil, fmt.Errorf("%d values but %d lows and %d highs", len(s.Values), len(s.Lo), len(s.Hi))
+	}
+	e := spreadBars{ys: s.Values, lo: s.Lo, hi: s.Hi}
+	off := (float64(i) - float64(n-1)/2) * 0.8 / float64(n)
+	for g := range s.Values {
+		e.xs = append(e.xs, float64(g)+off)
+	}
+	eb, err := plotter.NewYErrorBars(e)
+	if err != nil {
+		return nil, err
+	}
+	eb.LineStyle.Width = vg.Points(1.2)
+	eb.CapWidth = vg.Points(6)
+	return eb, nil
 }
 
 // moreColors follow plotutil's palette, so that a chart of up to 14 series

@@ -58,9 +58,9 @@ func colourColumns(img image.Image, c color.Color) (n, minX, maxX int) {
 func TestBarChart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bars.png")
 	err := BarChart(path, "GET throughput", "ops/sec", []string{"skew 0.9", "skew 0.99"}, []BarSeries{
-		{"kerby", []float64{2.4e6, 3.1e6}},
-		{"memcached", []float64{8e5, 9e5}},
-		{"fixed slots", []float64{1.9e6, 2.2e6}},
+		{Name: "kerby", Values: []float64{2.4e6, 3.1e6}},
+		{Name: "memcached", Values: []float64{8e5, 9e5}},
+		{Name: "fixed slots", Values: []float64{1.9e6, 2.2e6}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +108,10 @@ func TestChartErrors(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bad.png")
 	for name, err := range map[string]error{
-		"no groups":    BarChart(path, "t", "y", nil, []BarSeries{{"a", nil}}),
+		"no groups":    BarChart(path, "t", "y", nil, []BarSeries{{Name: "a", Values: nil}}),
 		"no series":    BarChart(path, "t", "y", []string{"g"}, nil),
-		"short series": BarChart(path, "t", "y", []string{"g1", "g2"}, []BarSeries{{"a", []float64{1}}}),
-		"NaN bar":      BarChart(path, "t", "y", []string{"g"}, []BarSeries{{"a", []float64{math.NaN()}}}),
+		"short series": BarChart(path, "t", "y", []string{"g1", "g2"}, []BarSeries{{Name: "a", Values: []float64{1}}}),
+		"NaN bar":      BarChart(path, "t", "y", []string{"g"}, []BarSeries{{Name: "a", Values: []float64{math.NaN()}}}),
 		"no lines":     LineChart(path, "t", "x", "y", nil),
 		"x/y mismatch": LineChart(path, "t", "x", "y", []Series{{"a", []float64{1, 2}, []float64{1}}}),
 		"empty line":   LineChart(path, "t", "x", "y", []Series{{"a", nil, nil}}),

@@ -40,6 +40,21 @@ type Report struct {
 	ratios  orderedMap
 	targets []TargetResult
 	notes   []string
+
+	// Per-round values (see Sample): mode\x00metric → samples, in the
+	// order first sampled; ratio name → samples.
+	samples      map[string][]float64
+	sampleKeys   [][2]string
+	ratioSamples map[string][]float64
+	ratioKeys    []string
+	headline     []string // the table's columns (see Headline)
+	sections     []section
+}
+
+// section is one printed table of a report with several (see Section).
+type section struct {
+	title      string
+	rows, cols []string
 }
 
 type modeResult struct {
@@ -54,6 +69,9 @@ type TargetResult struct {
 	Op   string  `json:"op"`
 	Want float64 `json:"want"`
 	Pass bool    `json:"pass"`
+	// Min and Max are the rounds' spread when Got is a median over rounds.
+	Min *float64 `json:"min,omitempty"`
+	Max *float64 `json:"max,omitempty"`
 }
 
 // New starts a report for the named bench on the running kernel.
@@ -116,6 +134,17 @@ func (r *Report) Get(mode, metric string) (any, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Rows returns the modes (table rows) in the order they were first set.
+func (r *Report) Rows() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.modes))
+	for i, m := range r.modes {
+		out[i] = m.name
+	}
+	return out
 }
 
 // Ratio records a named ratio between modes, e.g. "kerby_vs_memcached_ops".
@@ -230,13 +259,44 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 			Op   string `json:"op"`
 			Want any    `json:"want"`
 			Pass bool   `json:"pass"`
-		}{t.Name, jsonSafe(t.Got), t.Op, jsonSafe(t.Want), t.Pass})
+			Min  any    `json:"min,omitempty"`
+			Max  any    `json:"max,omitempty"`
+		}{t.Name, jsonSafe(t.Got), t.Op, jsonSafe(t.Want), t.Pass, optFloat(t.Min), optFloat(t.Max)})
 		if err != nil {
 			return nil, err
 		}
 		b.Write(data)
 	}
 	b.WriteByte(']')
+	if len(r.sampleKeys) > 0 || len(r.ratioKeys) > 0 {
+		// Every round's figure, so that a reader can redo the statistics.
+		field("rounds", false)
+		var rounds orderedMap
+		var modes []string
+		per := map[string]*orderedMap{}
+		for _, k := range r.sampleKeys {
+			m := per[k[0]]
+			if m == nil {
+				m = &orderedMap{}
+				per[k[0]] = m
+				modes = append(modes, k[0])
+			}
+			m.set(k[1], r.samples[k[0]+"\x00"+k[1]])
+		}
+		for _, mode := range modes {
+			rounds.set(mode, per[mode])
+		}
+		if len(r.ratioKeys) > 0 {
+			var rs orderedMap
+			for _, k := range r.ratioKeys {
+				rs.set(k, r.ratioSamples[k])
+			}
+			rounds.set("ratios", &rs)
+		}
+		if err := rounds.writeJSON(&b); err != nil {
+			return nil, fmt.Errorf("rounds: %w", err)
+		}
+	}
 	field("notes", false)
 	notes := r.notes
 	if notes == nil {
@@ -249,6 +309,13 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	b.Write(data)
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+func optFloat(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return jsonSafe(*p)
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
@@ -285,6 +352,12 @@ func (m *orderedMap) writeJSON(b *bytes.Buffer) error {
 		}
 		writeJSONString(b, k)
 		b.WriteByte(':')
+		if sub, ok := m.vals[k].(*orderedMap); ok {
+			if err := sub.writeJSON(b); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			continue
+		}
 		data, err := json.Marshal(jsonSafe(m.vals[k]))
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)

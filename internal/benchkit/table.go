@@ -33,23 +33,27 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 
 	fmt.Fprintln(w)
-	if len(r.modes) == 0 {
+	switch {
+	case len(r.modes) == 0:
 		fmt.Fprintln(w, "(no results)")
-	} else {
-		var cols []string
-		for _, m := range r.modes {
-			for _, k := range m.metrics.keys {
-				if !slices.Contains(cols, k) {
-					cols = append(cols, k)
+	case len(r.sections) > 0:
+		for i, sec := range r.sections {
+			if rows := r.sectionRows(sec); len(rows) > 1 {
+				if i > 0 {
+					fmt.Fprintln(w)
 				}
+				fmt.Fprintln(w, sec.title)
+				writeAligned(w, rows)
 			}
 		}
+	default:
+		cols := r.tableColumns()
 		rows := [][]string{append([]string{"mode"}, cols...)}
 		for _, m := range r.modes {
 			row := []string{m.name}
 			for _, c := range cols {
 				if v, ok := m.metrics.get(c); ok {
-					row = append(row, FormatValue(v))
+					row = append(row, formatCell(&m.metrics, c, v))
 				} else {
 					row = append(row, "-")
 				}
@@ -63,7 +67,10 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(w)
 		rows := [][]string{{"ratio", "value"}}
 		for _, k := range r.ratios.keys {
-			rows = append(rows, []string{k, FormatValue(r.ratios.vals[k])})
+			if isSpreadKey(&r.ratios, k) {
+				continue
+			}
+			rows = append(rows, []string{k, formatCell(&r.ratios, k, r.ratios.vals[k])})
 		}
 		writeAligned(w, rows)
 	}
@@ -76,7 +83,11 @@ func (r *Report) WriteTable(w io.Writer) {
 			if !t.Pass {
 				res = "FAIL"
 			}
-			rows = append(rows, []string{t.Name, FormatValue(t.Got), t.Op, FormatValue(t.Want), res})
+			got := FormatValue(t.Got)
+			if t.Min != nil && t.Max != nil {
+				got = FormatSpread(t.Got, *t.Min, *t.Max)
+			}
+			rows = append(rows, []string{t.Name, got, t.Op, FormatValue(t.Want), res})
 		}
 		writeAligned(w, rows)
 	}
@@ -88,6 +99,94 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  - %s\n", n)
 		}
 	}
+}
+
+// tableColumns are the metric columns of the table: the Headline ones that
+// some mode has, else every metric but the _min and _max beside a median.
+func (r *Report) tableColumns() []string {
+	var cols []string
+	for _, m := range r.modes {
+		for _, k := range m.metrics.keys {
+			if slices.Contains(cols, k) || isSpreadKey(&m.metrics, k) {
+				continue
+			}
+			if r.headline != nil && !slices.Contains(r.headline, k) {
+				continue
+			}
+			cols = append(cols, k)
+		}
+	}
+	if r.headline != nil { // in the order the bench named them
+		slices.SortStableFunc(cols, func(a, b string) int {
+			return slices.Index(r.headline, a) - slices.Index(r.headline, b)
+		})
+	}
+	return cols
+}
+
+// sectionRows are a section's cells, header first; columns no row has are
+// dropped.
+func (r *Report) sectionRows(sec section) [][]string {
+	var ms []*modeResult
+	for _, name := range sec.rows {
+		for _, m := range r.modes {
+			if m.name == name {
+				ms = append(ms, m)
+			}
+		}
+	}
+	var cols []string
+	for _, c := range sec.cols {
+		for _, m := range ms {
+			if _, ok := m.metrics.get(c); ok {
+				cols = append(cols, c)
+				break
+			}
+		}
+	}
+	if len(cols) == 0 {
+		return nil
+	}
+	out := [][]string{append([]string{"mode"}, cols...)}
+	for _, m := range ms {
+		row := []string{m.name}
+		for _, c := range cols {
+			if v, ok := m.metrics.get(c); ok {
+				row = append(row, formatCell(&m.metrics, c, v))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// isSpreadKey reports whether k is the _min or _max of another key of m.
+func isSpreadKey(m *orderedMap, k string) bool {
+	for _, suf := range []string{"_min", "_max"} {
+		if base, ok := strings.CutSuffix(k, suf); ok {
+			if _, has := m.get(base); has {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// formatCell renders v, as "median [min–max]" when m holds k_min and k_max.
+func formatCell(m *orderedMap, k string, v any) string {
+	med, ok := v.(float64)
+	lo, okLo := m.get(k + "_min")
+	hi, okHi := m.get(k + "_max")
+	if ok && okLo && okHi {
+		l, ok1 := lo.(float64)
+		h, ok2 := hi.(float64)
+		if ok1 && ok2 {
+			return FormatSpread(med, l, h)
+		}
+	}
+	return FormatValue(v)
 }
 
 // writeAligned prints rows with the first column left-aligned and the others
