@@ -28,6 +28,7 @@ const (
 	kern64MapKvWrites           = "kv_writes"
 	kern64MapPoolBlocks         = "pool_blocks"
 	kern64MapPoolIndex          = "pool_index"
+	kern64MapPoolSlots          = "pool_slots"
 	kern64MapPoolStats          = "pool_stats"
 	kern64MapPoolZero           = "pool_zero"
 	kern64ProgKvEgress          = "kv_egress"
@@ -43,6 +44,7 @@ const (
 	kern64VarKvTicketTtlNs      = "kv_ticket_ttl_ns"
 	kern64VarKvWriteWindowNs    = "kv_write_window_ns"
 	kern64VarPoolBlockSize      = "pool_block_size"
+	kern64VarPoolCapacity       = "pool_capacity"
 	kern64VarPoolMaxBlocks      = "pool_max_blocks"
 )
 
@@ -111,6 +113,7 @@ type kern64MapSpecs struct {
 	KvWrites     *ebpf.MapSpec `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.MapSpec `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.MapSpec `ebpf:"pool_index"`
+	PoolSlots    *ebpf.MapSpec `ebpf:"pool_slots"`
 	PoolStats    *ebpf.MapSpec `ebpf:"pool_stats"`
 	PoolZero     *ebpf.MapSpec `ebpf:"pool_zero"`
 }
@@ -127,6 +130,7 @@ type kern64VariableSpecs struct {
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.VariableSpec `ebpf:"pool_block_size"`
+	PoolCapacity       *ebpf.VariableSpec `ebpf:"pool_capacity"`
 	PoolMaxBlocks      *ebpf.VariableSpec `ebpf:"pool_max_blocks"`
 }
 
@@ -162,6 +166,7 @@ type kern64Maps struct {
 	KvWrites     *ebpf.Map `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.Map `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.Map `ebpf:"pool_index"`
+	PoolSlots    *ebpf.Map `ebpf:"pool_slots"`
 	PoolStats    *ebpf.Map `ebpf:"pool_stats"`
 	PoolZero     *ebpf.Map `ebpf:"pool_zero"`
 }
@@ -180,6 +185,7 @@ func (m *kern64Maps) Close() error {
 		m.KvWrites,
 		m.PoolBlocks,
 		m.PoolIndex,
+		m.PoolSlots,
 		m.PoolStats,
 		m.PoolZero,
 	)
@@ -197,6 +203,7 @@ type kern64Variables struct {
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.Variable `ebpf:"pool_block_size"`
+	PoolCapacity       *ebpf.Variable `ebpf:"pool_capacity"`
 	PoolMaxBlocks      *ebpf.Variable `ebpf:"pool_max_blocks"`
 }
 

@@ -28,6 +28,7 @@ const (
 	kernMapKvWrites           = "kv_writes"
 	kernMapPoolBlocks         = "pool_blocks"
 	kernMapPoolIndex          = "pool_index"
+	kernMapPoolSlots          = "pool_slots"
 	kernMapPoolStats          = "pool_stats"
 	kernMapPoolZero           = "pool_zero"
 	kernProgKvEgress          = "kv_egress"
@@ -43,6 +44,7 @@ const (
 	kernVarKvTicketTtlNs      = "kv_ticket_ttl_ns"
 	kernVarKvWriteWindowNs    = "kv_write_window_ns"
 	kernVarPoolBlockSize      = "pool_block_size"
+	kernVarPoolCapacity       = "pool_capacity"
 	kernVarPoolMaxBlocks      = "pool_max_blocks"
 )
 
@@ -111,6 +113,7 @@ type kernMapSpecs struct {
 	KvWrites     *ebpf.MapSpec `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.MapSpec `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.MapSpec `ebpf:"pool_index"`
+	PoolSlots    *ebpf.MapSpec `ebpf:"pool_slots"`
 	PoolStats    *ebpf.MapSpec `ebpf:"pool_stats"`
 	PoolZero     *ebpf.MapSpec `ebpf:"pool_zero"`
 }
@@ -127,6 +130,7 @@ type kernVariableSpecs struct {
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.VariableSpec `ebpf:"pool_block_size"`
+	PoolCapacity       *ebpf.VariableSpec `ebpf:"pool_capacity"`
 	PoolMaxBlocks      *ebpf.VariableSpec `ebpf:"pool_max_blocks"`
 }
 
@@ -162,6 +166,7 @@ type kernMaps struct {
 	KvWrites     *ebpf.Map `ebpf:"kv_writes"`
 	PoolBlocks   *ebpf.Map `ebpf:"pool_blocks"`
 	PoolIndex    *ebpf.Map `ebpf:"pool_index"`
+	PoolSlots    *ebpf.Map `ebpf:"pool_slots"`
 	PoolStats    *ebpf.Map `ebpf:"pool_stats"`
 	PoolZero     *ebpf.Map `ebpf:"pool_zero"`
 }
@@ -180,6 +185,7 @@ func (m *kernMaps) Close() error {
 		m.KvWrites,
 		m.PoolBlocks,
 		m.PoolIndex,
+		m.PoolSlots,
 		m.PoolStats,
 		m.PoolZero,
 	)
@@ -197,6 +203,7 @@ type kernVariables struct {
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.Variable `ebpf:"pool_block_size"`
+	PoolCapacity       *ebpf.Variable `ebpf:"pool_capacity"`
 	PoolMaxBlocks      *ebpf.Variable `ebpf:"pool_max_blocks"`
 }
 

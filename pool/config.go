@@ -89,6 +89,7 @@ func CompiledMaxBlocks(spec *ebpf.CollectionSpec) (uint32, error) {
 // cistern/pool.bpf.h, before it is loaded:
 //
 //	pool_blocks    MaxEntries = CapacityBlocks, ValueSize = BlockSize+16
+//	pool_slots     MaxEntries = CapacityBlocks (.rodata pool_capacity too)
 //	pool_zero      ValueSize = BlockSize+16
 //	pool_objects   MaxEntries = MaxObjects
 //	pool_staging*  ValueSize = BlockSize × CISTERN_POOL_MAX_BLOCKS (every map
@@ -112,7 +113,7 @@ func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 	if c.MaxBlocks > compiled {
 		return fmt.Errorf("pool max blocks %d: this BPF object was compiled with CISTERN_POOL_MAX_BLOCKS %d", c.MaxBlocks, compiled)
 	}
-	for _, name := range []string{"pool_block_size", "pool_max_blocks"} {
+	for _, name := range []string{"pool_block_size", "pool_max_blocks", "pool_capacity"} {
 		if _, ok := spec.Variables[name]; !ok {
 			return fmt.Errorf("collection has no variable %s: does it include cistern/pool.bpf.h?", name)
 		}
@@ -123,10 +124,16 @@ func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 	if err := spec.Variables["pool_max_blocks"].Set(c.MaxBlocks); err != nil {
 		return fmt.Errorf("set pool_max_blocks: %w", err)
 	}
+	if err := spec.Variables["pool_capacity"].Set(c.CapacityBlocks); err != nil {
+		return fmt.Errorf("set pool_capacity: %w", err)
+	}
 	blockValue := c.BlockSize + 2*BlockHeader
 	if m, ok := spec.Maps["pool_blocks"]; ok {
 		m.MaxEntries = c.CapacityBlocks
 		m.ValueSize = blockValue
+	}
+	if m, ok := spec.Maps["pool_slots"]; ok {
+		m.MaxEntries = c.CapacityBlocks
 	}
 	if m, ok := spec.Maps["pool_zero"]; ok {
 		m.ValueSize = blockValue

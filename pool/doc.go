@@ -6,11 +6,11 @@
 // BPF maps have fixed-size values, so a program that keeps variable-length
 // data in the kernel must either waste memory on large slots or give up on
 // long values. Kerby stores each object as a chain of fixed-size blocks
-// (BlockSize bytes, at most MaxBlocks of them) in one hash map, pool_blocks,
+// (BlockSize bytes, at most MaxBlocks of them) in one array, pool_blocks,
 // and records the chain in an allocation map (object id -> struct pool_ref).
-// Block indices come from a 64-bit counter that only grows, so there is no
-// free list: nothing has to be updated under a bpf_spin_lock, where helpers
-// cannot be called. A writer builds a new version on fresh blocks, swaps the
+// A block index is a generation from a counter that only grows and the
+// block's slot; freed slots wait in a queue map, pool_slots, so nothing has to
+// be updated under a bpf_spin_lock, where helpers cannot be called. A writer builds a new version on fresh blocks, swaps the
 // pool_ref under the object's lock and frees the old blocks afterwards;
 // readers copy a snapshot of the pool_ref and check each block's index
 // header and trailer after copying it, so a read never mixes two versions.

@@ -74,6 +74,7 @@ const (
 	kernMapPoolIndex      = "pool_index"
 	kernMapPoolObjects    = "pool_objects"
 	kernMapPoolScratchMap = "pool_scratch_map"
+	kernMapPoolSlots      = "pool_slots"
 	kernMapPoolStaging    = "pool_staging"
 	kernMapPoolStats      = "pool_stats"
 	kernMapPoolZero       = "pool_zero"
@@ -82,6 +83,7 @@ const (
 	kernProgPoolResizeObj = "pool_resize_obj"
 	kernProgPoolWrite     = "pool_write"
 	kernVarPoolBlockSize  = "pool_block_size"
+	kernVarPoolCapacity   = "pool_capacity"
 	kernVarPoolMaxBlocks  = "pool_max_blocks"
 )
 
@@ -141,6 +143,7 @@ type kernMapSpecs struct {
 	PoolIndex      *ebpf.MapSpec `ebpf:"pool_index"`
 	PoolObjects    *ebpf.MapSpec `ebpf:"pool_objects"`
 	PoolScratchMap *ebpf.MapSpec `ebpf:"pool_scratch_map"`
+	PoolSlots      *ebpf.MapSpec `ebpf:"pool_slots"`
 	PoolStaging    *ebpf.MapSpec `ebpf:"pool_staging"`
 	PoolStats      *ebpf.MapSpec `ebpf:"pool_stats"`
 	PoolZero       *ebpf.MapSpec `ebpf:"pool_zero"`
@@ -151,6 +154,7 @@ type kernMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kernVariableSpecs struct {
 	PoolBlockSize *ebpf.VariableSpec `ebpf:"pool_block_size"`
+	PoolCapacity  *ebpf.VariableSpec `ebpf:"pool_capacity"`
 	PoolMaxBlocks *ebpf.VariableSpec `ebpf:"pool_max_blocks"`
 }
 
@@ -178,6 +182,7 @@ type kernMaps struct {
 	PoolIndex      *ebpf.Map `ebpf:"pool_index"`
 	PoolObjects    *ebpf.Map `ebpf:"pool_objects"`
 	PoolScratchMap *ebpf.Map `ebpf:"pool_scratch_map"`
+	PoolSlots      *ebpf.Map `ebpf:"pool_slots"`
 	PoolStaging    *ebpf.Map `ebpf:"pool_staging"`
 	PoolStats      *ebpf.Map `ebpf:"pool_stats"`
 	PoolZero       *ebpf.Map `ebpf:"pool_zero"`
@@ -189,6 +194,7 @@ func (m *kernMaps) Close() error {
 		m.PoolIndex,
 		m.PoolObjects,
 		m.PoolScratchMap,
+		m.PoolSlots,
 		m.PoolStaging,
 		m.PoolStats,
 		m.PoolZero,
@@ -200,6 +206,7 @@ func (m *kernMaps) Close() error {
 // It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kernVariables struct {
 	PoolBlockSize *ebpf.Variable `ebpf:"pool_block_size"`
+	PoolCapacity  *ebpf.Variable `ebpf:"pool_capacity"`
 	PoolMaxBlocks *ebpf.Variable `ebpf:"pool_max_blocks"`
 }
 

@@ -162,8 +162,8 @@ func (o *Objects) ObjectsMap() *ebpf.Map { return o.objs.PoolObjects }
 // scratch buffers.
 func (o *Objects) pinned() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		"pool_index": o.objs.PoolIndex, "pool_blocks": o.objs.PoolBlocks, "pool_zero": o.objs.PoolZero,
-		"pool_stats": o.objs.PoolStats, "pool_objects": o.objs.PoolObjects, "pool_rodata": o.rodata,
+		"pool_index": o.objs.PoolIndex, "pool_blocks": o.objs.PoolBlocks, "pool_slots": o.objs.PoolSlots,
+		"pool_zero": o.objs.PoolZero, "pool_stats": o.objs.PoolStats, "pool_objects": o.objs.PoolObjects, "pool_rodata": o.rodata,
 	}
 }
 
@@ -199,7 +199,7 @@ func OpenPinned(dir string) (*Objects, error) {
 			m.Close()
 		}
 	}()
-	for _, name := range []string{"pool_index", "pool_blocks", "pool_zero", "pool_stats", "pool_objects", "pool_rodata"} {
+	for _, name := range []string{"pool_index", "pool_blocks", "pool_slots", "pool_zero", "pool_stats", "pool_objects", "pool_rodata"} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			return nil, fmt.Errorf("pool: no pool pinned in %s: %w", dir, err)

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -15,7 +16,7 @@ import (
 // StatNames are the pool_stats counters in enum pool_stat order (pool.h).
 var StatNames = []string{
 	"blocks_allocated", "blocks_freed", "pool_full", "objects_full", "oversize",
-	"rollbacks", "torn_retries", "read_failures", "lost_races", "scratch_busy", "free_misses",
+	"rollbacks", "torn_retries", "read_failures", "lost_races", "scratch_busy", "free_misses", "slots_lost",
 }
 
 // Maps are the pool's own maps in a loaded collection.
@@ -28,7 +29,7 @@ type Maps struct {
 // Stats describes a pool's memory and counters.
 type Stats struct {
 	Objects          uint64 `json:"objects"`           // published objects (Ver != 0)
-	LiveBlocks       uint64 `json:"live_blocks"`       // entries of pool_blocks
+	LiveBlocks       uint64 `json:"live_blocks"`       // stamped slots of pool_blocks
 	ReferencedBlocks uint64 `json:"referenced_blocks"` // blocks the published objects point to
 	PayloadBytes     uint64 `json:"payload_bytes"`     // sum of the objects' lengths
 	// LeakedBlocks = LiveBlocks - ReferencedBlocks: blocks no published
@@ -76,7 +77,7 @@ func CollectStats(m Maps, refs func(yield func(Ref) bool) error) (Stats, error) 
 			return st, fmt.Errorf("pool stats: walk objects: %w", err)
 		}
 	}
-	if st.LiveBlocks, err = CountEntries(m.Blocks); err != nil {
+	if st.LiveBlocks, err = CountLiveBlocks(m.Blocks); err != nil {
 		return st, fmt.Errorf("pool stats: count blocks: %w", err)
 	}
 	if st.LiveBlocks > st.ReferencedBlocks {
@@ -109,6 +110,19 @@ func Counters(m *ebpf.Map) (map[string]uint64, error) { return percpu.Sum(m, Sta
 func CountEntries(m *ebpf.Map) (uint64, error) {
 	var n uint64
 	err := ForEach(m, func(_, _ []byte) bool { n++; return true })
+	return n, err
+}
+
+// CountLiveBlocks counts the blocks of pool_blocks in use: slots whose
+// header holds a block index (a free slot's is 0).
+func CountLiveBlocks(blocks *ebpf.Map) (uint64, error) {
+	var n uint64
+	err := ForEach(blocks, func(_, v []byte) bool {
+		if len(v) >= BlockHeader && binary.NativeEndian.Uint64(v) != 0 {
+			n++
+		}
+		return true
+	})
 	return n, err
 }
 

@@ -74,6 +74,7 @@ const (
 	execlogMapPoolIndex      = "pool_index"
 	execlogMapPoolObjects    = "pool_objects"
 	execlogMapPoolScratchMap = "pool_scratch_map"
+	execlogMapPoolSlots      = "pool_slots"
 	execlogMapPoolStaging    = "pool_staging"
 	execlogMapPoolStagingCpu = "pool_staging_cpu"
 	execlogMapPoolStats      = "pool_stats"
@@ -83,6 +84,7 @@ const (
 	execlogVarExecsFailed    = "execs_failed"
 	execlogVarExecsStored    = "execs_stored"
 	execlogVarPoolBlockSize  = "pool_block_size"
+	execlogVarPoolCapacity   = "pool_capacity"
 	execlogVarPoolMaxBlocks  = "pool_max_blocks"
 )
 
@@ -140,6 +142,7 @@ type execlogMapSpecs struct {
 	PoolIndex      *ebpf.MapSpec `ebpf:"pool_index"`
 	PoolObjects    *ebpf.MapSpec `ebpf:"pool_objects"`
 	PoolScratchMap *ebpf.MapSpec `ebpf:"pool_scratch_map"`
+	PoolSlots      *ebpf.MapSpec `ebpf:"pool_slots"`
 	PoolStaging    *ebpf.MapSpec `ebpf:"pool_staging"`
 	PoolStagingCpu *ebpf.MapSpec `ebpf:"pool_staging_cpu"`
 	PoolStats      *ebpf.MapSpec `ebpf:"pool_stats"`
@@ -153,6 +156,7 @@ type execlogVariableSpecs struct {
 	ExecsFailed   *ebpf.VariableSpec `ebpf:"execs_failed"`
 	ExecsStored   *ebpf.VariableSpec `ebpf:"execs_stored"`
 	PoolBlockSize *ebpf.VariableSpec `ebpf:"pool_block_size"`
+	PoolCapacity  *ebpf.VariableSpec `ebpf:"pool_capacity"`
 	PoolMaxBlocks *ebpf.VariableSpec `ebpf:"pool_max_blocks"`
 }
 
@@ -180,6 +184,7 @@ type execlogMaps struct {
 	PoolIndex      *ebpf.Map `ebpf:"pool_index"`
 	PoolObjects    *ebpf.Map `ebpf:"pool_objects"`
 	PoolScratchMap *ebpf.Map `ebpf:"pool_scratch_map"`
+	PoolSlots      *ebpf.Map `ebpf:"pool_slots"`
 	PoolStaging    *ebpf.Map `ebpf:"pool_staging"`
 	PoolStagingCpu *ebpf.Map `ebpf:"pool_staging_cpu"`
 	PoolStats      *ebpf.Map `ebpf:"pool_stats"`
@@ -192,6 +197,7 @@ func (m *execlogMaps) Close() error {
 		m.PoolIndex,
 		m.PoolObjects,
 		m.PoolScratchMap,
+		m.PoolSlots,
 		m.PoolStaging,
 		m.PoolStagingCpu,
 		m.PoolStats,
@@ -206,6 +212,7 @@ type execlogVariables struct {
 	ExecsFailed   *ebpf.Variable `ebpf:"execs_failed"`
 	ExecsStored   *ebpf.Variable `ebpf:"execs_stored"`
 	PoolBlockSize *ebpf.Variable `ebpf:"pool_block_size"`
+	PoolCapacity  *ebpf.Variable `ebpf:"pool_capacity"`
 	PoolMaxBlocks *ebpf.Variable `ebpf:"pool_max_blocks"`
 }
 

@@ -4,14 +4,24 @@
  * as chains of fixed-size blocks in BPF maps.
  *
  * LAYOUT
- *   pool_index   ARRAY[2] u64, mmapable. [0]: last block index handed out,
- *                [1]: last version number. Advanced only by atomic fetch-add,
- *                never decremented: a block index is used once (2^64 of them),
- *                so there is no free list and nothing to reuse or to lock.
- *   pool_blocks  HASH u64 index -> [u64 index][pool_block_size bytes][u64 index].
- *                max_entries is the pool capacity in blocks. The hash map maps
- *                the ever-growing index onto its bounded storage.
- *   pool_zero    PERCPU_ARRAY[1] of one zeroed block, the template for new blocks.
+ *   pool_index   ARRAY[3] u64, mmapable. [0]: last block generation handed out,
+ *                [1]: last version number, [2]: slots of pool_blocks ever
+ *                taken fresh. Advanced only by atomic fetch-add, never
+ *                decremented.
+ *   pool_blocks  ARRAY slot -> [u64 index][pool_block_size bytes][u64 index].
+ *                max_entries is the pool capacity in blocks. A block index is
+ *                (generation << 32 | slot): the slot says where the block
+ *                lives, the generation makes the index unique (2^32 of them
+ *                per slot's lifetime), so a stale index never matches a slot
+ *                that was freed and taken again. A freed block's header and
+ *                trailer are zero.
+ *   pool_slots   QUEUE of u32: freed slots, taken again before fresh ones
+ *                (pool_index[2]). The paper's pool is a hash map keyed by the
+ *                index; an array lookup is inlined by the JIT, where a hash
+ *                lookup per block cost a GET of a 1 KiB value in 128-byte
+ *                blocks a third of its time (docs/kerby-kv.md).
+ *   pool_zero    PERCPU_ARRAY[1] of one zeroed block, copied over a slot when
+ *                it is taken: a new block reads as zeros.
  *   pool_stats   PERCPU_ARRAY of enum pool_stat counters.
  *   Your allocation map: object id -> a value holding a struct pool_ref (the
  *   object's length, block count and block indices), a bpf_spin_lock and
@@ -27,8 +37,9 @@
  * CONCURRENCY
  *   No helper may be called while a bpf_spin_lock is held, so nothing that
  *   allocates or frees happens under the lock. A writer:
- *     1. pool_alloc(): takes fresh indices (fetch-add) and creates the blocks;
- *        fills them. Nobody else can see them yet.
+ *     1. pool_alloc(): takes slots (a freed one from pool_slots, else a fresh
+ *        one) and fresh generations (fetch-add), stamps the blocks; fills
+ *        them. Nobody else can see them yet.
  *     2. under the object's lock, swaps in the new pool_ref and takes out the
  *        old one (a plain memory copy, no helper).
  *     3. pool_free() on the old pool_ref, after unlocking.
@@ -38,7 +49,9 @@
  *   index header/trailer no longer matches after the copy (the element was
  *   recycled), means a writer replaced that version: the reader retries from a
  *   new snapshot a bounded number of times (POOL_READ_RETRIES), then reports a
- *   miss. It can never return bytes of two versions.
+ *   miss. It can never return bytes of two versions. A free clears a block's
+ *   stamp with compare-and-swap before its slot goes back to pool_slots, so
+ *   two frees of one block cannot queue its slot twice.
  *   An element of the allocation map can be deleted and recycled for another
  *   id under a writer's feet; struct pool_object therefore carries its id and a
  *   dead flag, checked under the lock before publishing.
@@ -88,21 +101,29 @@
 /* Set by the loader; frozen, so constants to the verifier. */
 const volatile __u32 pool_block_size = 128;
 const volatile __u32 pool_max_blocks = CISTERN_POOL_MAX_BLOCKS;
+const volatile __u32 pool_capacity = 1024; /* pool_blocks' max_entries */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(map_flags, BPF_F_MMAPABLE);
 } pool_index SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1024);  /* capacity in blocks: set by the loader */
-	__uint(key_size, sizeof(__u64));
+	__uint(key_size, sizeof(__u32));
 	__uint(value_size, 128 + 2 * POOL_BLOCK_HDR); /* set by the loader */
 } pool_blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1024); /* capacity in blocks: set by the loader */
+	__uint(key_size, 0);
+	__uint(value_size, sizeof(__u32));
+} pool_slots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -158,7 +179,8 @@ static __always_inline __u64 pool_reserve(__u32 which, __u64 n)
  * payload starts POOL_BLOCK_HDR bytes in and is pool_block_size long. */
 static __always_inline __u8 *pool_block_get(__u64 idx)
 {
-	__u8 *b = bpf_map_lookup_elem(&pool_blocks, &idx);
+	__u32 slot = (__u32)idx;
+	__u8 *b = bpf_map_lookup_elem(&pool_blocks, &slot);
 
 	if (!b || *(__u64 *)b != idx)
 		return NULL;
@@ -175,6 +197,67 @@ static __always_inline int pool_block_intact(__u8 *b, __u64 idx)
 	       *(volatile __u64 *)(b + POOL_BLOCK_HDR + pool_block_size) == idx;
 }
 
+/* Takes a slot for a new block: a freed one, else a fresh one; -1 if full. */
+static __always_inline __s64 pool_slot_take(void)
+{
+	__u32 slot, k = 2;
+	__u64 *fresh, n;
+
+	if (bpf_map_pop_elem(&pool_slots, &slot) == 0)
+		return slot;
+	fresh = bpf_map_lookup_elem(&pool_index, &k);
+	if (!fresh || *fresh >= pool_capacity)
+		return -1;
+	n = __sync_fetch_and_add(fresh, 1);
+	if (n < pool_capacity)
+		return n;
+	return -1;
+}
+
+/* Frees block idx: clears its stamp (only one caller can win the
+ * compare-and-swap) and queues its slot. 0, or -1 if it was not block idx.
+ * A global function: verified once, not once per block of every caller. */
+__attribute__((noinline)) int pool_block_put(__u64 idx)
+{
+	__u32 slot = (__u32)idx;
+	__u8 *b = bpf_map_lookup_elem(&pool_blocks, &slot);
+
+	if (!b || idx == 0 || __sync_val_compare_and_swap((__u64 *)b, idx, 0) != idx)
+		return -1;
+	*(volatile __u64 *)(b + POOL_BLOCK_HDR + pool_block_size) = 0;
+	if (bpf_map_push_elem(&pool_slots, &slot, 0))
+		pool_stat_add(POOL_STAT_SLOTS_LOST, 1); /* cannot happen: room for every slot */
+	return 0;
+}
+
+/* Makes a new block of generation gen on a taken slot, zeroed and stamped:
+ * its index, or 0 when the pool is full. Global, as pool_block_put. */
+__attribute__((noinline)) __u64 pool_block_new(__u64 gen)
+{
+	__u32 zk = 0, s32;
+	__u8 *zero = bpf_map_lookup_elem(&pool_zero, &zk), *b;
+	__s64 slot;
+	__u64 idx;
+
+	if (!zero)
+		return 0;
+	slot = pool_slot_take();
+	if (slot < 0)
+		return 0;
+	s32 = (__u32)slot;
+	/* A taken slot holds its last user's bytes: new blocks read as zeros
+	 * (a resize's growth, a short last block). */
+	b = bpf_map_lookup_elem(&pool_blocks, &s32);
+	if (!b || bpf_map_update_elem(&pool_blocks, &s32, zero, BPF_ANY)) {
+		bpf_map_push_elem(&pool_slots, &s32, 0);
+		return 0;
+	}
+	idx = gen << 32 | s32;
+	*(__u64 *)b = idx;
+	*(__u64 *)(b + POOL_BLOCK_HDR + pool_block_size) = idx;
+	return idx;
+}
+
 /* Deletes the blocks of ref (the old version after a swap, or a rollback). */
 static __always_inline void pool_free(struct pool_ref *ref)
 {
@@ -183,15 +266,12 @@ static __always_inline void pool_free(struct pool_ref *ref)
 	if (n > CISTERN_POOL_MAX_BLOCKS)
 		n = CISTERN_POOL_MAX_BLOCKS;
 	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-		__u64 idx;
-
 		if (i >= n)
 			break;
-		idx = ref->idx[i];
 		/* A block that is not there was never ours: count it apart. The
 		 * count of freed blocks is n - missing, computed after the loop so
 		 * that no per-iteration counter splits the verifier's states. */
-		if (bpf_map_delete_elem(&pool_blocks, &idx))
+		if (pool_block_put(ref->idx[i]))
 			missing = 1;
 	}
 	ref->nblocks = 0;
@@ -205,16 +285,12 @@ static __always_inline void pool_free(struct pool_ref *ref)
 		pool_stat_add(POOL_STAT_BLOCKS_FREED, n);
 }
 
-/* Creates blocks [from, to) of ref with fresh indices. On failure deletes
+/* Creates blocks [from, to) of ref with fresh indices. On failure frees
  * the blocks it created (earlier ones belong to the caller). */
 static __always_inline int pool_add_blocks(struct pool_ref *ref, __u32 from, __u32 to)
 {
-	__u32 zk = 0;
-	__u8 *zero = bpf_map_lookup_elem(&pool_zero, &zk);
 	__u64 base;
 
-	if (!zero)
-		return -POOL_EINVAL;
 	if (to <= from)
 		return 0;
 	base = pool_reserve(0, to - from);
@@ -223,22 +299,15 @@ static __always_inline int pool_add_blocks(struct pool_ref *ref, __u32 from, __u
 	__u32 made = from; /* blocks [from, made) exist */
 
 	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-		__u64 idx = base + i - from;
-		__u8 *b;
+		__u64 idx;
 
 		if (i < from)
 			continue;
 		if (i >= to)
 			break;
-		if (bpf_map_update_elem(&pool_blocks, &idx, zero, BPF_NOEXIST))
+		idx = pool_block_new(base + i - from);
+		if (!idx)
 			break;
-		b = bpf_map_lookup_elem(&pool_blocks, &idx);
-		if (!b) {
-			bpf_map_delete_elem(&pool_blocks, &idx);
-			break;
-		}
-		*(__u64 *)b = idx;
-		*(__u64 *)(b + POOL_BLOCK_HDR + pool_block_size) = idx;
 		ref->idx[i] = idx;
 		made = i + 1;
 	}
@@ -250,11 +319,11 @@ static __always_inline int pool_add_blocks(struct pool_ref *ref, __u32 from, __u
 	/* Roll back the blocks this call created, in a loop of its own: one
 	 * nested in the one above would cost the verifier MAX_BLOCKS^2. */
 	for (__u32 j = 0; j < CISTERN_POOL_MAX_BLOCKS; j++) {
-		__u64 u = base + j;
-
-		if (j >= made - from)
+		if (j < from)
+			continue;
+		if (j >= made)
 			break;
-		bpf_map_delete_elem(&pool_blocks, &u);
+		pool_block_put(ref->idx[j]);
 	}
 	pool_stat_add(POOL_STAT_POOL_FULL, 1);
 	pool_stat_add(POOL_STAT_ROLLBACKS, 1);
@@ -330,14 +399,11 @@ static __always_inline void pool_resize_undo(struct pool_ref *out, const struct 
 	__u32 freed = 0, have = in->nblocks;
 
 	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-		__u64 idx;
-
 		if (i >= out->nblocks)
 			break;
 		if (i < have)
 			continue;
-		idx = out->idx[i];
-		if (bpf_map_delete_elem(&pool_blocks, &idx) == 0)
+		if (pool_block_put(out->idx[i]) == 0)
 			freed++;
 	}
 	pool_stat_add(POOL_STAT_BLOCKS_FREED, freed);

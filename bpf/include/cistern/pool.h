@@ -14,7 +14,7 @@
 
 /* A block in pool_blocks: its own index before and after the payload, so a
  * reader can prove after copying that the block was not freed and reused
- * underneath it (a preallocated hash map recycles elements at once).
+ * underneath it (a freed slot may be taken again at once).
  * Map value size = pool_block_size + 2 * 8. */
 #define POOL_BLOCK_HDR 8
 
@@ -48,6 +48,7 @@ enum pool_stat {
 	POOL_STAT_SCRATCH_BUSY,  /* a pool_obj_* call found this CPU's scratch in use (a preempted or
 				  * interrupted caller on the same CPU) and returned -EBUSY */
 	POOL_STAT_FREE_MISSES,   /* a free met blocks already gone (should stay 0): blocks_freed not updated */
+	POOL_STAT_SLOTS_LOST,    /* a freed slot could not be queued again (should stay 0) */
 	POOL_STAT_MAX = 16,
 };
 
