@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,7 +155,9 @@ func KV(ctx context.Context, opt KVOptions) (*benchkit.Report, error) {
 	rep.SetConfig("skews", opt.Skews)
 	rep.Headline("mops_per_sec", "mops_per_server_core", "p99_us", "memory_efficiency", "wrong_values")
 
-	pair, err := netenv.NewPair("kvb", netenv.Options{Subnet: 240})
+	// A queue per CPU: each generator thread's requests, the server's XDP
+	// and the reply counter then run on that thread's CPU, side by side.
+	pair, err := netenv.NewPair("kvb", netenv.Options{Subnet: 240, Queues: runtime.NumCPU()})
 	if err != nil {
 		return nil, err
 	}

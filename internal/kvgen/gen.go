@@ -213,18 +213,23 @@ func ReplyText(k int, version uint32, size int) []byte {
 }
 
 // Checksum is kvgen_count's checksum of a reply text: little-endian 8-byte
-// words, the tail zero-padded, each added then multiplied by a constant.
+// words, the tail zero-padded, summed Fletcher-style (a running sum and a sum
+// of the running sums, so the order of words counts) and mixed once at the
+// end: one add per word keeps the per-reply check cheap.
 func Checksum(text []byte) uint64 {
-	var h uint64
+	var a, b uint64
 	i := 0
 	for ; i+8 <= len(text); i += 8 {
-		h = (h + binary.LittleEndian.Uint64(text[i:])) * sumK
+		a += binary.LittleEndian.Uint64(text[i:])
+		b += a
 	}
 	var w uint64
 	for j := 0; i+j < len(text); j++ {
 		w |= uint64(text[i+j]) << (8 * j)
 	}
-	return (h + w) * sumK
+	a += w
+	b += a
+	return b*sumK ^ a
 }
 
 // Close unloads the programs and maps.

@@ -36,6 +36,10 @@ type Options struct {
 	Subnet uint8
 	// MTU of both veth ends; 0 keeps the default.
 	MTU int
+	// Queues gives each veth end that many RX and TX queues (0: one). A
+	// veth hands XDP frames to the peer queue of the sending CPU, so with
+	// a queue per CPU each CPU's frames are received on that CPU.
+	Queues int
 }
 
 // ServerNSName and ClientNSName are the names under /var/run/netns.
@@ -79,6 +83,11 @@ func NewPair(name string, opt Options) (_ *Pair, err error) {
 	}
 
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.ServerIf, MTU: opt.MTU}, PeerName: p.ClientIf}
+	if opt.Queues > 1 {
+		q := opt.Queues
+		veth.NumTxQueues, veth.NumRxQueues = q, q
+		veth.PeerNumTxQueues, veth.PeerNumRxQueues = uint32(q), uint32(q)
+	}
 	if err = netlink.LinkAdd(veth); err != nil {
 		return nil, fmt.Errorf("netenv: create veth: %w", err)
 	}
