@@ -218,8 +218,10 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 			rep.PairedRatio("naive_vs_accumulated_agent_cpu", "naive", "agent_cpu_pct", "accumulated", "agent_cpu_pct")
 		}
 		if ran("bpftrace") {
-			bp, _ := get("bpftrace", "probe_effect_pct")
-			rep.TargetMetric("accumulated probe_effect_pct <= bpftrace + 5", "accumulated", "probe_effect_pct", "<=", bp+5)
+			// Per round: both probe effects are against that round's
+			// untraced run, so their difference cancels the round's load.
+			rep.PairedDiff("accumulated_minus_bpftrace_probe_effect_pct_points", "accumulated", "probe_effect_pct", "bpftrace", "probe_effect_pct")
+			rep.TargetRatio("accumulated_minus_bpftrace_probe_effect_pct_points", "<=", 5)
 		}
 	}
 	if ran("sysbench_accumulated_4m") {

@@ -107,6 +107,26 @@ func (r *Report) PairedRatio(name, modeA, metricA, modeB, metricB string) float6
 	return v
 }
 
+// PairedDiff records, round by round, a's metric minus b's (rounds paired
+// by index) as ratio name and returns its median: for figures in points,
+// such as two probe effects measured against the same round's baseline.
+func (r *Report) PairedDiff(name, modeA, metricA, modeB, metricB string) float64 {
+	a, b := r.Samples(modeA, metricA), r.Samples(modeB, metricB)
+	any := false
+	for i := range min(len(a), len(b)) {
+		if !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
+			r.SampleRatio(name, a[i]-b[i])
+			any = true
+		}
+	}
+	if !any {
+		r.Ratio(name, math.NaN())
+		return math.NaN()
+	}
+	v, _ := r.ratioValue(name)
+	return v
+}
+
 // Spread returns a mode metric's median, min and max; ok is false when the
 // metric was never sampled (a value set with Set has no spread: lo = hi =
 // the value).

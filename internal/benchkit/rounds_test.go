@@ -43,6 +43,10 @@ func TestSamplesMedianSpreadTable(t *testing.T) {
 	if !r.TargetRatio("fast_vs_slow", ">=", 3) {
 		t.Error("target on the median should pass")
 	}
+	// Differences per round: 5, 20, 16, median 16 (not 20 - 5 of the medians).
+	if med := r.PairedDiff("fast_minus_slow", "fast", "ops_per_sec", "slow", "ops_per_sec"); med != 16 {
+		t.Errorf("paired difference median %v, want 16 (of 5, 20, 16)", med)
+	}
 	if v, _ := r.Get("fast", "ops_per_sec"); v != 20.0 {
 		t.Errorf("median %v, want 20", v)
 	}
