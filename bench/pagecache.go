@@ -63,7 +63,7 @@ func Pagecache(ctx context.Context, opt PagecacheOptions) (*benchkit.Report, err
 		}
 	}
 	rep.Section("search: ripgrep over the tree, seconds", []string{"search/default", "search/agent_mru"},
-		[]string{"seconds", "first_search_seconds", "median_search_seconds"})
+		[]string{"seconds", "first_search_seconds", "repeat_search_seconds"})
 	rep.Section("get-scan: GETs on a hot file while a scan runs", []string{"getscan/default", "getscan/agent_get_scan", "getscan/fadvise_noreuse", "getscan/fadvise_dontneed"},
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec"})
 	rep.Section("overhead: fio randread on a cached file", []string{"overhead/off", "overhead/agent_none", "overhead/agent_lru"},
@@ -174,6 +174,10 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) e
 		}
 		m := "search/" + mode
 		rep.Sample(m, "seconds", total)
+		// The first search reads the whole tree from disk in both modes
+		// (each round starts with its pages dropped): the policy can only
+		// act on the searches after it, which the speedup compares.
+		rep.Sample(m, "repeat_search_seconds", total-each[0])
 		rep.Sample(m, "first_search_seconds", each[0])
 		rep.Sample(m, "median_search_seconds", benchkit.Median(each))
 		if a != nil {
@@ -185,12 +189,14 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) e
 	if err != nil {
 		return err
 	}
-	sp := rep.PairedRatio("search_speedup_mru", "search/default", "seconds", "search/agent_mru", "seconds")
-	_ = sp
+	rep.PairedRatio("search_speedup_mru", "search/default", "repeat_search_seconds", "search/agent_mru", "repeat_search_seconds")
+	rep.PairedRatio("search_speedup_mru_with_first", "search/default", "seconds", "search/agent_mru", "seconds")
 	rep.TargetRatio("search_speedup_mru", ">=", 1.5)
 	rep.Note("search: the cgroup limit is 70% of the tree's page cache; v1 also charges the tree's inodes and dentries to it. " +
 		"fadvise baselines do not apply: ripgrep cannot be told which files to keep. The agent reports 1 read in 16 to MRU. " +
-		"Each round drops the tree's pages first and runs the searches in a fresh cgroup; search_speedup_mru is the median of the rounds' default/agent_mru ratios.")
+		"Each round drops the tree's pages first and runs the searches in a fresh cgroup; search_speedup_mru is the median of the rounds' default/agent_mru ratios " +
+		"of the searches after the first (the first reads the whole tree from disk in both modes, so counting it made the figure depend on the number of searches, 4 in --quick and 10 in a full run); " +
+		"search_speedup_mru_with_first counts every search.")
 	return nil
 }
 

@@ -183,7 +183,7 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt PagecacheOptions) 
 	rep.PairedRatio("scan_vs_default", "getscan/agent_get_scan", "scan_mb_per_sec", "getscan/default", "scan_mb_per_sec")
 	rep.TargetRatio("get_speedup", ">=", 1.3)
 	rep.TargetRatio("scan_vs_default", ">=", 0.7)
-	rep.Note("getscan: the hot file is read once (warm) by the GET process before the run; the scanner is its own process, " +
+	rep.Note("getscan: the hot file is read twice (warm, on the active list) by the GET process before the run; the scanner is its own process, " +
 		"registered with the agent by pid; the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed); " +
 		"GET latencies: a uniform sample of 65536 per thread, so the GET process's memory (charged to the cgroup) does not grow with its GET rate")
 	return nil
