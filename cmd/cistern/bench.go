@@ -22,7 +22,8 @@ func newBenchCmd() *cobra.Command {
 		newBenchCacheCmd(),
 		newBenchPagecacheCmd(),
 		newBenchCBufCmd(),
-		newBenchQueryCmd())
+		newBenchQueryCmd(),
+		newBenchCompareCmd())
 }
 
 // benchFlags are the flags every benchmark shares.
