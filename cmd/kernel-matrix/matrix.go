@@ -40,6 +40,7 @@ var plan = []step{
 	{Name: "loadall", Pkg: "internal/bpfcheck", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "pool", System: "pool", Pkg: "pool", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "kv", System: "kv", Pkg: "kv", Lane: 1, Timeout: 15 * time.Minute},
+	{Name: "kvgen", System: "kv", Pkg: "internal/kvgen", Lane: 0, Timeout: 5 * time.Minute},
 	{Name: "accum", System: "accum", Pkg: "accum", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "capture", System: "capture", Pkg: "capture", Lane: 1, Timeout: 15 * time.Minute},
 	{Name: "evict", System: "evict", Pkg: "evict", Lane: 0, Timeout: 10 * time.Minute},
