@@ -8,21 +8,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// bpfRunTime is the run time, since the statistics were enabled
-// (ebpf.EnableStats with BPF_STATS_RUN_TIME), of every BPF program loaded on
-// the machine: the difference of two readings around a run is what the
-// programs that ran meanwhile cost, in the context of whoever triggered
-// them. Programs that go away between the readings are not counted.
-func bpfRunTime() (time.Duration, error) {
-	var total time.Duration
+// bpfRunTimes reads, per program ID, the run time since the statistics
+// were enabled (ebpf.EnableStats with BPF_STATS_RUN_TIME) of every BPF
+// program loaded on the machine.
+func bpfRunTimes() (map[ebpf.ProgramID]time.Duration, error) {
+	out := map[ebpf.ProgramID]time.Duration{}
 	id := ebpf.ProgramID(0)
 	for {
 		next, err := ebpf.ProgramGetNextID(id)
 		if errors.Is(err, os.ErrNotExist) {
-			return total, nil
+			return out, nil
 		}
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		id = next
 		p, err := ebpf.NewProgramFromID(id)
@@ -32,7 +30,26 @@ func bpfRunTime() (time.Duration, error) {
 		st, err := p.Stats()
 		p.Close()
 		if err == nil {
-			total += st.Runtime
+			out[id] = st.Runtime
 		}
 	}
+}
+
+// bpfRunTimeSince is what the programs ran between the reading before and
+// now: per program, its growth, or all of its run time if it was loaded
+// meanwhile. A program unloaded meanwhile is left out, not subtracted (a
+// total over all programs went negative when the previous mode's
+// programs went away during a run).
+func bpfRunTimeSince(before map[ebpf.ProgramID]time.Duration) (time.Duration, error) {
+	now, err := bpfRunTimes()
+	if err != nil {
+		return 0, err
+	}
+	var d time.Duration
+	for id, rt := range now {
+		if rt > before[id] {
+			d += rt - before[id]
+		}
+	}
+	return d, nil
 }

@@ -334,14 +334,14 @@ func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, o
 	if err != nil {
 		return tracedOne{}, fioResult{}, err
 	}
-	t0, terr := bpfRunTime()
+	t0, terr := bpfRunTimes()
 	f, err := startFio(ctx, cg, file, runtime)
 	if err != nil {
 		stop()
 		return tracedOne{}, fioResult{}, err
 	}
 	fr, ferr := f.wait()
-	t1, terr1 := bpfRunTime()
+	bt, terr1 := bpfRunTimeSince(t0)
 	r, err := stop()
 	if ferr != nil {
 		return tracedOne{}, fr, ferr
@@ -351,7 +351,7 @@ func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, o
 	}
 	one := tracedOne{events: r.events, lost: r.lost, plan: r.plan}
 	if terr == nil && terr1 == nil {
-		one.bpfTime = t1 - t0
+		one.bpfTime = bt
 	}
 	if q == "q2" {
 		// Every mode's events are the rows it wrote.
