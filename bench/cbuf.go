@@ -99,7 +99,7 @@ func cbufSections(rep *benchkit.Report, iox2 bool) {
 		pools = append(pools, fmt.Sprintf("alloc_ns_pool_%dp", p))
 	}
 	rep.Section("1-page allocation with collection, ns, by pool size (pages)", []string{"alloc_vs_pool"}, pools)
-	rep.Section("pool policies (one run each)", policyModes,
+	rep.Section("pool policies", policyModes,
 		[]string{"producer_msgs_per_sec_quiet", "producer_msgs_per_sec_interference", "producer_blocked_pct_interference", "interferer_blocked_pct_interference"})
 }
 

@@ -104,7 +104,7 @@ reply's value is checked.
 	bf.add(c)
 	c.Flags().IntVar(&opt.Keys, "keys", 0, "distinct keys (default 100000, quick 20000)")
 	c.Flags().DurationVar(&opt.Phase, "phase", 0, "length of each user-space client phase (default 5s, quick 2s)")
-	c.Flags().DurationVar(&opt.GenPhase, "gen-phase", 0, "length of each kernel generator phase (default 3s, quick 1s)")
+	c.Flags().DurationVar(&opt.GenPhase, "gen-phase", 0, "length of each kernel generator phase (default 3s, quick 2s)")
 	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "interleaved rounds (default 5, quick 3)")
 	c.Flags().StringSliceVar(&opt.Clients, "clients", nil, "load generators: kernel, user-space (default both)")
 	c.Flags().IntVar(&opt.Workers, "workers", 0, "load generator workers (default 2, one per core)")
