@@ -297,13 +297,13 @@ var iox2Seq int
 func iox2RTT(ctx context.Context, bin, variant string, size, iters int, oneCore bool) (float64, error) {
 	iox2Seq++
 	tag := fmt.Sprintf("cistern-%d-%d", os.Getpid(), iox2Seq)
-	// Pollers get a core each, like cbufbench's (taskset: util-linux).
+	// Each peer on its own core, like cbufbench's (taskset: util-linux).
 	cmd := func(role string, cpu int) *exec.Cmd {
 		args := []string{bin, role, strconv.Itoa(size), strconv.Itoa(iters), variant, tag}
 		if oneCore {
 			cpu = 0
 		}
-		if (variant == "poll" || oneCore) && runtime.NumCPU() > 1 {
+		if runtime.NumCPU() > 1 {
 			args = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, args...)
 		}
 		return exec.CommandContext(ctx, args[0], args[1:]...)

@@ -164,13 +164,16 @@ static void box_put(struct box *b, uint64_t id, int block)
  * when both sides share one. The iceoryx2 peer polls the same way. */
 #define POLL_SPIN_NS 20000
 
-/* pin_cpu moves the caller to one CPU (modulo the CPUs there are). */
+/* pin_cpu moves the caller to one CPU (modulo the CPUs there are), unless
+ * it was started on one CPU already (the _1core modes, under taskset). */
 static void pin_cpu(int cpu)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	if (n < 2)
 		return;
 	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1)
+		return;
 	CPU_ZERO(&set);
 	CPU_SET(cpu % n, &set);
 	sched_setaffinity(0, sizeof(set), &set);
@@ -288,11 +291,14 @@ static int rtt(const char *sock, const char *mode, size_t pages, long iters)
 		die("fork");
 	char *buf = malloc(size);
 	memset(buf, 1, size);
-	/* Busy pollers run on their own cores, as polling deployments do (the
-	 * bench pins the iceoryx2 pollers the same way); the others float. */
-	int poll = is_cbuf && !block;
-	if (poll)
-		pin_cpu(pid == 0 ? 1 : 0);
+	/* Each peer on its own core in every mode (the bench pins the
+	 * iceoryx2 peers the same way; the _1core modes put both on one).
+	 * Floating, a blocking pair's round trip depended on where the
+	 * scheduler woke the peer: a socket's wakeup is a sync one, which
+	 * pulls the woken task to the waker's core, a futex's is not, and
+	 * cbuf_block against iceoryx2_block moved from 1.3 to 2.5 between
+	 * two runs. */
+	pin_cpu(pid == 0 ? 1 : 0);
 	if (pid == 0) {
 		if (is_cbuf) {
 			connect_or_die(sock);
