@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -295,6 +296,27 @@ func rttModes(iox2 bool) []string {
 var iox2Seq int
 
 func iox2RTT(ctx context.Context, bin, variant string, size, iters int, oneCore bool) (float64, error) {
+	// A pair of iceoryx2 pollers once spun for minutes without a round
+	// trip (a sample lost between them): each try has a deadline, and a
+	// second stuck try is an error, not a hang.
+	for try := 0; ; try++ {
+		v, err := iox2RTTOnce(ctx, bin, variant, size, iters, oneCore)
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return v, err
+		}
+		if try == 1 {
+			return 0, fmt.Errorf("iceoryx2 %s peers: no result within %v, twice: %w", variant, iox2Deadline, err)
+		}
+	}
+}
+
+// iox2Deadline bounds one iceoryx2 round trip run (a few thousand round
+// trips take well under a second).
+const iox2Deadline = 30 * time.Second
+
+func iox2RTTOnce(ctx context.Context, bin, variant string, size, iters int, oneCore bool) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, iox2Deadline)
+	defer cancel()
 	iox2Seq++
 	tag := fmt.Sprintf("cistern-%d-%d", os.Getpid(), iox2Seq)
 	// Each peer on its own core, like cbufbench's (taskset: util-linux).
@@ -314,6 +336,9 @@ func iox2RTT(ctx context.Context, bin, variant string, size, iters int, oneCore 
 	}
 	out, err := cmd("ping", 0).Output()
 	pong.Wait()
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("iceoryx2 peer: %v", err)
 	}
