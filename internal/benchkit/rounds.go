@@ -90,32 +90,27 @@ func (r *Report) SampleRatio(name string, v float64) {
 // returns its median. Rounds where b is 0 or either side is missing are
 // skipped; with none left the median is NaN.
 func (r *Report) PairedRatio(name, modeA, metricA, modeB, metricB string) float64 {
-	a, b := r.Samples(modeA, metricA), r.Samples(modeB, metricB)
-	n := min(len(a), len(b))
-	any := false
-	for i := range n {
-		if b[i] != 0 && !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
-			r.SampleRatio(name, a[i]/b[i])
-			any = true
-		}
-	}
-	if !any {
-		r.Ratio(name, math.NaN())
-		return math.NaN()
-	}
-	v, _ := r.ratioValue(name)
-	return v
+	return r.paired(name, modeA, metricA, modeB, metricB, func(a, b float64) (float64, bool) { return a / b, b != 0 })
 }
 
 // PairedDiff records, round by round, a's metric minus b's (rounds paired
 // by index) as ratio name and returns its median: for figures in points,
 // such as two probe effects measured against the same round's baseline.
 func (r *Report) PairedDiff(name, modeA, metricA, modeB, metricB string) float64 {
+	return r.paired(name, modeA, metricA, modeB, metricB, func(a, b float64) (float64, bool) { return a - b, true })
+}
+
+// paired samples f(a, b) round by round as ratio name, skipping rounds
+// with a NaN or where f says no, and returns the median (NaN for none).
+func (r *Report) paired(name, modeA, metricA, modeB, metricB string, f func(a, b float64) (float64, bool)) float64 {
 	a, b := r.Samples(modeA, metricA), r.Samples(modeB, metricB)
 	any := false
 	for i := range min(len(a), len(b)) {
-		if !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
-			r.SampleRatio(name, a[i]-b[i])
+		if math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			continue
+		}
+		if v, ok := f(a[i], b[i]); ok {
+			r.SampleRatio(name, v)
 			any = true
 		}
 	}
