@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,10 +25,14 @@ type CBufOptions struct {
 	Quick    bool
 	PlotPath string
 	Progress func(string)
-	NoIox2   bool // skip iceoryx2 (no cargo, no network)
+	NoIox2   bool     // skip iceoryx2 (no cargo, no network)
+	Parts    []string // fast, rtt, gc, policy (default all)
 }
 
 var cbufPages = []int{1, 4, 16, 64}
+
+// cbufParts are the experiments, in the order they run.
+var cbufParts = []string{"fast", "rtt", "gc", "policy"}
 
 // CBuf runs the four CBUF experiments of issue #7: fast-path cost beside
 // malloc, round trips against pipes, sockets and iceoryx2, allocation cost
@@ -35,6 +40,18 @@ var cbufPages = []int{1, 4, 16, 64}
 func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 	if opt.Progress == nil {
 		opt.Progress = func(string) {}
+	}
+	part := map[string]bool{}
+	for _, p := range opt.Parts {
+		if !slices.Contains(cbufParts, p) {
+			return nil, fmt.Errorf("unknown part %q (have %s)", p, strings.Join(cbufParts, ", "))
+		}
+		part[p] = true
+	}
+	if len(part) == 0 {
+		for _, p := range cbufParts {
+			part[p] = true
+		}
 	}
 	rep := benchkit.New("cbuf", opt.Quick)
 	dir := cbufCacheDir()
@@ -44,7 +61,7 @@ func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 		return nil, err
 	}
 	iox2 := ""
-	if !opt.NoIox2 {
+	if !opt.NoIox2 && part["rtt"] {
 		if iox2, err = buildIox2(ctx, dir, opt.Progress); err != nil {
 			rep.Note("iceoryx2 modes skipped: " + firstLine(err.Error()))
 			iox2 = ""
@@ -56,21 +73,29 @@ func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	if err := cbufFast(ctx, rep, opt, tmp, peer, jepeer); err != nil {
-		return nil, err
+	if part["fast"] {
+		if err := cbufFast(ctx, rep, opt, tmp, peer, jepeer); err != nil {
+			return nil, err
+		}
 	}
-	if err := cbufRTT(ctx, rep, opt, tmp, peer, iox2); err != nil {
-		return nil, err
+	if part["rtt"] {
+		if err := cbufRTT(ctx, rep, opt, tmp, peer, iox2); err != nil {
+			return nil, err
+		}
 	}
-	if err := cbufGC(ctx, rep, opt, tmp, peer); err != nil {
-		return nil, err
+	if part["gc"] {
+		if err := cbufGC(ctx, rep, opt, tmp, peer); err != nil {
+			return nil, err
+		}
 	}
-	series, err := cbufPolicies(ctx, rep, opt, tmp, peer)
-	if err != nil {
-		return nil, err
+	var series []benchkit.Series
+	if part["policy"] {
+		if series, err = cbufPolicies(ctx, rep, opt, tmp, peer); err != nil {
+			return nil, err
+		}
 	}
 	cbufSections(rep, iox2 != "")
-	if opt.PlotPath != "" {
+	if opt.PlotPath != "" && part["policy"] {
 		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
 			"seconds", "producer messages per second", series); err != nil {
 			return nil, err

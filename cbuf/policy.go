@@ -2,6 +2,7 @@ package cbuf
 
 import (
 	"context"
+	"math"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -15,14 +16,13 @@ type policyState struct {
 	lastRate  float64 // allocations per second in the last period
 	prevQuota uint64
 	prevFrac  float64
-	lo, hi    uint64  // qos: pool sizes known too small / too large (0: unknown)
 	ewma      float64 // qos: smoothed blocked/GC share
 }
 
 const (
 	minPoolPages = 64 // every component keeps room for one largest buffer
 	qosTolerance = 0.25
-	qosStep      = 16 // pages: a bracket narrower than this is stale
+	qosStep      = 16 // pages: the smallest qos step is a quarter of it
 )
 
 // A policy turns the last period's measurements into desired pool sizes.
@@ -150,9 +150,9 @@ func priority(_ *Manager, comps []*component, total uint64) map[*component]uint6
 	return want
 }
 
-// qos holds each component that has a target at that blocked/GC share by a
-// binary search over its pool size; the others get max-throughput demands
-// from what remains.
+// qos holds each component that has a target at that blocked/GC share by
+// bounded proportional steps of its pool size; the others get
+// max-throughput demands from what remains.
 func qos(_ *Manager, comps []*component, total uint64) map[*component]uint64 {
 	want := map[*component]uint64{}
 	var used uint64
@@ -165,22 +165,19 @@ func qos(_ *Manager, comps []*component, total uint64) map[*component]uint64 {
 		// smooth the 4 Hz samples: one noisy period must not flip the search
 		p.ewma = 0.5*p.ewma + 0.5*p.lastFrac
 		q := c.quota
-		switch {
-		case p.ewma > target*(1+qosTolerance/2): // too little memory
-			p.lo = q
-			if p.hi > q+qosStep {
-				q = (q + p.hi) / 2
-			} else { // no bracket above (or it went stale): grow
-				p.hi = 0
-				q = q + max(q/4, qosStep)
-			}
-		case p.ewma < target*(1-qosTolerance/2): // more than it needs
-			p.hi = q
-			if p.lo > 0 && p.lo+qosStep < q {
-				q = (q + p.lo) / 2
+		// Proportional steps on the relative error, bounded: a pool that
+		// blocks far too much grows by up to a quarter per period; one that
+		// blocks too little shrinks by at most 1/16, because taking buffers
+		// back makes the owner block until its in-flight ones return (a
+		// bisection step near the owner's need, 12% of its pool, blocked it
+		// 40% of the next period and the share swung around the target).
+		if e := (p.ewma - target) / target; math.Abs(e) > qosTolerance/2 {
+			f := min(max(e/8, -1.0/16), 1.0/4)
+			d := max(uint64(math.Abs(f)*float64(q)), qosStep/4)
+			if f > 0 {
+				q += d
 			} else {
-				p.lo = 0
-				q = q - q/8
+				q -= min(d, q)
 			}
 		}
 		q = max(q, minPoolPages)
