@@ -165,6 +165,38 @@ static __always_inline void stat(__u32 s)
 		*v += 1;
 }
 
+/* Readers of an entry take no lock: e->body.ref.ver is its version stamp.
+ * Every writer, under the entry's lock, sets it to 0 first, then writes,
+ * then sets the new version (unique: pool_reserve), each with an atomic
+ * exchange, which orders the stores around it on every architecture. An
+ * element is only deleted (and so recycled, whose copy of the template
+ * writes no stamp) after kv_invalidate zeroed its stamp. A reader that sees
+ * the same non-zero stamp before and after copying what it needs therefore
+ * copied one published version whole, as if under the lock. */
+static __always_inline void stamp_set(__u64 *ver, __u64 v)
+{
+	__sync_lock_test_and_set(ver, v);
+}
+
+/* Set by the loader where plain loads are not reordered with each other
+ * (x86-64, TSO): the stamp is then read with plain loads. Elsewhere an
+ * atomic fetch-or of 0, whose acquire/release semantics keep the copy's
+ * loads between the two reads of the stamp. */
+const volatile __u32 kv_tso = 0;
+
+static __always_inline __u64 stamp_read(__u64 *ver)
+{
+	__u64 v;
+
+	if (kv_tso) {
+		asm volatile("" ::: "memory");
+		v = *(volatile __u64 *)ver;
+		asm volatile("" ::: "memory");
+		return v;
+	}
+	return __sync_fetch_and_or(ver, 0);
+}
+
 /* --policy: tells the policy about a hit, fill or removal of h. */
 static __always_inline void policy_event(__u64 h, __u32 op, __u32 size)
 {
@@ -458,7 +490,7 @@ __global int kv_invalidate(struct kv_scratch *s, __u64 h)
 	live = !e->dead && e->hash == h;
 	if (live) {
 		__builtin_memcpy(&s->old, &e->body.ref, sizeof(s->old));
-		e->body.ref.ver = 0;
+		stamp_set(&e->body.ref.ver, 0); /* before anything a reader checks */
 		e->body.ref.nblocks = 0;
 		e->dead = 1;
 	}
@@ -592,7 +624,11 @@ __global int kv_publish(struct kv_scratch *s, __u64 h, int fill, __u64 tseq)
 		ok = w->seq <= tseq && settled(w->ts, now) && *fs <= tseq && settled(*ft, now);
 	if (ok) {
 		__builtin_memcpy(&s->old, &e->body.ref, sizeof(s->old));
-		__builtin_memcpy(&e->body, &s->req, sizeof(e->body));
+		/* Stamp 0, the body after the stamp, then the new stamp. */
+		stamp_set(&e->body.ref.ver, 0);
+		__builtin_memcpy((__u8 *)&e->body + sizeof(__u64), (__u8 *)&s->req + sizeof(__u64),
+				 sizeof(e->body) - sizeof(__u64));
+		stamp_set(&e->body.ref.ver, s->req.ref.ver);
 	}
 	bpf_spin_unlock(&e->lock);
 	if (!ok)
@@ -696,11 +732,15 @@ static __always_inline int restore_get(struct xdp_md *ctx, struct kv_scratch *s,
 	return XDP_PASS;
 }
 
-/* Snapshot of the entry of key s->req (hash h) into s->snap, checked under
- * the entry's lock: 1 when it holds a live value for exactly that key. */
+_Static_assert(__builtin_offsetof(struct kv_body, ref.ver) == 0,
+	       "kv_publish writes the body after its stamp, ref.ver, comes first");
+
+/* Snapshot of the entry of key s->req (hash h) into s->snap: 1 when it holds
+ * a live value for exactly that key, 0 when not, -1 when a writer changed the
+ * entry during the copy (try again). Lock-free: see stamp_set. */
 __global int kv_snapshot(struct kv_scratch *s, __u64 h, __u64 now)
 {
-	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ);
+	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ), v;
 	struct kv_entry *e;
 	__u32 klen;
 	int live;
@@ -711,10 +751,11 @@ __global int kv_snapshot(struct kv_scratch *s, __u64 h, __u64 now)
 	if (!e)
 		return 0;
 	klen = s->req.keylen;
-	bpf_spin_lock(&e->lock);
+	v = stamp_read(&e->body.ref.ver);
+	if (!v)
+		return 0; /* no value, dead, or a write under way: a miss is safe */
 	/* Compare the key in place (zero-padded, so whole words up to its
-	 * length decide) and copy out only what a reply needs: the hot path
-	 * moves ~130 bytes under the lock instead of the whole entry. */
+	 * length decide) and copy out only what a reply needs (~130 bytes). */
 	live = !e->dead && e->hash == h && e->body.keylen == klen;
 	for (__u32 i = 0; live && i < KV_KEY_BUF / 8; i++) {
 		if (i * 8 >= klen)
@@ -729,8 +770,11 @@ __global int kv_snapshot(struct kv_scratch *s, __u64 h, __u64 now)
 		s->snap.suffix_len = e->body.suffix_len;
 		__builtin_memcpy(s->snap.suffix, e->body.suffix, sizeof(s->snap.suffix));
 	}
-	bpf_spin_unlock(&e->lock);
-	if (!live || !s->snap.ref.ver || s->snap.seq <= *fs)
+	if (stamp_read(&e->body.ref.ver) != v)
+		return -1;
+	if (!live)
+		return 0;
+	if (s->snap.seq <= *fs)
 		return 0;
 	if (s->snap.expire_ns && (now ? now : bpf_ktime_get_ns()) >= s->snap.expire_ns) {
 		stat(KV_EXPIRED);
@@ -850,7 +894,13 @@ __global int kv_serve_get(struct xdp_md *ctx, struct kv_scratch *s, __u64 h, __u
 		__u32 klen, slen, vlen, voff, want;
 		int good = 1;
 
-		if (!kv_snapshot(s, h, now)) {
+		int snap = kv_snapshot(s, h, now);
+
+		if (snap < 0) {
+			stat(KV_TORN_RETRIES);
+			continue;
+		}
+		if (!snap) {
 			miss(h, now ? now : bpf_ktime_get_ns());
 			if (plen != plen0)
 				return restore_get(ctx, s, text, plen, plen0);
@@ -1339,7 +1389,13 @@ __global int kv_serve_get_skb(struct __sk_buff *skb, struct kv_scratch *s, __u64
 		__u32 klen, slen, vlen, voff, want;
 		int good = 1;
 
-		if (!kv_snapshot(s, h, now)) {
+		int snap = kv_snapshot(s, h, now);
+
+		if (snap < 0) {
+			stat(KV_TORN_RETRIES);
+			continue;
+		}
+		if (!snap) {
 			miss(h, now);
 			return skb->len != plen0 ? skb_restore_get(skb, s, text, plen0) : TCX_NEXT;
 		}
