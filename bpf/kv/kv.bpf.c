@@ -859,6 +859,138 @@ __global int kv_xdp_copy(struct xdp_md *ctx, struct kv_scratch *s, __u32 voff, _
 	return good;
 }
 
+/* One 8-byte store at offset off of the packet, if the frame's linear part
+ * holds it; else return -1 from the caller. off must be bounded (<= 0xffff)
+ * for the verifier. */
+#define PKT_PUT8(data, end, off, v)                      \
+	do {                                             \
+		__u8 *__p = (__u8 *)(data) + (off);      \
+		if ((void *)(__p + 8) > (end))           \
+			return -1;                       \
+		*(__u64 *)__p = (v);                     \
+	} while (0)
+
+/* Largest block copied in words; bigger ones go with one helper call each,
+ * whose memcpy was as fast for a 1 KiB block (BenchmarkXDPGet fixed1024). */
+#define DIRECT_BLOCK_MAX 256
+#define DIRECT_VLEN_MASK 0x7fff /* values up to 32 KiB: far beyond an XDP frame */
+#define DIRECT_VOFF_MASK 0x1ff  /* HDRS + 6 + key + suffix < 512 */
+
+/* Block i of the snapshot s->snap to the packet at voff + i * block size,
+ * for kv_xdp_reply_direct (whose rules it follows): a global function, so
+ * its word loop is verified once, not once per block. 1: copied; 0: the
+ * block was gone or recycled; -1: use the helpers. */
+__global int kv_direct_block(struct xdp_md *ctx, struct kv_scratch *s, __u32 i, __u32 voff, __u32 vlen)
+{
+	__u32 bs = pool_block_size, boff, n, dst;
+	void *data, *end;
+	__u64 idx;
+	__u8 *b;
+
+	if (!ctx || !s || i >= CISTERN_POOL_MAX_BLOCKS ||
+	    voff > DIRECT_VOFF_MASK || vlen > DIRECT_VLEN_MASK)
+		return -1;
+	barrier_var(i);
+	barrier_var(voff);
+	i &= 63; /* CISTERN_POOL_MAX_BLOCKS <= 64 */
+	voff &= DIRECT_VOFF_MASK;
+	boff = i * bs;
+	if (boff >= vlen)
+		return -1; /* cannot happen: nblocks fits len */
+	n = vlen - boff;
+	dst = voff + boff;
+	if (dst > DIRECT_VLEN_MASK)
+		return -1;
+	barrier_var(dst);
+	dst &= DIRECT_VLEN_MASK; /* a packet offset must be proved <= 0xffff */
+	idx = s->snap.ref.idx[i]; /* i < CISTERN_POOL_MAX_BLOCKS, checked above */
+	b = pool_block_get(idx);
+	if (!b)
+		return 0;
+	if (bs > DIRECT_BLOCK_MAX) {
+		if (!LEN_IN(n, pool_block_size) || bpf_xdp_store_bytes(ctx, dst, b + POOL_BLOCK_HDR, n))
+			return -1;
+		return pool_block_intact(b, idx) ? 1 : 0;
+	}
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	for (__u32 j = 0; j < DIRECT_BLOCK_MAX / 8; j++) {
+		if (j >= bs / 8 || j * 8 >= n)
+			break;
+		PKT_PUT8(data, end, dst + j * 8, *(__u64 *)(b + POOL_BLOCK_HDR + j * 8));
+	}
+	return pool_block_intact(b, idx) ? 1 : 0;
+}
+
+/* Writes the reply text of a hit (s->req's key, s->snap) at HDRS with
+ * direct packet stores instead of a helper call per piece: 8-byte words,
+ * each piece's last word spilling < 8 bytes into the next piece, which is
+ * written after it (the value's spill lands in "\r\nEND\r\n", 7 bytes).
+ * Every store is bounds-checked against data_end, so an unusual frame (not
+ * linear) falls back to the helpers. 1: written; 0: a block was gone or
+ * recycled during its copy (retry); -1: use kv_xdp_copy and the helpers. */
+__global int kv_xdp_reply_direct(struct xdp_md *ctx, struct kv_scratch *s, __u32 klen, __u32 slen,
+				 __u32 vlen)
+{
+	__u32 nb;
+	__u64 voff, w;
+	void *data, *end;
+
+	if (!ctx || !s || klen == 0 || klen > KV_KEY_MAX || slen == 0 ||
+	    slen > KV_SUFFIX_BUF - 1 || vlen > pool_max_len() || vlen > DIRECT_VLEN_MASK)
+		return -1;
+	/* Masks the verifier sees on every kernel (it may not carry the checks
+	 * above over to the registers clang uses); barrier_var keeps clang from
+	 * dropping them as redundant. They change no value. */
+	barrier_var(klen);
+	barrier_var(slen);
+	barrier_var(vlen);
+	klen &= KV_KEY_BUF - 1;
+	slen &= KV_SUFFIX_BUF - 1;
+	vlen &= DIRECT_VLEN_MASK;
+	nb = s->snap.ref.nblocks;
+	if (nb > CISTERN_POOL_MAX_BLOCKS)
+		return -1;
+	voff = HDRS + 6 + klen + slen;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	__builtin_memcpy(&w, "VALUE __", 8);
+	PKT_PUT8(data, end, HDRS, w);
+	for (__u32 i = 0; i < KV_KEY_BUF / 8; i++) {
+		if (i * 8 >= klen)
+			break;
+		PKT_PUT8(data, end, HDRS + 6 + i * 8, ((__u64 *)s->req.key)[i]);
+	}
+	for (__u32 i = 0; i < KV_SUFFIX_BUF / 8; i++) {
+		if (i * 8 >= slen)
+			break;
+		PKT_PUT8(data, end, HDRS + 6 + klen + i * 8, ((__u64 *)s->snap.suffix)[i]);
+	}
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		int r;
+
+		if (i >= nb)
+			break;
+		r = kv_direct_block(ctx, s, i, voff, vlen);
+		if (r <= 0)
+			return r;
+	}
+	/* The blocks' calls may have moved nothing, but the verifier forgets
+	 * packet bounds across them: reload. */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	{
+		__u8 *p = (__u8 *)data + voff + vlen;
+
+		if ((void *)(p + 7) > end)
+			return -1;
+		/* "\r\nEND\r\n" as two overlapping words */
+		*(__u32 *)p = 0x4e450a0d;       /* \r \n E N */
+		*(__u32 *)(p + 3) = 0x0a0d444e; /* N D \r \n */
+	}
+	return 1;
+}
+
 /* Fills s->req.ref's fresh blocks with bytes bytes at off of the packet. */
 __global int kv_xdp_fill(struct xdp_md *ctx, struct kv_scratch *s, __u32 off0, __u32 bytes)
 {
@@ -918,15 +1050,19 @@ __global int kv_serve_get(struct xdp_md *ctx, struct kv_scratch *s, __u64 h, __u
 			return to_tc(ctx);
 		}
 		plen = want;
-		bpf_xdp_store_bytes(ctx, text, "VALUE ", 6);
-		bpf_xdp_store_bytes(ctx, text + 6, s->req.key, klen);
-		bpf_xdp_store_bytes(ctx, text + 6 + klen, s->snap.suffix, slen);
-		good = kv_xdp_copy(ctx, s, voff, vlen);
+		good = text == HDRS ? kv_xdp_reply_direct(ctx, s, klen, slen, vlen) : -1;
+		if (good < 0) {
+			bpf_xdp_store_bytes(ctx, text, "VALUE ", 6);
+			bpf_xdp_store_bytes(ctx, text + 6, s->req.key, klen);
+			bpf_xdp_store_bytes(ctx, text + 6 + klen, s->snap.suffix, slen);
+			good = kv_xdp_copy(ctx, s, voff, vlen);
+			if (good)
+				bpf_xdp_store_bytes(ctx, voff + vlen, "\r\nEND\r\n", 7);
+		}
 		if (!good) {
 			stat(KV_TORN_RETRIES);
 			continue;
 		}
-		bpf_xdp_store_bytes(ctx, voff + vlen, "\r\nEND\r\n", 7);
 		goto reply;
 	}
 	stat(KV_READ_FAILURES);
