@@ -42,6 +42,7 @@ const (
 	kern64VarKvPolicyOn         = "kv_policy_on"
 	kern64VarKvPort             = "kv_port"
 	kern64VarKvTicketTtlNs      = "kv_ticket_ttl_ns"
+	kern64VarKvTso              = "kv_tso"
 	kern64VarKvWriteWindowNs    = "kv_write_window_ns"
 	kern64VarPoolBlockSize      = "pool_block_size"
 	kern64VarPoolCapacity       = "pool_capacity"
@@ -128,6 +129,7 @@ type kern64VariableSpecs struct {
 	KvPolicyOn         *ebpf.VariableSpec `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.VariableSpec `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
+	KvTso              *ebpf.VariableSpec `ebpf:"kv_tso"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.VariableSpec `ebpf:"pool_block_size"`
 	PoolCapacity       *ebpf.VariableSpec `ebpf:"pool_capacity"`
@@ -201,6 +203,7 @@ type kern64Variables struct {
 	KvPolicyOn         *ebpf.Variable `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.Variable `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
+	KvTso              *ebpf.Variable `ebpf:"kv_tso"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.Variable `ebpf:"pool_block_size"`
 	PoolCapacity       *ebpf.Variable `ebpf:"pool_capacity"`

@@ -42,6 +42,7 @@ const (
 	kernVarKvPolicyOn         = "kv_policy_on"
 	kernVarKvPort             = "kv_port"
 	kernVarKvTicketTtlNs      = "kv_ticket_ttl_ns"
+	kernVarKvTso              = "kv_tso"
 	kernVarKvWriteWindowNs    = "kv_write_window_ns"
 	kernVarPoolBlockSize      = "pool_block_size"
 	kernVarPoolCapacity       = "pool_capacity"
@@ -128,6 +129,7 @@ type kernVariableSpecs struct {
 	KvPolicyOn         *ebpf.VariableSpec `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.VariableSpec `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.VariableSpec `ebpf:"kv_ticket_ttl_ns"`
+	KvTso              *ebpf.VariableSpec `ebpf:"kv_tso"`
 	KvWriteWindowNs    *ebpf.VariableSpec `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.VariableSpec `ebpf:"pool_block_size"`
 	PoolCapacity       *ebpf.VariableSpec `ebpf:"pool_capacity"`
@@ -201,6 +203,7 @@ type kernVariables struct {
 	KvPolicyOn         *ebpf.Variable `ebpf:"kv_policy_on"`
 	KvPort             *ebpf.Variable `ebpf:"kv_port"`
 	KvTicketTtlNs      *ebpf.Variable `ebpf:"kv_ticket_ttl_ns"`
+	KvTso              *ebpf.Variable `ebpf:"kv_tso"`
 	KvWriteWindowNs    *ebpf.Variable `ebpf:"kv_write_window_ns"`
 	PoolBlockSize      *ebpf.Variable `ebpf:"pool_block_size"`
 	PoolCapacity       *ebpf.Variable `ebpf:"pool_capacity"`

@@ -14,6 +14,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -180,6 +181,16 @@ func loadWithCapacity(cfg Config, blocks uint32) (*Server, error) {
 	return load(cfg, pc)
 }
 
+// tsoArch is 1 where loads are not reordered with each other (x86-64):
+// GETs then read an entry's version stamp with plain loads (kv.bpf.c,
+// stamp_read); elsewhere with atomic ones.
+func tsoArch() uint32 {
+	if runtime.GOARCH == "amd64" {
+		return 1
+	}
+	return 0
+}
+
 func load(cfg Config, pc pool.Config) (*Server, error) {
 	load := loadKern
 	if pc.MaxBlocks > smallBuildBlocks {
@@ -202,6 +213,7 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 		"kv_fill_ttl_ns":        uint64(cfg.FillTTL),
 		"kv_fifo_mask":          ring - 1,
 		"kv_policy_on":          uint32(min(len(cfg.Policy), 1)),
+		"kv_tso":                tsoArch(),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -510,5 +511,47 @@ func TestEvictionWhenFull(t *testing.T) {
 	}
 	if st.Pool.LeakedBlocks != 0 || st.Pool.LiveBlocks > 32 {
 		t.Fatalf("pool %+v", st.Pool)
+	}
+}
+
+// TestXDPReplySizes checks every byte of replies built by the direct packet
+// stores (blocks up to 256 bytes copied in words, larger ones with a helper
+// call) for keys, flags and values whose lengths fall on and around word and
+// block edges: each piece's last word spills into the next one.
+func TestXDPReplySizes(t *testing.T) {
+	for _, cfg := range []Config{
+		{BlockSize: 16, MaxBlocks: 64},
+		{BlockSize: 128, MaxBlocks: 8},
+		{BlockSize: 256, MaxBlocks: 4},
+		{BlockSize: 512, MaxBlocks: 2},
+		{Mode: ModeFixed, SlotSize: 1024},
+	} {
+		// Keys repeat (one byte long has few): a second set of a key
+		// within the write window would invalidate it instead.
+		cfg.WriteWindow = time.Nanosecond
+		h := newHarness(t, cfg)
+		bs := int(cfg.BlockSize)
+		if cfg.Mode == ModeFixed {
+			bs = int(cfg.SlotSize)
+		}
+		id := uint16(1)
+		for _, klen := range []int{1, 7, 8, 9, 250} {
+			for _, flags := range []int{0, 12345, 4294967295} {
+				for _, n := range []int{0, 1, 7, 8, 9, 127, 128, 129, bs - 1, bs, bs + 1, 1023, 1024} {
+					if n < 0 || n > 1024 {
+						continue
+					}
+					key := strings.Repeat(string(rune('a'+klen%26)), klen-1) + fmt.Sprint(n%10)
+					want := value(n, byte(n+klen))
+					h.set(key, flags, want)
+					id++
+					got, f, hit := h.get(id, key)
+					if !hit || !bytes.Equal(got, want) || f != flags {
+						t.Fatalf("block %d, key %d, flags %d, value %d bytes: hit %v, flags %d, got %q",
+							bs, klen, flags, n, hit, f, got)
+					}
+				}
+			}
+		}
 	}
 }
