@@ -73,6 +73,7 @@ type Options struct {
 type Result struct {
 	Events     uint64 // rows that matched WHERE (the input of aggregation or output)
 	LostEvents uint64 // ring buffer full, aggregation or join map full
+	LateEvents uint64 // aggregated after their window was read: reported with the next window
 	Rows       int    // output rows written
 	Plan       string // the chosen plan's name
 }
@@ -167,7 +168,8 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 			st := prog.Stats()
 			return map[string]uint64{"hook_events_total": st[kern.StEvents], "matched_in_kernel_total": st[kern.StMatched],
 				"emitted_total": st[kern.StEmitted], "lost_ring_total": st[kern.StLostRB],
-				"lost_aggregation_total": st[kern.StLostAgg], "lost_join_total": st[kern.StLostJoin]}, nil
+				"lost_aggregation_total": st[kern.StLostAgg], "lost_join_total": st[kern.StLostJoin],
+				"late_aggregation_total": prog.LateUpdates()}, nil
 		}))
 		if err != nil {
 			return nil, err
@@ -186,6 +188,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	err = loop(ctx, q, p, prog, eng, opt.OnWindow)
 	st := prog.Stats()
 	res.LostEvents = st[kern.StLostRB] + st[kern.StLostAgg] + st[kern.StLostJoin]
+	res.LateEvents = prog.LateUpdates()
 	res.Events = eng.Matched()
 	res.Rows = eng.Rows()
 	if opt.Explain != nil {

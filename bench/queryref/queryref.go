@@ -59,6 +59,10 @@ type Tracer struct {
 	links []link.Link
 	rd    *ringbuf.Reader
 	win   uint32
+	// reported is what the previous Window returned from the map it
+	// closed; that map is read again and cleared only at the next Window.
+	reported map[Key]uint64
+	late     uint64
 }
 
 // Open loads the reference and attaches it to raw_syscalls.
@@ -129,48 +133,75 @@ func (t *Tracer) Detach() {
 }
 
 // grace is how long a program that read the old window index may still be
-// updating the closed map: one syscall exit, microseconds; 2 ms is ample.
+// updating the closed map: one syscall exit, microseconds; 2 ms is ample
+// unless the program is preempted, and what it adds then is caught by the
+// next Window.
 const grace = 2 * time.Millisecond
 
-// Window closes the current Q1 window and returns its per-key maxima
-// (the maximum over CPUs), leaving the closed map empty for reuse.
+// Window closes the current Q1 window and returns its per-key maxima (the
+// maximum over CPUs). The closed map is read now and cleared at the next
+// Window, just before it is reused: a maximum that landed in it after the
+// read comes out with that next window (counted in Late), not lost.
 func (t *Tracer) Window() (map[Key]uint64, error) {
 	if t.cfg.Query != Q1 {
 		return nil, errors.New("queryref: Window needs Q1")
 	}
-	closed := t.objs.Max0
+	closed, next := t.objs.Max0, t.objs.Max1
 	if t.win&1 == 1 {
-		closed = t.objs.Max1
+		closed, next = next, closed
+	}
+	out := map[Key]uint64{}
+	// next held the window before this one: fold in what came after its
+	// read, then empty it for the window about to open.
+	prev, err := readMax(next)
+	if err != nil {
+		return nil, err
+	}
+	for k, m := range prev {
+		if m > t.reported[k] {
+			out[k] = m
+			t.late++
+		}
+		if err := next.Delete(&syscallsQkey{Pid: k.PID, Nr: k.NR}); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, err
+		}
 	}
 	t.win++
 	if err := t.objs.Window.Set(t.win); err != nil {
 		return nil, err
 	}
 	time.Sleep(grace)
+	cur, err := readMax(closed)
+	if err != nil {
+		return nil, err
+	}
+	for k, m := range cur {
+		out[k] = max(out[k], m)
+	}
+	t.reported = cur
+	return out, nil
+}
+
+// Late is how many keys' maxima reached a window's map after it was read
+// (reported with the next window).
+func (t *Tracer) Late() uint64 { return t.late }
+
+// readMax is a window map's per-key maximum over CPUs.
+func readMax(m *ebpf.Map) (map[Key]uint64, error) {
 	out := map[Key]uint64{}
 	var (
 		k    syscallsQkey
 		vals []uint64
-		keys []syscallsQkey
 	)
-	it := closed.Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &vals) {
-		var m uint64
-		for _, v := range vals {
-			m = max(m, v)
+		var v uint64
+		for _, x := range vals {
+			v = max(v, x)
 		}
-		out[Key{k.Pid, k.Nr}] = m
-		keys = append(keys, k)
+		out[Key{k.Pid, k.Nr}] = v
 	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	for i := range keys {
-		if err := closed.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, it.Err()
 }
 
 // Header is the first line of a Q2 file.

@@ -92,7 +92,7 @@ lists the tables and columns; docs/query.md has the details.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: %d events, %d rows, %d lost\n", res.Plan, res.Events, res.Rows, res.LostEvents)
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: %d events, %d rows, %d lost, %d late (counted in the next window)\n", res.Plan, res.Events, res.Rows, res.LostEvents, res.LateEvents)
 			return nil
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -141,6 +142,11 @@ type Prog struct {
 	links []link.Link
 	rb    *ringbuf.Reader
 	epoch uint64
+	// reported holds the per-CPU values of the epoch drained last, by
+	// q_agg key: its entries stay in the map until the next drain, which
+	// folds in what a program that read the old epoch added after the read.
+	reported map[string][]AggVal
+	late     atomic.Uint64
 }
 
 // VerifierError says the kernel refused the specialisation.
@@ -333,26 +339,38 @@ type Partial struct {
 }
 
 // SwapEpoch starts a new aggregation epoch and returns the partials of the
-// previous one, deleting them. Updates racing with the swap land in the
-// new epoch or, rarely, in an entry read just before they commit.
+// previous one. An update racing with the swap (a program that read the old
+// epoch and was preempted past the grace period, or that added to an entry
+// after drain read it) is not lost: it is folded into the next swap's
+// partials and counted in LateUpdates.
 func (p *Prog) SwapEpoch() ([]Partial, error) {
 	old := p.epoch
 	p.epoch++
 	if err := p.coll.Maps["q_ctl"].Put(uint32(0), p.epoch); err != nil {
 		return nil, err
 	}
-	// programs that read the old epoch finish within microseconds
+	// programs that read the old epoch finish within microseconds, unless
+	// preempted: what they add later is caught by the next drain
 	time.Sleep(time.Millisecond)
 	return p.drain(old)
 }
 
+// LateUpdates is how many aggregated events reached an epoch after it was
+// drained; each was reported with the next window instead.
+func (p *Prog) LateUpdates() uint64 { return p.late.Load() }
+
+// drain returns epoch's partials, leaving its entries in place, and folds
+// into them what was added to older epochs' entries since they were
+// reported, then deletes those.
 func (p *Prog) drain(epoch uint64) ([]Partial, error) {
 	m := p.coll.Maps["q_agg"]
 	var out []Partial
+	byKey := map[string]int{} // key slots (without the epoch) -> index in out
+	reported := map[string][]AggVal{}
 	var k []byte // the epoch, then one slot per key (the map's key size)
 	var big []AggVal
 	var small []aggSmall
-	var keys [][]byte
+	var stale [][]byte
 	it := m.Iterate()
 	for {
 		var ok bool
@@ -364,31 +382,91 @@ func (p *Prog) drain(epoch uint64) ([]Partial, error) {
 		if !ok {
 			break
 		}
-		if len(k) < 8 || binary.LittleEndian.Uint64(k) != epoch {
+		if len(k) < 8 {
 			continue
 		}
-		pt := Partial{}
+		ep := binary.LittleEndian.Uint64(k)
+		if ep > epoch {
+			continue
+		}
+		var per []AggVal
+		if p.Cfg.Hist {
+			per = append([]AggVal(nil), big...)
+		} else {
+			per = make([]AggVal, len(small))
+			for i, v := range small {
+				per[i] = AggVal{Count: v.Count, Sum: v.Sum, Min: v.Min, Max: v.Max}
+			}
+		}
+		if ep == epoch {
+			reported[string(k)] = per
+		} else {
+			stale = append(stale, append([]byte(nil), k...))
+			prev := p.reported[string(k)]
+			var late []AggVal
+			for i, v := range per {
+				var o AggVal
+				if i < len(prev) {
+					o = prev[i]
+				}
+				if d, ok := lateDelta(v, o); ok {
+					late = append(late, d)
+					p.late.Add(d.Count)
+				}
+			}
+			if per = late; len(per) == 0 {
+				continue
+			}
+		}
+		ks := string(k[8:])
+		if i, ok := byKey[ks]; ok {
+			out[i].Per = append(out[i].Per, per...) // merged like another CPU's
+			continue
+		}
+		pt := Partial{Per: per}
 		for i := 0; i < MaxKey && 8*(i+2) <= len(k); i++ {
 			pt.K[i] = binary.LittleEndian.Uint64(k[8*(i+1):])
 		}
-		if p.Cfg.Hist {
-			pt.Per = append([]AggVal(nil), big...)
-		} else {
-			pt.Per = make([]AggVal, len(small))
-			for i, v := range small {
-				pt.Per[i] = AggVal{Count: v.Count, Sum: v.Sum, Min: v.Min, Max: v.Max}
-			}
-		}
+		byKey[ks] = len(out)
 		out = append(out, pt)
-		keys = append(keys, k)
 	}
 	if err := it.Err(); err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
+	for _, k := range stale {
 		_ = m.Delete(k)
 	}
+	p.reported = reported
 	return out, nil
+}
+
+// lateDelta is what one CPU's entry gained since it was reported as o.
+// Count, sum and histogram are exact; so are min and max when the late
+// events moved them or there was only one (its value is the sum's gain);
+// otherwise they are bounded by the late events' mean.
+func lateDelta(v, o AggVal) (AggVal, bool) {
+	if v.Count <= o.Count {
+		return AggVal{}, false
+	}
+	if o.Count == 0 {
+		return v, true
+	}
+	d := AggVal{Count: v.Count - o.Count, Sum: v.Sum - o.Sum}
+	for i := range d.Hist {
+		d.Hist[i] = v.Hist[i] - o.Hist[i]
+	}
+	mean := d.Sum / d.Count // one late event: its value exactly
+	if d.Count > 1 && int64(d.Sum) < 0 {
+		mean = uint64(int64(d.Sum) / int64(d.Count)) // signed columns
+	}
+	d.Min, d.Max = mean, mean
+	if v.Min != o.Min {
+		d.Min = v.Min
+	}
+	if v.Max != o.Max {
+		d.Max = v.Max
+	}
+	return d, true
 }
 
 // Close detaches and frees everything.
