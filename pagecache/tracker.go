@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
@@ -22,14 +21,14 @@ import (
 var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own"}
 
 // tracker is the loaded tracepoint object, its links and ring buffer, and
-// the inotify watch whose goroutine registers files created under the
+// the directory watch (dirwatch.go) whose goroutine registers files created under the
 // directory while the agent runs (at once: a file is usually created
 // before its first write, and its pages count from then on).
 type tracker struct {
 	coll  *ebpf.Collection
 	links []link.Link
 	rd    *ringbuf.Reader
-	w     *fsnotify.Watcher
+	w     *dirWatch
 	done  chan struct{} // the watch goroutine has ended
 
 	mu    sync.Mutex         // files, ids, pages
@@ -81,7 +80,7 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 		return nil, kernel.LoadError("the page-cache tracker", err)
 	}
 	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
-	if t.w, err = fsnotify.NewWatcher(); err != nil {
+	if t.w, err = newDirWatch(); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
 	}
@@ -227,20 +226,13 @@ func (t *tracker) watch() {
 			if !ok {
 				return
 			}
-			if !ev.Has(fsnotify.Create) {
-				continue // removals: the kernel's deletes reach the policy
-			}
-			var st unix.Stat_t
-			if unix.Lstat(ev.Name, &st) != nil {
-				continue
-			}
 			n := t.nfiles.Load()
 			var err error
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				err = t.addDir(ev.Name) // with files made before the watch took
+			if ev.Dir {
+				err = t.addDir(ev.Path) // with files made before the watch took
 			} else {
 				t.mu.Lock()
-				err = t.addFile(ev.Name)
+				err = t.addFile(ev.Path)
 				t.mu.Unlock()
 			}
 			if err != nil {

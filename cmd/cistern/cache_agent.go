@@ -38,7 +38,7 @@ them to the policy in the kernel and, when the cgroup nears its limit,
 drops the policy's victims itself (posix_fadvise DONTNEED) before the
 kernel has to reclaim. --limit creates the cgroup (removed at exit);
 without it PATH must exist. Files created or moved under DIR while it runs
-are watched too (inotify). Put the workload in the cgroup (PATH/cgroup.procs). Stops on
+are watched too (fanotify). Put the workload in the cgroup (PATH/cgroup.procs). Stops on
 SIGINT or SIGTERM and prints its counters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
