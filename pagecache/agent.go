@@ -136,6 +136,10 @@ func (a *Agent) Cgroup() *Cgroup { return a.cg }
 // Files is how many files the agent watches.
 func (a *Agent) Files() int { return int(a.tr.nfiles.Load()) }
 
+// WatchMethod says how new files under the directory are noticed:
+// "fanotify", or inotify and why.
+func (a *Agent) WatchMethod() string { return a.tr.w.Method }
+
 // AddScanPID registers a process or thread id as a scanner (get-scan).
 func (a *Agent) AddScanPID(pid int) error {
 	m, ok := a.pol.coll.Maps["getscan_scan_ids"]

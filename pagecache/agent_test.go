@@ -310,3 +310,46 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 		t.Errorf("agent evicted only %d pages", st["pages_evicted"])
 	}
 }
+
+// TestDirWatchReportsCreations: on the disk and on a tmpfs mounted for the
+// test (whose file handles fanotify cannot report on older kernels: the
+// inotify fallback), the watch reports new files and directories, and says
+// which method it took.
+func TestDirWatchReportsCreations(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, fs := range []string{"disk", "tmpfs"} {
+		dir := t.TempDir()
+		if fs == "tmpfs" {
+			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+				t.Fatalf("mount tmpfs: %v", err)
+			}
+			defer unix.Unmount(dir, 0)
+		}
+		w, err := newDirWatch(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", fs, err)
+		}
+		t.Logf("%s: %s", fs, w.Method)
+		if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for len(got) < 2 {
+			select {
+			case ev := <-w.Events:
+				got[filepath.Base(ev.Path)] = ev.Dir
+			case <-time.After(2 * time.Second):
+				t.Fatalf("%s (%s): events %v, want f and d", fs, w.Method, got)
+			}
+		}
+		if got["f"] || !got["d"] {
+			t.Errorf("%s: dir flags %v, want f false, d true", fs, got)
+		}
+		if err := w.Close(); err != nil {
+			t.Errorf("%s: close: %v", fs, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,8 +24,14 @@ import (
 // A fanotify mark for FAN_CREATE and FAN_MOVED_TO on the directory itself,
 // without FAN_EVENT_ON_CHILD, leaves reads of its files on the fast path.
 // FAN_REPORT_DFID_NAME (Linux 5.9) names the directory by its file handle.
+//
+// Where the kernel or the filesystem cannot do that (no file handles, or a
+// zero fsid: tmpfs before Linux 6.7, FUSE without export support), the
+// watch falls back to inotify and says so in Method.
 type dirWatch struct {
-	f      *os.File
+	f      *os.File          // fanotify; nil when ino is used
+	ino    *fsnotify.Watcher // the inotify fallback
+	Method string            // "fanotify" or why it is "inotify"
 	mu     sync.Mutex
 	dirs   map[string]string // file handle (type, bytes) -> directory
 	Events chan dirEvent
@@ -37,21 +44,67 @@ type dirEvent struct {
 	Dir  bool
 }
 
-func newDirWatch() (*dirWatch, error) {
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME,
-		unix.O_RDONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("fanotify with directory file handles and names (Linux 5.9): %w", err)
-	}
+// newDirWatch watches root (and what Add is given later), by fanotify
+// where root's filesystem allows, else by inotify.
+func newDirWatch(root string) (*dirWatch, error) {
 	w := &dirWatch{
-		f:      os.NewFile(uintptr(fd), "fanotify"), // non-blocking: Close wakes the reader
 		dirs:   map[string]string{},
 		Events: make(chan dirEvent, 64),
 		Errors: make(chan error, 1),
 		done:   make(chan struct{}),
 	}
-	go w.read()
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME,
+		unix.O_RDONLY|unix.O_CLOEXEC)
+	if err == nil {
+		w.f = os.NewFile(uintptr(fd), "fanotify") // non-blocking: Close wakes the reader
+		if err = w.Add(root); err == nil {
+			w.Method = "fanotify"
+			go w.read()
+			return w, nil
+		}
+		w.f.Close()
+		w.f = nil
+	}
+	w.Method = fmt.Sprintf("inotify (fanotify with directory handles: %v), which makes reads in watched directories take fsnotify's slower parent path", err)
+	if w.ino, err = fsnotify.NewWatcher(); err != nil {
+		return nil, err
+	}
+	if err := w.ino.Add(root); err != nil {
+		w.ino.Close()
+		return nil, err
+	}
+	go w.readInotify()
 	return w, nil
+}
+
+func (w *dirWatch) readInotify() {
+	defer close(w.done)
+	defer close(w.Errors)
+	defer close(w.Events)
+	for {
+		select {
+		case ev, ok := <-w.ino.Events:
+			if !ok {
+				return
+			}
+			if !ev.Has(fsnotify.Create) { // removals: the kernel's deletes reach the policy
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Lstat(ev.Name, &st) != nil {
+				continue
+			}
+			w.Events <- dirEvent{Path: ev.Name, Dir: st.Mode&unix.S_IFMT == unix.S_IFDIR}
+		case err, ok := <-w.ino.Errors:
+			if !ok {
+				return
+			}
+			select {
+			case w.Errors <- err:
+			default:
+			}
+		}
+	}
 }
 
 func handleKey(typ int32, b []byte) string {
@@ -61,6 +114,9 @@ func handleKey(typ int32, b []byte) string {
 
 // Add watches dir for new entries.
 func (w *dirWatch) Add(dir string) error {
+	if w.ino != nil {
+		return w.ino.Add(dir)
+	}
 	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
 	if err != nil {
 		return fmt.Errorf("file handle of %s: %w", dir, err)
@@ -77,7 +133,12 @@ func (w *dirWatch) Add(dir string) error {
 
 // Close stops the watch; Events and Errors are closed once the reader ends.
 func (w *dirWatch) Close() error {
-	err := w.f.Close()
+	var err error
+	if w.ino != nil {
+		err = w.ino.Close()
+	} else {
+		err = w.f.Close()
+	}
 	<-w.done
 	return err
 }

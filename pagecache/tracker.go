@@ -80,7 +80,7 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 		return nil, kernel.LoadError("the page-cache tracker", err)
 	}
 	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
-	if t.w, err = newDirWatch(); err != nil {
+	if t.w, err = newDirWatch(dir); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
 	}

@@ -99,6 +99,7 @@ SIGINT or SIGTERM and prints its counters.`,
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
+			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
 			if pagecache.UsesAccesses(cfg.Policy) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
 			}
