@@ -213,12 +213,18 @@ func TestConcurrentPoolFull(t *testing.T) {
 	o := openPool(t, Config{BlockSize: bs, MaxBlocks: 8, CapacityBlocks: 40, MaxObjects: 64})
 	max := int(o.MaxLen())
 	var full, ok, torn atomic.Int64
-	deadline := time.Now().Add(500 * time.Millisecond)
+	// At least 500 ms, and on until the pool has filled and 100 writes
+	// succeeded (an emulated guest runs ~10x slower), within a bound.
+	start := time.Now()
+	running := func() bool {
+		el := time.Since(start)
+		return el < 500*time.Millisecond || (el < 500*time.Millisecond*testenv.TimeScale()*4 && (full.Load() == 0 || ok.Load() < 100))
+	}
 	var wg sync.WaitGroup
 	for w := range 6 {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 3))
-			for time.Now().Before(deadline) {
+			for running() {
 				id := r.Uint64N(16)
 				if w%3 == 2 {
 					if b, err := o.Read(id); err == nil && verify(b) != "" {
