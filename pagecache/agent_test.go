@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,13 +312,15 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	}
 }
 
-// TestDirWatchReportsCreations: on the disk and on a tmpfs mounted for the
-// test (whose file handles fanotify cannot report on older kernels: the
-// inotify fallback), the watch reports new files and directories, and says
-// which method it took.
+// TestDirWatchReportsCreations: on the disk, on a tmpfs mounted for the
+// test, and through the inotify fallback (taken where fanotify cannot
+// report a filesystem's directory handles), the watch reports new files and
+// directories and says which method it took.
 func TestDirWatchReportsCreations(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, fs := range []string{"disk", "tmpfs"} {
+	defer func() { inotifyOnly = false }()
+	for _, fs := range []string{"disk", "tmpfs", "disk, inotify"} {
+		inotifyOnly = fs == "disk, inotify"
 		dir := t.TempDir()
 		if fs == "tmpfs" {
 			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
@@ -330,6 +333,9 @@ func TestDirWatchReportsCreations(t *testing.T) {
 			t.Fatalf("%s: %v", fs, err)
 		}
 		t.Logf("%s: %s", fs, w.Method)
+		if inotifyOnly != strings.HasPrefix(w.Method, "inotify") {
+			t.Errorf("%s: method %q", fs, w.Method)
+		}
 		if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}

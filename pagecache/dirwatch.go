@@ -39,6 +39,11 @@ type dirWatch struct {
 	done   chan struct{}
 }
 
+// inotifyOnly makes newDirWatch take the inotify fallback (tests).
+var inotifyOnly bool
+
+var errInotifyForced = errors.New("not tried")
+
 type dirEvent struct {
 	Path string
 	Dir  bool
@@ -53,8 +58,11 @@ func newDirWatch(root string) (*dirWatch, error) {
 		Errors: make(chan error, 1),
 		done:   make(chan struct{}),
 	}
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME,
-		unix.O_RDONLY|unix.O_CLOEXEC)
+	fd, err := -1, errInotifyForced
+	if !inotifyOnly {
+		fd, err = unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME,
+			unix.O_RDONLY|unix.O_CLOEXEC)
+	}
 	if err == nil {
 		w.f = os.NewFile(uintptr(fd), "fanotify") // non-blocking: Close wakes the reader
 		if err = w.Add(root); err == nil {
