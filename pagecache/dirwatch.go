@@ -26,7 +26,7 @@ import (
 // FAN_REPORT_DFID_NAME (Linux 5.9) names the directory by its file handle.
 //
 // Where the kernel or the filesystem cannot do that (no file handles, or a
-// zero fsid: tmpfs before Linux 6.7, FUSE without export support), the
+// zero fsid, as on FUSE without export support, or no fanotify), the
 // watch falls back to inotify and says so in Method.
 type dirWatch struct {
 	f      *os.File          // fanotify; nil when ino is used
