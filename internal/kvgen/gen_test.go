@@ -71,6 +71,15 @@ func TestCounterChecksValues(t *testing.T) {
 	for _, bad := range [][]byte{
 		func() []byte { b := append([]byte(nil), good...); b[len(b)-20] ^= 1; return b }(),
 		func() []byte { b := append([]byte(nil), good...); b[len(b)-9] ^= 1; return b }(), // the zero-padded tail
+		func() []byte { b := append([]byte(nil), good...); b[30] ^= 1; return b }(), // in the first 64-byte chunk
+		func() []byte { // two words swapped: the sum is order-sensitive
+			b := append([]byte(nil), good...)
+			var w [8]byte
+			copy(w[:], b[64:72])
+			copy(b[64:72], b[72:80])
+			copy(b[72:80], w[:])
+			return b
+		}(),
 		good[:len(good)-1],
 		ReplyText(7, 2, loadgen.DefaultValueSize(7)), // another version
 	} {
@@ -81,8 +90,8 @@ func TestCounterChecksValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st[statHits] != 100 || st[statWrong] != 4 || st[statMisses] != 1 || st[statReplies] != 105 {
-		t.Errorf("hits %d wrong %d misses %d replies %d; want 100, 4, 1, 105", st[statHits], st[statWrong], st[statMisses], st[statReplies])
+	if st[statHits] != 100 || st[statWrong] != 6 || st[statMisses] != 1 || st[statReplies] != 107 {
+		t.Errorf("hits %d wrong %d misses %d replies %d; want 100, 6, 1, 107", st[statHits], st[statWrong], st[statMisses], st[statReplies])
 	}
 }
 
