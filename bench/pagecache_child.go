@@ -39,6 +39,8 @@ type pcChildResult struct {
 	Ops     uint64  // get: preads; scan: bytes
 	Seconds float64 // measured run time
 	P99us   float64 // get: 99th percentile pread latency
+	MeanUs  float64 // get: mean pread latency (of the sample)
+	CPUs    float64 // the child's CPU seconds (user + system) in the run
 	Err     string
 }
 
@@ -133,6 +135,9 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 		wg.Wait()
 		res.Ops = ops
 		res.P99us = benchkit.Percentile(lat, 99)
+		for _, v := range lat {
+			res.MeanUs += v / float64(len(lat))
+		}
 	case "scan":
 		if spec.Advice == "noreuse" {
 			unix.Fadvise(fd, 0, 0, unix.FADV_NOREUSE)
@@ -156,5 +161,9 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 		return fmt.Errorf("unknown role %q", spec.Role)
 	}
 	res.Seconds = time.Since(start).Seconds()
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		res.CPUs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
 	return nil
 }
