@@ -20,10 +20,11 @@ func newBenchPagecacheCmd() *cobra.Command {
 search:   10 ripgrep searches over the Linux source (Debian linux-source-6.1,
           unpacked once into --cache-dir) in a cgroup limited to 70% of
           the tree: default vs agent_mru (target search_speedup_mru >= 1.5).
-getscan:  a GET thread doing random 4 KiB preads over a hot file and a
-          scanner process reading a large file, in one cgroup (on the
-          cache dir's disk; --getscan-ramdisk: on a RAM-backed loop
-          device, where a miss costs little): default,
+getscan:  a GET thread doing random 4 KiB preads over a hot file (9/16
+          of the cgroup's limit) and a scanner process reading a large
+          file, in one cgroup (on the cache dir's disk;
+          --getscan-ramdisk: on a RAM-backed loop device, where a miss
+          costs little): default,
           agent_get_scan, fadvise_noreuse, fadvise_dontneed (target
           get_speedup >= 1.3 with scan throughput >= 0.7 of default).
 overhead: fio randread psync on a cached file, agent off vs on with the
