@@ -90,6 +90,7 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return fmt.Errorf("wait for go: %w", err)
 	}
+	cpu0 := selfCPU() // the warm-up's reads are not the run's
 	start := time.Now()
 	end := start.Add(spec.Duration)
 	switch spec.Role {
@@ -161,9 +162,6 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 		return fmt.Errorf("unknown role %q", spec.Role)
 	}
 	res.Seconds = time.Since(start).Seconds()
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		res.CPUs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	}
+	res.CPUs = (selfCPU() - cpu0).Seconds()
 	return nil
 }

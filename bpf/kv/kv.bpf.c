@@ -907,18 +907,20 @@ __global int kv_direct_block(struct xdp_md *ctx, struct kv_scratch *s, __u32 i, 
 	b = pool_block_get(idx);
 	if (!b)
 		return 0;
-	if (bs > DIRECT_BLOCK_MAX) {
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (bs > DIRECT_BLOCK_MAX || (void *)((__u8 *)data + dst + bs) > end) {
+		/* A big block, or a short last one too near the frame's end for
+		 * a whole-block bounds check: one helper call. */
 		if (!LEN_IN(n, pool_block_size) || bpf_xdp_store_bytes(ctx, dst, b + POOL_BLOCK_HDR, n))
 			return -1;
 		return pool_block_intact(b, idx) ? 1 : 0;
 	}
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	if ((void *)((__u8 *)data + dst + bs) <= end) {
+	{
 		/* The whole block fits before the frame's end: one bounds check
 		 * for all its words (the verifier knows bs, a read-only
-		 * constant). A last block shorter than bs spills < 8 + its
-		 * slack into "\r\nEND\r\n", which is written after it. */
+		 * constant). A last block shorter than bs spills < 8 bytes into
+		 * "\r\nEND\r\n", which is written after it. */
 		__u8 *p = (__u8 *)data + dst;
 
 		for (__u32 j = 0; j < DIRECT_BLOCK_MAX / 8; j++) {
@@ -926,12 +928,6 @@ __global int kv_direct_block(struct xdp_md *ctx, struct kv_scratch *s, __u32 i, 
 				break;
 			*(__u64 *)(p + j * 8) = *(__u64 *)(b + POOL_BLOCK_HDR + j * 8);
 		}
-		return pool_block_intact(b, idx) ? 1 : 0;
-	}
-	for (__u32 j = 0; j < DIRECT_BLOCK_MAX / 8; j++) {
-		if (j >= bs / 8 || j * 8 >= n)
-			break;
-		PKT_PUT8(data, end, dst + j * 8, *(__u64 *)(b + POOL_BLOCK_HDR + j * 8));
 	}
 	return pool_block_intact(b, idx) ? 1 : 0;
 }

@@ -71,7 +71,7 @@ func TestCounterChecksValues(t *testing.T) {
 	for _, bad := range [][]byte{
 		func() []byte { b := append([]byte(nil), good...); b[len(b)-20] ^= 1; return b }(),
 		func() []byte { b := append([]byte(nil), good...); b[len(b)-9] ^= 1; return b }(), // the zero-padded tail
-		func() []byte { b := append([]byte(nil), good...); b[30] ^= 1; return b }(), // in the first 64-byte chunk
+		func() []byte { b := append([]byte(nil), good...); b[30] ^= 1; return b }(),       // in the first 64-byte chunk
 		func() []byte { // two words swapped: the sum is order-sensitive
 			b := append([]byte(nil), good...)
 			var w [8]byte
