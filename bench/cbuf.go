@@ -243,8 +243,13 @@ func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, pe
 	// Blocking wake-ups on an idle VM are bimodal (a peer whose core went
 	// idle costs 20-70 us more to wake), so one long run per mode is a coin
 	// toss. Each size runs the modes in interleaved rounds and reports the
-	// median round, with the spread beside it.
-	rounds := cbufRounds(opt)
+	// median round, with the spread beside it. A round costs milliseconds,
+	// so this part runs three times the other parts' rounds: about one
+	// round in four of cbuf_block against pipe at 64 pages lands above
+	// 0.1 on this VM, and the median of three rounds crossed the target in
+	// one quick run of four (session 7); of nine it does not.
+	rounds := 3 * cbufRounds(opt)
+	rep.SetConfig("rtt_rounds", rounds)
 	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 1 << 30, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {
 		for _, p := range cbufPages {
 			n := max(iters(p)/rounds, 200)
