@@ -1,7 +1,9 @@
 package pagecache
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -102,5 +104,66 @@ func TestMincoreAgreesWithCachestat(t *testing.T) {
 		if got.Cache != want.Cache {
 			t.Errorf("range %v: mincore %d pages, cachestat %d", r, got.Cache, want.Cache)
 		}
+	}
+}
+
+// TestReclaimOnAgentThreadIsReported: a delete on the agent's thread is its
+// own eviction, and goes unreported, only when the kernel is not reclaiming
+// memory on that thread (PF_MEMALLOC): the policy must hear of reclaim,
+// whoever's allocation caused it. A reader in a cgroup smaller than its
+// file plays the agent's thread: its reads make the kernel reclaim the
+// file's earlier pages in its own context, and it never evicts anything.
+// (An agent's thread that reclaimed once counted 39 deletes more than the
+// pages it evicted on a 6.1 guest.)
+func TestReclaimOnAgentThreadIsReported(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	path := writeFiles(t, dir, 1, 32<<20)[0]
+	tr, err := openTracker(dir, 0, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-reclaim-%d", os.Getpid()), 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+
+	// The reader waits for a line, so it is in the cgroup and named the
+	// agent's thread before it reads; exec keeps its pid (one thread).
+	cmd := exec.Command("sh", "-c", `read x && exec cat "$0" > /dev/null`, path)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if err := cg.AddPID(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.coll.Variables["pc_self_tid"].Set(uint32(cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("\n"))
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("reader: %v", err)
+	}
+	st, err := tr.stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: %v, limit hits %d, %d pages still cached", st, cg.LimitHits(), cached(t, path))
+	if cached(t, path) >= 32<<20/4096 {
+		t.Fatalf("the whole file stayed cached in an 8 MiB cgroup: no reclaim to test")
+	}
+	if st["events_del_own"] != 0 {
+		t.Errorf("%d deletes by reclaim on the agent's thread were taken for its own evictions", st["events_del_own"])
+	}
+	if st["events_del"] == 0 {
+		t.Errorf("reclaim on the agent's thread was not reported: %v", st)
 	}
 }

@@ -25,6 +25,18 @@ const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a powe
  * they are not reported (half the events of a scan). */
 volatile __u32 pc_self_tid;
 
+#define PF_MEMALLOC 0x00000800 /* include/linux/sched.h: the task is reclaiming */
+
+/* True while the current task reclaims memory (direct or memcg reclaim set
+ * PF_MEMALLOC around it): a delete then is the kernel's choice, even on the
+ * agent's thread, and the policy must hear of it. */
+static __always_inline int reclaiming(void)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+
+	return (BPF_CORE_READ(t, flags) & PF_MEMALLOC) != 0;
+}
+
 /* Wake the agent once this much is queued, not at every event: a wakeup
  * per folio preempted the scanner for every folio it read (the agent also
  * polls every 2 ms while events flow). */
@@ -169,7 +181,7 @@ int BPF_PROG(pc_del, struct folio *folio)
 
 	if (!file)
 		return 0;
-	if (pc_self_tid && (__u32)bpf_get_current_pid_tgid() == pc_self_tid) {
+	if (pc_self_tid && (__u32)bpf_get_current_pid_tgid() == pc_self_tid && !reclaiming()) {
 		stat(PC_T_DEL_SELF);
 		return 0;
 	}
