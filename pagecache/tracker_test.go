@@ -113,8 +113,8 @@ func TestMincoreAgreesWithCachestat(t *testing.T) {
 // whoever's allocation caused it. A reader in a cgroup smaller than its
 // file plays the agent's thread: its reads make the kernel reclaim the
 // file's earlier pages in its own context, and it never evicts anything.
-// (An agent's thread that reclaimed once counted 39 deletes more than the
-// pages it evicted on a 6.1 guest.)
+// (On a 6.1 CI guest the agent's thread once counted 39 own deletes more
+// than the pages it had evicted: reclaim on that thread.)
 func TestReclaimOnAgentThreadIsReported(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "w")
