@@ -231,7 +231,11 @@ int main(int argc, char **argv)
 			if (cbuf_kernel_recv(&id, 2000))
 				break;
 			const uint32_t *r = cbuf2buf(id, 4096);
-			if (r && r[1] > 0 && r[1] <= 256 && ((const char *)r)[24] == '/')
+			/* readable: len (with its NUL) matches the filename at 24.
+			 * Not "starts with /": any process on the machine may exec
+			 * a relative path, and the component records every exec. */
+			if (r && r[1] > 0 && r[1] <= 256 &&
+			    strnlen((const char *)r + 24, 256) == r[1] - 1)
 				ok++;
 			if (r)
 				cbuf_free(id);
