@@ -245,9 +245,9 @@ func cbufRTT(ctx context.Context, rep *benchkit.Report, opt CBufOptions, tmp, pe
 	// toss. Each size runs the modes in interleaved rounds and reports the
 	// median round, with the spread beside it. A round costs milliseconds,
 	// so this part runs three times the other parts' rounds: about one
-	// round in four of cbuf_block against pipe at 64 pages lands above
-	// 0.1 on this VM, and the median of three rounds crossed the target in
-	// one quick run of four (session 7); of nine it does not.
+	// round in four of cbuf_block against pipe at 64 pages landed above
+	// 0.1 on the project's VM, so a median of three crossed the target in
+	// about one quick run in seven; a median of nine does not.
 	rounds := 3 * cbufRounds(opt)
 	rep.SetConfig("rtt_rounds", rounds)
 	return withManager(ctx, tmp, cbuf.ManagerOptions{Memory: 1 << 30, Interval: time.Hour}, func(sock string, _ *cbuf.Manager) error {

@@ -24,7 +24,7 @@ an in-process manager for each experiment:
                   cbuf_poll, cbuf_block (futex), pipe, unix_socket,
                   iceoryx2_poll, iceoryx2_block (event listener); the
                   blocking ones also as MODE_1core (both processes on CPU 0);
-                  each value is the median of interleaved rounds (5; quick 3)
+                  each value is the median of interleaved rounds (15; quick 9)
   alloc_vs_pool   1-page allocation cost with collection against pool size
                   (the paper's Figure 7)
   policy_*        producer -> consumer plus an interfering allocator under
