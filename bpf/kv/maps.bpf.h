@@ -89,6 +89,13 @@ struct tcp_flow_key {
 	__u16 sport, dport;
 };
 
+/* One request line as memcached reads it (kv_req_line). */
+struct kv_line {
+	__s32 le, eol, cmd, ks, ke, numend;
+	__u32 data, replies, why, flags;
+	__u64 bytes;
+};
+
 struct kv_scratch {
 	__u8 pkt[BUF];        /* a copy of the memcached text being parsed */
 	struct kv_body req;   /* key (+ suffix, ref) of the request at hand */
@@ -99,7 +106,8 @@ struct kv_scratch {
 	__u8 hdr[64];         /* headers being moved or rewritten */
 	__u64 num;            /* kv_parse_num's result */
 	__u32 keystart;       /* kv_classify's result */
-	__u32 pad;
+	__u32 cmdend;
+	struct kv_line ln;    /* kv_req_line's result */
 	struct tcp_flow_key fk;
 };
 

@@ -440,7 +440,7 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 {
 	__u64 flags, exptime, bytes, h, now = bpf_ktime_get_ns();
 	__u32 dataoff;
-	int ke, fe, ee, be, le, conflict;
+	int ke, fe, ee, be, le, eo, conflict;
 	__u8 crlf[2];
 
 	if (!ctx || !s)
@@ -449,24 +449,25 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 	if (ke <= (int)s->keystart || ke - s->keystart > KV_KEY_MAX || !at(s, n, ke, ' '))
 		goto bad;
 	h = kv_take_key(s, s->keystart, ke - s->keystart);
-	fe = kv_parse_num(s, n, ke + 1);
+	fe = kv_parse_num(s, n, kv_skip_sp(s, n, ke));
 	flags = s->num;
 	if (fe < 0 || flags > 0xffffffffULL || !at(s, n, fe, ' '))
 		goto bad_key;
-	ee = kv_parse_num(s, n, fe + 1);
+	ee = kv_parse_num(s, n, kv_skip_sp(s, n, fe));
 	exptime = s->num;
 	if (ee < 0 || !at(s, n, ee, ' '))
 		goto bad_key;
-	be = kv_parse_num(s, n, ee + 1);
+	be = kv_parse_num(s, n, kv_skip_sp(s, n, ee));
 	bytes = s->num;
 	if (be < 0)
 		goto bad_key;
-	le = be;
-	if (word(s, n, le, " noreply", 8))
-		le += 8;
-	if (!at(s, n, le, '\r') || !at(s, n, le + 1, '\n'))
+	le = kv_skip_sp(s, n, be);
+	if (token_is(s, n, le, "noreply", 7))
+		le = kv_skip_sp(s, n, le + 7);
+	eo = eol_at(s, n, le);
+	if (!eo)
 		goto bad_key;
-	dataoff = le + 2;
+	dataoff = le + eo;
 	/* The datagram must hold exactly the data and its "\r\n": anything else
 	 * memcached refuses, so the kernel must not store it either. */
 	if ((__u64)dataoff + bytes + 2 != tlen ||
@@ -497,7 +498,7 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 	}
 	if (kv_xdp_fill(ctx, s, text + dataoff, bytes)) {
 		pool_free(&s->req.ref);
-		stat(KV_PARSE_ERRORS);
+		stat(KV_PASS_MALFORMED);
 		kv_invalidate(s, h);
 		return 0;
 	}
@@ -511,10 +512,17 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 	stat(KV_SETS);
 	return 0;
 bad_key:
+	/* memcached may still store something under this key: the kernel
+	 * copy goes. */
 	note_write(h, now);
 	kv_invalidate(s, h);
+	stat(KV_PASS_SYNTAX);
+	return 0;
 bad:
-	stat(KV_PARSE_ERRORS);
+	/* A write whose key the kernel cannot read: every key goes. */
+	flush_all(now);
+	stat(KV_UDP_FLUSHES);
+	stat(KV_PASS_SYNTAX);
 	return 0;
 }
 
@@ -542,8 +550,7 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 	}
 	for (int c = 0; c < TCP_MAX_CMDS; c++) {
 		__u32 n = plen - pos;
-		__u64 bytes;
-		int e, le, cmd;
+		int cmd, le;
 
 		if (pos >= plen) {
 			bpf_map_delete_elem(&kv_tcp_flows, &fk);
@@ -552,41 +559,31 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 		CLAMP(n, BUF - 1);
 		if (n == 0 || bpf_xdp_load_bytes(ctx, poff + pos, s->pkt, LEN1(n)))
 			goto flush;
-		cmd = kv_classify(s, n);
-		if (cmd == CMD_NONE)
-			goto flush;
-		if (cmd == CMD_FLUSH)
-			flush_all(now);
-		if (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE) {
-			if (kv_key_write(s, n, now))
-				goto flush;
-			stat(KV_TCP_INVALIDATIONS);
-		}
-		le = kv_line_end(s, n, 0);
-		if (le < 0) {
-			if (cmd == CMD_SET || cmd == CMD_STORE)
-				goto flush; /* cannot tell where its data ends */
+		kv_req_line(s, n);
+		le = s->ln.le;
+		if (le <= 0) {
+			cmd = kv_classify(s, n);
+			if (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE || cmd == CMD_MSET ||
+			    cmd == CMD_MWRITE || cmd == CMD_FLUSH || cmd == CMD_NONE)
+				goto flush; /* a write (maybe) whose line this segment does not hold */
 			bpf_map_delete_elem(&kv_tcp_flows, &fk);
 			return 0; /* a long read command: the next segment starts afresh */
 		}
-		if (cmd == CMD_SET || cmd == CMD_STORE) {
-			/* <cmd> <key> <flags> <exptime> <bytes> ... */
-			e = kv_scan_token(s, n, s->keystart);
-			if (e < 0)
-				goto flush;
-			e = kv_parse_num(s, n, e + 1);
-			if (e < 0)
-				goto flush;
-			e = kv_parse_num(s, n, e + 1);
-			if (e < 0)
-				goto flush;
-			e = kv_parse_num(s, n, e + 1);
-			bytes = s->num;
-			if (e < 0 || bytes > (1 << 30))
-				goto flush;
-			le += bytes + 2;
+		cmd = s->ln.cmd;
+		if (s->ln.why) {
+			if (cmd != CMD_NONE)
+				goto flush; /* memcached's answer to a bad write line is not ours to guess */
+			pos += le;  /* unknown command: memcached answers ERROR */
+			continue;
 		}
-		pos += le;
+		if (cmd == CMD_FLUSH)
+			flush_all(now);
+		if (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE || cmd == CMD_MSET || cmd == CMD_MWRITE) {
+			if ((s->ln.flags & LN_B64) || kv_key_write(s, n, now))
+				goto flush;
+			stat(KV_TCP_INVALIDATIONS);
+		}
+		pos += le + s->ln.data;
 		if (pos > plen) {
 			__u32 nx = tseq + pos;
 
@@ -660,7 +657,7 @@ int kv_xdp(struct xdp_md *ctx)
 		plen = bpf_ntohs(udp->len);
 		poff = sizeof(*eth) + sizeof(*ip) + sizeof(*udp);
 		if (plen < sizeof(*udp) + MC_HDR || poff + plen - sizeof(*udp) > (__u32)(end - data)) {
-			stat(KV_PARSE_ERRORS);
+			stat(KV_PASS_MALFORMED);
 			return XDP_PASS;
 		}
 		plen -= sizeof(*udp);
@@ -678,22 +675,38 @@ int kv_xdp(struct xdp_md *ctx)
 	n = plen - MC_HDR;
 	CLAMP(n, BUF - 1);
 	if (n == 0 || bpf_xdp_load_bytes(ctx, poff + MC_HDR, s->pkt, LEN1(n))) {
-		stat(KV_PARSE_ERRORS);
+		stat(KV_PASS_MALFORMED);
 		return XDP_PASS;
 	}
 	cmd = kv_classify(s, n);
 	switch (cmd) {
 	case CMD_GET: {
-		__u32 ks = s->keystart;
-		int ke = kv_scan_token(s, n, ks);
+		__u32 ks = s->keystart, tl = plen - MC_HDR;
+		int ke = kv_scan_token(s, n, ks), j, eo;
 
-		if (ke > (int)ks && ke - ks <= KV_KEY_MAX && at(s, n, ke, ' ')) {
-			stat(KV_MULTIGET);
+		if (ke == TOK_LONG) {
+			stat(KV_PASS_LONG);
 			return XDP_PASS;
 		}
-		if (ke <= (int)ks || ke - ks > KV_KEY_MAX || !at(s, n, ke + 1, '\n') ||
-		    ke + 2 != plen - MC_HDR) {
-			stat(KV_PARSE_ERRORS);
+		if (ke <= (int)ks) {
+			stat(ke == TOK_SHORT ? KV_PASS_MALFORMED : KV_PASS_SYNTAX);
+			return XDP_PASS;
+		}
+		j = kv_skip_sp(s, n, ke);
+		eo = eol_at(s, n, j);
+		if (!eo) {
+			stat(j < (int)n ? KV_MULTIGET : KV_PASS_MALFORMED);
+			return XDP_PASS;
+		}
+		if (j + eo != tl) {
+			stat(KV_PASS_MALFORMED); /* more than one line in the datagram */
+			return XDP_PASS;
+		}
+		if (ks != 4 || j != ke || eo != 2) {
+			/* valid, but not "get <key>\r\n": a reply the kernel gives
+			 * up on is restored in that form, so it leaves these to
+			 * memcached */
+			stat(KV_UNSUPPORTED);
 			return XDP_PASS;
 		}
 		/* now 0: read the clock only where needed (a value with an
@@ -704,22 +717,40 @@ int kv_xdp(struct xdp_md *ctx)
 	case CMD_SET:
 		kv_udp_set(ctx, s, n, poff + MC_HDR, plen - MC_HDR);
 		return XDP_PASS;
+	case CMD_MSET:
+	case CMD_MWRITE:
+		kv_req_line(s, n);
+		if (s->ln.flags & LN_B64) {
+			flush_all(bpf_ktime_get_ns());
+			stat(KV_UDP_FLUSHES);
+			return XDP_PASS;
+		}
+		/* fall through */
 	case CMD_STORE:
 	case CMD_DELETE:
-		if (kv_key_write(s, n, bpf_ktime_get_ns()))
-			stat(KV_PARSE_ERRORS);
-		else
+		if (kv_key_write(s, n, bpf_ktime_get_ns())) {
+			/* a write whose key the kernel cannot read: every key goes */
+			flush_all(bpf_ktime_get_ns());
+			stat(KV_UDP_FLUSHES);
+			stat(KV_PASS_SYNTAX);
+		} else {
 			stat(KV_DELETES);
+		}
 		return XDP_PASS;
 	case CMD_FLUSH:
 		flush_all(bpf_ktime_get_ns());
 		return XDP_PASS;
 	case CMD_GETS:
+	case CMD_MGET:
+		stat(KV_PASS_CAS);
+		return XDP_PASS;
 	case CMD_OTHER:
+	case CMD_STATS:
+	case CMD_QUIT:
 		stat(KV_UNSUPPORTED);
 		return XDP_PASS;
 	default:
-		stat(KV_PARSE_ERRORS);
+		stat(KV_PASS_SYNTAX);
 		return XDP_PASS;
 	}
 }
