@@ -56,14 +56,14 @@ func listenPrivate(path string, mode os.FileMode, gid int) (*net.UnixListener, e
 	return ln, nil
 }
 
-// lookupGroup accepts a group name or number.
-func lookupGroup(g string) (int, error) {
+// LookupGroup accepts a group name or number.
+func LookupGroup(g string) (int, error) {
 	if n, err := strconv.ParseUint(g, 10, 32); err == nil {
 		return int(n), nil
 	}
 	gr, err := user.LookupGroup(g)
 	if err != nil {
-		return -1, fmt.Errorf("--group %s: %w", g, err)
+		return -1, fmt.Errorf("group %s: %w", g, err)
 	}
 	n, _ := strconv.Atoi(gr.Gid)
 	return n, nil

@@ -142,7 +142,7 @@ func NewManager(opt ManagerOptions) (*Manager, error) {
 	mode, gid := os.FileMode(0o600), -1
 	if opt.Group != "" {
 		var err error
-		if gid, err = lookupGroup(opt.Group); err != nil {
+		if gid, err = LookupGroup(opt.Group); err != nil {
 			return nil, err
 		}
 		mode = 0o660
