@@ -34,7 +34,7 @@ type Client struct {
 
 	token     Token
 	exporting atomic.Bool
-	owngen    []atomic.Uint32                          // exporting: generation mapped at each own index
+	owngen    []atomic.Uint32                       // exporting: generation mapped at each own index
 	xb        [MaxComponents]atomic.Pointer[[]xent] // pools mapped one buffer at a time
 }
 

@@ -35,7 +35,7 @@ const (
 	// FlagGranted (set by the manager in the owner's word) marks a buffer
 	// granted to another uid: its owner's last free must not recycle it.
 	FlagGranted = uint64(1) << (flagShift + 2)
-	flagMask         = uint64(0xffff) << flagShift
+	flagMask    = uint64(0xffff) << flagShift
 
 	nextEnd = 0xffffffff
 

@@ -29,7 +29,7 @@ type ManagerOptions struct {
 	Group     string
 	AllowUIDs []uint32
 	AllowGIDs []uint32
-	Logf     func(format string, a ...any)
+	Logf      func(format string, a ...any)
 }
 
 // Buffer states in the manager's own records.
@@ -64,9 +64,9 @@ type component struct {
 	uid, gid uint32
 	token    Token
 
-	exporting bool
-	bfd       map[uint32]int    // exporting: each buffer's own memfd
-	held      map[uint64]uint16 // grants to this component: global index -> gen
+	exporting              bool
+	bfd                    map[uint32]int    // exporting: each buffer's own memfd
+	held                   map[uint64]uint16 // grants to this component: global index -> gen
 	refusedMap, refusedIDs uint64
 
 	metaFd, poolFd int
@@ -111,7 +111,7 @@ type Manager struct {
 	grants map[uint64]map[*component]bool // global index -> grantees
 	mixed  bool                           // connected components of more than one uid
 
-	drops                                 atomic.Uint64 // malformed requests
+	drops                                atomic.Uint64 // malformed requests
 	refusedConns, refusedMap, refusedIDs atomic.Uint64
 }
 

@@ -14,10 +14,10 @@ type ComponentStats struct {
 	UID          uint32  `json:"uid"`
 	GID          uint32  `json:"gid"`
 	Exporting    bool    `json:"exporting"`
-	GrantsOut    int     `json:"grants_out"`     // live grants of its buffers to other uids
-	GrantsIn     int     `json:"grants_in"`      // buffers of other uids granted to it
-	RefusedMap   uint64  `json:"refused_map"`    // MAP of a pool it has no right to (or none)
-	RefusedIDs   uint64  `json:"refused_ids"`    // forged, stale or never-given ids
+	GrantsOut    int     `json:"grants_out"`  // live grants of its buffers to other uids
+	GrantsIn     int     `json:"grants_in"`   // buffers of other uids granted to it
+	RefusedMap   uint64  `json:"refused_map"` // MAP of a pool it has no right to (or none)
+	RefusedIDs   uint64  `json:"refused_ids"` // forged, stale or never-given ids
 	Alive        bool    `json:"alive"`
 	Priority     int     `json:"priority"`
 	QosTargetPct float64 `json:"qos_target_pct"`
