@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -187,6 +188,11 @@ func isoHelper() int {
 				unix.Close(fds[0])
 				say("ok")
 			}
+		case "pin": // pin SLOT: claim references and sends on that slot's first 64 indexes
+			for idx := uint32(0); idx < 64; idx++ {
+				atomic.AddUint64(&c.metas[c.g(uint32(arg(1)), idx)].Cnt, ref1|sent1)
+			}
+			say("pinned")
 		case "fds":
 			say("%s", helloFds(os.Getenv("CBUF_SOCK")))
 		}
@@ -594,5 +600,43 @@ func TestIsolationExportSameUIDAndC(t *testing.T) {
 	rx.Wait()
 	if strings.TrimSpace(res) != "ok 50 bad 0" {
 		t.Fatalf("C receiver as nobody of a C owner's grants: %q", res)
+	}
+}
+
+// A component of another uid cannot keep alive buffers it was never given
+// by writing counts into its own counter words: the manager reads only a
+// granted buffer's word from another uid.
+func TestIsolationCannotPinOthersBuffers(t *testing.T) {
+	needRoot(t)
+	m, sock := isoManager(t, ManagerOptions{Group: strconv.Itoa(nobody)})
+	a, err := ConnectWith(sock, ClientOptions{Name: "owner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c := startIso(t, sock)
+	c.do("hello")
+	if got := c.do(fmt.Sprintf("pin %d", a.Slot())); got != "pinned" {
+		t.Fatal(got)
+	}
+	var ids []ID
+	for i := 0; i < 8; i++ {
+		_, id, err := a.Alloc(PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids { // shared with itself: garbage once freed, for the collector
+		a.Send(id)
+		if _, err := a.Buf(id, PageSize); err != nil {
+			t.Fatal(err)
+		}
+		a.Free(id)
+		a.Free(id)
+	}
+	live, total := m.Audit()
+	if live != 0 || total < len(ids) {
+		t.Fatalf("after nobody's claims: %d of %d buffers live, want 0", live, total)
 	}
 }
