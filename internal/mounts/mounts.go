@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -65,4 +66,26 @@ func MountPoints(typ string) []string {
 		}
 	}
 	return out
+}
+
+// PinDir creates dir (under bpffs) and every missing parent below the
+// bpffs root with mode 0700, and tightens an existing dir to 0700: pinned
+// maps hold state (keys, counters) only root should reach, and a pinned
+// object's own mode is not the only gate when a directory is open to all.
+func PinDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var todo []string
+	for d := dir; d != "/" && d != "." && d != BPFFS.Path; d = filepath.Dir(d) {
+		todo = append(todo, d)
+	}
+	for i := len(todo) - 1; i >= 0; i-- {
+		d := todo[i]
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return fmt.Errorf("chmod %s: %w", d, err)
+		}
+	}
+	return nil
 }
