@@ -111,7 +111,7 @@ type Capture struct {
 	// attach state above (libs, goBins, links, LibSSL) and the caches,
 	// shared by the control goroutine and rescan.
 	mu                        sync.Mutex
-	closing                   bool // Close has begun: attach nothing more
+	closing                   bool              // Close has begun: attach nothing more
 	goCache                   map[string]*goTLS // build id -> offsets (nil: not Go with crypto/tls)
 	sslCache                  map[string]sslSyms
 	ctl                       *ringbuf.Reader
@@ -530,7 +530,7 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
-		"go_binaries_attached": c.nGoBins.Load(),
+		"go_binaries_attached":   c.nGoBins.Load(),
 		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),
 		"control_events": c.nCtlEvents.Load(), "control_events_lost": c.ctlLost(),
 	}, nil
