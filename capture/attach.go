@@ -263,7 +263,7 @@ func (c *Capture) onFile(ev *capCapEv) {
 		}
 		c.samplesMu.Unlock()
 	}
-	if ev.Held != 0 {
+	if ev.Held != 0 && !c.Opt.keepHeld {
 		c.release(ev.Pid, false)
 	}
 }

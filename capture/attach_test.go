@@ -349,3 +349,141 @@ func TestUnreadCounted(t *testing.T) {
 		t.Errorf("no run was missed with the /proc rescans alone: the test shows nothing")
 	}
 }
+
+// waitStopped waits until pid is stopped ('T'); false if it is gone or
+// never stops within d.
+func waitStopped(pid int, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return true
+		}
+	}
+	return false
+}
+
+// waitExit waits up to d for cmd to end.
+func waitExit(cmd *exec.Cmd, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s still running after %v", cmd.Path, d)
+	}
+}
+
+// TestHoldNeverLeavesStopped: a process held at exec of a new file is
+// stopped, and continued by the hold timer after HoldMax (counted), by
+// Close, and by the watchdog when the agent is killed (SIGKILL) while it
+// holds one.
+func TestHoldNeverLeavesStopped(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	newExe := func(name string) string {
+		p := filepath.Join(dir, name)
+		copyFile(t, "/bin/sleep", p, 0o755)
+		return p
+	}
+	t.Run("timeout", func(t *testing.T) {
+		cg, into := testCgroup(t)
+		c, err := Open(Options{Cgroup: cg, HoldNew: true, HoldMax: 300 * time.Millisecond, keepHeld: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cmd := exec.Command(newExe("sleep-timeout"), "0")
+		into(cmd)
+		t0 := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+			t.Error("not held at exec")
+		}
+		if err := waitExit(cmd, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		el := time.Since(t0)
+		cn, _ := c.Counters()
+		t.Logf("held and continued after %v; counters %v", el, cn)
+		if cn["hold_timeouts"] != 1 || el < 300*time.Millisecond {
+			t.Errorf("hold_timeouts %d after %v, want 1 after >= 300ms", cn["hold_timeouts"], el)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		cg, into := testCgroup(t)
+		c, err := Open(Options{Cgroup: cg, HoldNew: true, HoldMax: time.Hour, keepHeld: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(newExe("sleep-close"), "0")
+		into(cmd)
+		if err := cmd.Start(); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+			t.Error("not held at exec")
+		}
+		c.Close()
+		if err := waitExit(cmd, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("agent-killed", func(t *testing.T) {
+		cg, into := testCgroup(t)
+		agent := exec.Command(os.Args[0], "-test.run=^TestHoldAgentHelper$")
+		agent.Env = append(os.Environ(), "CISTERN_TEST_HOLD_AGENT="+cg)
+		out, err := agent.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent.Stderr = os.Stderr
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer agent.Process.Kill()
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("helper agent: %q %v", buf, err)
+		}
+		cmd := exec.Command(newExe("sleep-killed"), "0")
+		into(cmd)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+			t.Error("not held at exec")
+		}
+		agent.Process.Kill()
+		agent.Wait()
+		t0 := time.Now()
+		if err := waitExit(cmd, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("continued %v after the agent was killed", time.Since(t0))
+	})
+}
+
+// TestHoldAgentHelper is the agent TestHoldNeverLeavesStopped kills: it
+// holds new processes of a cgroup for an hour and never continues them.
+func TestHoldAgentHelper(t *testing.T) {
+	cg := os.Getenv("CISTERN_TEST_HOLD_AGENT")
+	if cg == "" {
+		return // a helper: TestHoldNeverLeavesStopped runs it in a process of its own
+	}
+	c, err := Open(Options{Cgroup: cg, HoldNew: true, HoldMax: time.Hour, keepHeld: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	os.Stdout.WriteString("ready\n")
+	time.Sleep(time.Minute)
+}

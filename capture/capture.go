@@ -80,6 +80,9 @@ type Options struct {
 	// pollOnly: no attachment on exec and library load, only the /proc
 	// rescans (tests: the connections missed must be counted as unread).
 	pollOnly bool
+	// keepHeld: the agent never continues a held process itself (tests of
+	// the hold timer and the watchdog).
+	keepHeld bool
 }
 
 // Capture is a loaded, attached capture.
