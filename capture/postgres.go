@@ -41,6 +41,13 @@ type Query struct {
 	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
 	User         string `json:"user,omitempty"`     // when the connection's start was seen
 	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
+	// Unread: not a query but a TLS connection no probe read from its
+	// first TLS byte (UnreadReason: no_tls_probe, or start_missed), with
+	// the ciphertext bytes it moved while none did.
+	Unread        bool   `json:"unread,omitempty"`
+	UnreadReason  string `json:"unread_reason,omitempty"`
+	BytesSent     uint64 `json:"bytes_sent,omitempty"`
+	BytesReceived uint64 `json:"bytes_received,omitempty"`
 
 	startNS  uint64
 	startOK  bool
