@@ -10,6 +10,7 @@ pkgs=(
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
+  rocksdb-tools                         # bench pagecache/query --workload rocksdb: db_bench
   prometheus                            # exporter tests: a real Prometheus scrapes it
   gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
   linux-source-6.1                      # bench pagecache: the tree ripgrep searches
