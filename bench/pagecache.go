@@ -19,7 +19,9 @@ type PagecacheOptions struct {
 	Quick    bool
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
-	Parts    []string // search, getscan, overhead (default all)
+	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup
+	// Workload: "" (the synthetic parts) or "rocksdb" (db_bench).
+	Workload string
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
 	GetScanRAMDisk bool
@@ -31,6 +33,9 @@ const linuxSourceTarball = "/usr/src/linux-source-6.1.tar.xz"
 func (o *PagecacheOptions) defaults() {
 	if o.CacheDir == "" {
 		o.CacheDir = "/var/cache/cistern/pagecache"
+	}
+	if len(o.Parts) == 0 && o.Workload == "rocksdb" {
+		o.Parts = []string{"reads", "getscan", "percgroup"}
 	}
 	if len(o.Parts) == 0 {
 		o.Parts = []string{"search", "getscan", "overhead"}
@@ -46,6 +51,13 @@ func Pagecache(ctx context.Context, opt PagecacheOptions) (*benchkit.Report, err
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
 	rep.SetConfig("cache_dir", opt.CacheDir)
+	if opt.Workload == "rocksdb" {
+		rep.SetConfig("workload", "rocksdb")
+		if err := pagecacheRocksDB(ctx, rep, opt); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 	for _, p := range opt.Parts {
 		var err error
 		switch p {
