@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	pagecachebench "github.com/cistern-ebpf/cistern/bench/pagecache"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 func newBenchPagecacheCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.PagecacheOptions
+	var opt pagecachebench.Options
 	c := &cobra.Command{
 		Use:   "pagecache [--quick] [--workload synthetic|rocksdb] [--json FILE] [--plot FILE.png]",
 		Short: "Page-cache agent against the kernel LRU",
@@ -50,14 +52,14 @@ plus its thread's CPU) within each agent run.`,
 			case "", "synthetic":
 				opt.Workload = ""
 				for _, p := range opt.Parts {
-					if p != "search" && p != "getscan" && p != "overhead" {
-						return cli.Usagef("--parts %q: want search, getscan, overhead", p)
+					if !slices.Contains(pagecachebench.Parts, p) {
+						return cli.Usagef("--parts %q: want %s", p, strings.Join(pagecachebench.Parts, ", "))
 					}
 				}
 			case "rocksdb":
 				for _, p := range opt.Parts {
-					if p != "reads" && p != "getscan" && p != "percgroup" {
-						return cli.Usagef("--parts %q: with --workload rocksdb want reads, getscan, percgroup", p)
+					if !slices.Contains(pagecachebench.RocksDBParts, p) {
+						return cli.Usagef("--parts %q: with --workload rocksdb want %s", p, strings.Join(pagecachebench.RocksDBParts, ", "))
 					}
 				}
 			default:
@@ -65,13 +67,13 @@ plus its thread's CPU) within each agent run.`,
 			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.Pagecache(ctx, opt)
+				return pagecachebench.Run(ctx, opt)
 			})
 		},
 	}
 	bf.add(c)
 	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default search,getscan,overhead; rocksdb: reads,getscan,percgroup)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default "+strings.Join(pagecachebench.Parts, ",")+"; rocksdb: "+strings.Join(pagecachebench.RocksDBParts, ",")+")")
 	c.Flags().StringVar(&opt.Workload, "workload", "synthetic", "synthetic (ripgrep, a GET thread, fio) or rocksdb (db_bench)")
 	c.Flags().BoolVar(&opt.GetScanRAMDisk, "getscan-ramdisk", false, "run getscan on a RAM-backed loop device (misses cost little: a diagnostic)")
 	return c
