@@ -433,11 +433,10 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 		}()
 		m := "rocksdb_getscan/" + mode
 		if err == nil {
-			entries := scan.OpsPerSec * rdbScanNexts
-			opt.Progress(fmt.Sprintf("rocksdb getscan: %s: GETs %.0f ops/s (P99 %.0f µs), scan %.0f entries/s", mode, gets.OpsPerSec, gets.P99, entries))
+			opt.Progress(fmt.Sprintf("rocksdb getscan: %s: GETs %.0f ops/s (P99 %.0f µs), scan %.1f MB/s", mode, gets.OpsPerSec, gets.P99, scan.MBPerSec))
 			rep.Sample(m, "get_ops_per_sec", gets.OpsPerSec)
 			rep.Sample(m, "get_p99_us", gets.P99)
-			rep.Sample(m, "scan_entries_per_sec", entries)
+			rep.Sample(m, "scan_mb_per_sec", scan.MBPerSec)
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_reads", gets.agentPctPer10k(0))
 				pcAgentStats(rep, m, a)
@@ -453,7 +452,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	}
 	rep.PairedRatio("rocksdb_get_speedup", "rocksdb_getscan/agent_get_scan", "get_ops_per_sec", "rocksdb_getscan/default", "get_ops_per_sec")
 	rep.PairedRatio("rocksdb_get_p99_vs_default", "rocksdb_getscan/agent_get_scan", "get_p99_us", "rocksdb_getscan/default", "get_p99_us")
-	rep.PairedRatio("rocksdb_scan_vs_default", "rocksdb_getscan/agent_get_scan", "scan_entries_per_sec", "rocksdb_getscan/default", "scan_entries_per_sec")
+	rep.PairedRatio("rocksdb_scan_vs_default", "rocksdb_getscan/agent_get_scan", "scan_mb_per_sec", "rocksdb_getscan/default", "scan_mb_per_sec")
 	for _, f := range []string{"noreuse", "dontneed"} {
 		rep.PairedRatio("rocksdb_get_speedup_fadvise_"+f, "rocksdb_getscan/fadvise_"+f, "get_ops_per_sec", "rocksdb_getscan/default", "get_ops_per_sec")
 	}
@@ -462,7 +461,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	rep.Note(fmt.Sprintf("rocksdb getscan: GETs = db_bench readrandom (%d threads, --read_random_exp_range=%d, warm-up then measured, as in reads); "+
 		"scan = a second db_bench process, --readonly seekrandom --seek_nexts=%d, one thread, for the GETs' whole run, registered with GET-SCAN by pid (its threads by tgid); "+
 		"fadvise_*: the scan process runs with an LD_PRELOAD shim that advises its own reads (NOREUSE on each file before its first read, or DONTNEED on each range after it): db_bench has no such option. "+
-		"scan_entries_per_sec = seeks/s × seek_nexts.", rdbThreads, rdbExpRange, rdbScanNexts))
+		"scan_mb_per_sec: db_bench's MB/s of keys and values the scan read.", rdbThreads, rdbExpRange, rdbScanNexts))
 	return nil
 }
 
@@ -615,7 +614,7 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 	rep.Section("rocksdb reads: db_bench readrandom, skewed", rows("rocksdb_reads", rdbReadModes),
 		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("rocksdb get-scan: readrandom GETs beside a seekrandom scan", rows("rocksdb_getscan", rdbGetScanModes),
-		[]string{"get_ops_per_sec", "get_p99_us", "scan_entries_per_sec", "agent_cpu_pct_per_10k_reads"})
+		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("per-cgroup: rocksdb beside ripgrep", rows("percgroup", rdbCgroupModes),
 		[]string{"rocksdb_ops_per_sec", "rocksdb_p99_us", "search_seconds", "searches"})
 	if opt.PlotPath != "" {
@@ -637,7 +636,7 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 		{"GETs GET-SCAN", "rocksdb_getscan/agent_get_scan", "get_ops_per_sec", "rocksdb_getscan/default", false},
 		{"GETs NOREUSE", "rocksdb_getscan/fadvise_noreuse", "get_ops_per_sec", "rocksdb_getscan/default", false},
 		{"GETs DONTNEED", "rocksdb_getscan/fadvise_dontneed", "get_ops_per_sec", "rocksdb_getscan/default", false},
-		{"scan GET-SCAN", "rocksdb_getscan/agent_get_scan", "scan_entries_per_sec", "rocksdb_getscan/default", false},
+		{"scan GET-SCAN", "rocksdb_getscan/agent_get_scan", "scan_mb_per_sec", "rocksdb_getscan/default", false},
 		{"rocksdb tailored", "percgroup/tailored", "rocksdb_ops_per_sec", "percgroup/default", false},
 		{"rocksdb LFU both", "percgroup/global_lfu", "rocksdb_ops_per_sec", "percgroup/default", false},
 		{"rocksdb MRU both", "percgroup/global_mru", "rocksdb_ops_per_sec", "percgroup/default", false},
