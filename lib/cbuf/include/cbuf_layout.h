@@ -85,6 +85,10 @@ struct cbuf_hdr {
 	uint32_t ring_tail;
 	uint32_t pad2[15];
 	uint32_t ring[CBUF_RING];
+	/* Components each slot has had (bumped by the manager at every HELLO):
+	 * a mapping of a slot's pool made under another epoch belongs to a
+	 * component that has left, and is dropped. */
+	uint32_t slot_epoch[CBUF_MAX_COMPONENTS];
 };
 
 /* Global buffer index and ids: id = gen << 48 | slot << 32 | index; gen is
