@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
@@ -17,9 +16,7 @@ func TestCaptureBenchRuns(t *testing.T) {
 	rep, err := Capture(context.Background(), CaptureOptions{
 		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
 	})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	}
+	testenv.NotInstalled(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +62,7 @@ func TestCaptureBenchSysbench(t *testing.T) {
 	rep, err := Capture(context.Background(), CaptureOptions{
 		Duration: 2 * time.Second, Modes: []string{"sysbench_accumulated_4m"}, Port: 54343,
 	})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	}
+	testenv.NotInstalled(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +78,7 @@ func TestCaptureBenchSysbench(t *testing.T) {
 	}
 	a, ok := doc.Modes["sysbench_accumulated_4m"]
 	if !ok {
-		t.Skipf("skipped: sysbench or MariaDB missing (%s)", data)
+		testenv.Missing(t, "sysbench or MariaDB ("+string(data)+")", "apt-get install sysbench mariadb-server (or sudo make deps)")
 	}
 	if a["queries_sent"] <= 0 || (a["lost_events"] == 0 && a["queries_captured"] != a["queries_sent"]) {
 		t.Errorf("captured %v of %v executions, %v events lost: %v", a["queries_captured"], a["queries_sent"], a["lost_events"], a)
@@ -96,9 +91,7 @@ func TestCaptureBenchSysbench(t *testing.T) {
 func TestCaptureBenchChurn(t *testing.T) {
 	testenv.RequireRoot(t)
 	rep, err := Capture(context.Background(), CaptureOptions{Modes: []string{"churn"}, Rounds: 1, Port: 54355})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	}
+	testenv.NotInstalled(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}

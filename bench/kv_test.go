@@ -87,7 +87,7 @@ func TestKVTraceRuns(t *testing.T) {
 	})
 	if err != nil {
 		if os.IsNotExist(err) {
-			t.Skipf("bundled trace missing: %v", err)
+			testenv.Missing(t, "the bundled trace ("+err.Error()+")", "/work/shared/data/traces beside the clone (../shared), or CISTERN_TRACES")
 		}
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -77,9 +76,7 @@ func TestGetScanWorkloadRuns(t *testing.T) {
 // fio's own CPU.
 func TestOverheadMeasuresAgentCost(t *testing.T) {
 	testenv.RequireRoot(t)
-	if _, err := exec.LookPath("fio"); err != nil {
-		t.Skipf("skipped: fio not installed: %v", err)
-	}
+	testenv.NeedTool(t, "fio", "fio")
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +104,7 @@ func TestRAMDisk(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "mnt")
 	undo, err := pcRAMDisk(dir, 16<<20)
 	if err != nil {
-		t.Skipf("skipped: no loop device here: %v", err)
+		t.Skipf("skipped: no loop device here: %v", err) // not a missing tool: a machine (container) without loop devices
 	}
 	if _, err := pcDataFile(dir, "f", 8<<20); err != nil {
 		t.Error(err)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
@@ -21,9 +20,7 @@ func TestQueryBenchRuns(t *testing.T) {
 		modes = append(modes, "bpftrace")
 	}
 	rep, err := Query(context.Background(), QueryOptions{Quick: true, Runtime: time.Second, Rounds: 2, Modes: modes})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	}
+	testenv.NotInstalled(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,14 +22,17 @@ type Query struct {
 	// Local and Remote: the socket's addresses, ip:port ([ip6]:port);
 	// empty when the socket is not known (a TLS object on no socket seen).
 	// Both ends of a local connection have the same pair, swapped.
-	Local     string  `json:"local"`
-	Remote    string  `json:"remote"`
-	Transport string  `json:"transport"` // tls or plain
-	Library   string  `json:"library"`   // openssl, go, or none (plain)
-	ConnID    uint64  `json:"conn"`
-	Protocol  string  `json:"protocol"`
-	Query     string  `json:"query"`
-	LatencyUS float64 `json:"latency_us"`
+	Local     string `json:"local"`
+	Remote    string `json:"remote"`
+	Transport string `json:"transport"` // tls or plain
+	Library   string `json:"library"`   // openssl, go, or none (plain)
+	ConnID    uint64 `json:"conn"`
+	Protocol  string `json:"protocol"`
+	Query     string `json:"query"`
+	// Fingerprint: FNV-1a 64 of the sanitized text (sanitize.go), equal for
+	// statements that differ only in their literals.
+	Fingerprint Fingerprint `json:"fingerprint"`
+	LatencyUS   float64     `json:"latency_us"`
 	// LatencyExact: the query's first byte opened its batch and the answer's
 	// last byte closed one, so the batch timestamps are the fragments' own.
 	// Otherwise LatencyUS is an upper bound (batch granularity).
@@ -38,6 +41,13 @@ type Query struct {
 	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
 	User         string `json:"user,omitempty"`     // when the connection's start was seen
 	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
+	// Unread: not a query but a TLS connection no probe read from its
+	// first TLS byte (UnreadReason: no_tls_probe, or start_missed), with
+	// the ciphertext bytes it moved while none did.
+	Unread        bool   `json:"unread,omitempty"`
+	UnreadReason  string `json:"unread_reason,omitempty"`
+	BytesSent     uint64 `json:"bytes_sent,omitempty"`
+	BytesReceived uint64 `json:"bytes_received,omitempty"`
 
 	startNS  uint64
 	startOK  bool

@@ -206,7 +206,7 @@ func TestAttachTC(t *testing.T) {
 	t.Run("tcx", func(t *testing.T) {
 		testenv.RequireRoot(t)
 		if err := kernel.TCX(); err != nil {
-			t.Skipf("skipped: %v", err)
+			t.Skipf("skipped: %v", err) // not a missing tool: a kernel without TCX (before 6.6)
 		}
 		testAttachTC(t, "ktcx", kernel.VariantTCX)
 	})

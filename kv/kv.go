@@ -339,7 +339,7 @@ func (s *Server) Programs() (xdp, egress *ebpf.Program) { return s.objs.KvXdp, s
 
 // Pin pins the maps under dir so `cistern kv stats` can read them.
 func (s *Server) Pin(dir string) error {
-	if err := mounts.PinDir(dir); err != nil { // 0700: root only
+	if err := mounts.PinDir(dir); err != nil {
 		return err
 	}
 	if s.driverMap == nil {

@@ -106,7 +106,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		capacity = a.limit / pageSize
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
-	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity)); err != nil {
+	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity), cfg.AccessSample); err != nil {
 		return nil, err
 	}
 	for _, pid := range cfg.ScanPIDs {

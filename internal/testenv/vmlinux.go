@@ -13,12 +13,9 @@ import (
 // `make generate`: a fresh clone has none.
 func VmlinuxInclude(t testing.TB) string {
 	t.Helper()
-	bpftool, err := exec.LookPath("bpftool")
-	if err != nil {
-		t.Skip("skipped: needs bpftool to write vmlinux.h (make deps)")
-	}
+	bpftool := NeedTool(t, "bpftool", "bpftool")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skip("skipped: the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+		t.Skip("skipped: the kernel has no BTF (/sys/kernel/btf/vmlinux)") // not a missing tool: a kernel built without BTF
 	}
 	dir := t.TempDir()
 	out, err := exec.Command(bpftool, "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()

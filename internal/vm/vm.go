@@ -281,8 +281,9 @@ func (k *Kernel) Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 
-	// /tmp is an ext4 disk, as on a user's machine: files on tmpfs (shmem)
-	// never pass the filemap tracepoints the page-cache agent follows.
+	// TMPDIR (/cistern-scratch) is an ext4 disk, as /tmp is on a user's
+	// machine: files on tmpfs (shmem) never pass the filemap tracepoints
+	// the page-cache agent follows.
 	disk := filepath.Join(sock, "tmp.img")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", disk, "8G").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("vm: mkfs.ext4 for the guest's /tmp: %v: %s", err, out)
@@ -388,4 +389,23 @@ func (m *markWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return m.w.Write(p)
+}
+
+// GuestMounts are the guest's own file systems over the host's tree (see
+// stage2): below them the guest does not see the host's files.
+var GuestMounts = []string{"/proc", "/sys", "/dev", "/run", "/results", "/cistern-scratch"}
+
+// Visible says, in one sentence, why the guest cannot see the host's path
+// (a tree the matrix must test there), or returns nil.
+func Visible(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range GuestMounts {
+		if abs == m || strings.HasPrefix(abs, m+"/") {
+			return fmt.Errorf("%s is under %s, which the guest mounts for itself, so it cannot see this tree there: clone it elsewhere (any other directory, /tmp included)", abs, m)
+		}
+	}
+	return nil
 }
