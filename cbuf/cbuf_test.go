@@ -472,7 +472,7 @@ func TestGoClientConcurrent(t *testing.T) {
 // A component that takes the slot of one that left is read from its own
 // pool: receivers (Go and C) that mapped the former one's pool drop it
 // (Hdr.SlotEpoch), whether the new one exports or not.
-func TestSlotReuseMapsTheNewPool(t *testing.T) {
+func TestSlotReuseAcrossExport(t *testing.T) {
 	_, sock := startManager(t, ManagerOptions{})
 	b, err := ConnectWith(sock, ClientOptions{Name: "receiver"})
 	if err != nil {
