@@ -26,13 +26,13 @@ type CBufOptions struct {
 	PlotPath string
 	Progress func(string)
 	NoIox2   bool     // skip iceoryx2 (no cargo, no network)
-	Parts    []string // fast, rtt, gc, policy (default all)
+	Parts    []string // fast, rtt, gc, policy, grant (default all)
 }
 
 var cbufPages = []int{1, 4, 16, 64}
 
 // cbufParts are the experiments, in the order they run.
-var cbufParts = []string{"fast", "rtt", "gc", "policy"}
+var cbufParts = []string{"fast", "rtt", "gc", "policy", "grant"}
 
 // CBuf runs the four CBUF experiments of issue #7: fast-path cost beside
 // malloc, round trips against pipes, sockets and iceoryx2, allocation cost
@@ -95,6 +95,11 @@ func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
 			return nil, err
 		}
 	}
+	if part["grant"] {
+		if err := cbufGrant(ctx, rep, opt, tmp, peer); err != nil {
+			return nil, err
+		}
+	}
 	cbufSections(rep, iox2 != "")
 	if opt.PlotPath != "" && part["policy"] {
 		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
@@ -126,6 +131,7 @@ func cbufSections(rep *benchkit.Report, iox2 bool) {
 		pools = append(pools, fmt.Sprintf("alloc_ns_pool_%dp", p))
 	}
 	rep.Section("1-page allocation with collection, ns, by pool size (pages)", []string{"alloc_vs_pool"}, pools)
+	rep.Section("first receipt of a buffer across uids (#29), one-page messages", cbufGrantModes, cbufGrantCols)
 	rep.Section("pool policies", policyModes,
 		[]string{"producer_msgs_per_sec_quiet", "producer_msgs_per_sec_interference", "producer_blocked_pct_interference", "interferer_blocked_pct_interference"})
 }

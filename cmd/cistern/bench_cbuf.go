@@ -39,7 +39,7 @@ an in-process manager for each experiment:
 		},
 	}
 	bf.add(c)
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "experiments to run (default fast,rtt,gc,policy)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "experiments to run (default fast,rtt,gc,policy,grant)")
 	c.Flags().BoolVar(&opt.NoIox2, "no-iceoryx2", false, "skip the iceoryx2 modes (no cargo or no crates.io)")
 	return c
 }
