@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -128,6 +129,30 @@ var Atomics = sync.OnceValue(func() error {
 	return prog.Close()
 })
 
+// SockmapVerdict: an sk_skb verdict program without a stream parser
+// (BPF_SK_SKB_VERDICT) on a SOCKHASH, which Kerby-KV's TCP path uses
+// (5.15: TCP's read_sock-based verdict). Probed by attaching one.
+var SockmapVerdict = sync.OnceValue(func() error {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.SockHash, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return missing("SOCKHASH maps", "5.15", err)
+	}
+	defer m.Close()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.SkSKB, AttachType: ebpf.AttachSkSKBVerdict, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()},
+	})
+	if err != nil {
+		return missing("sk_skb verdict programs", "5.15", err)
+	}
+	defer prog.Close()
+	attach := link.RawAttachProgramOptions{Target: m.FD(), Program: prog, Attach: ebpf.AttachSkSKBVerdict}
+	if err := link.RawAttachProgram(attach); err != nil {
+		return missing("sk_skb verdict on a sockmap", "5.15", err)
+	}
+	return link.RawDetachProgram(link.RawDetachProgramOptions{Target: m.FD(), Program: prog, Attach: ebpf.AttachSkSKBVerdict})
+})
+
 // Feature is one thing a probe asks the kernel.
 type Feature struct {
 	Name  string       // short and stable: "bpf_loop"
@@ -159,6 +184,7 @@ func Features() []Feature {
 		{"struct_ops_link", "6.4", "struct_ops links", StructOpsLink},
 		{"cachestat", "6.5", "the cachestat(2) system call", Cachestat},
 		{"tcx", "6.6", "TCX links", TCX},
+		{"sockmap_verdict", "5.15", "sk_skb verdict programs on a sockmap, without a stream parser", SockmapVerdict},
 		{"filemap_get_pages", "6.10", "the mm_filemap_get_pages tracepoint", FilemapGetPages},
 	}
 }

@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	pagecachebench "github.com/cistern-ebpf/cistern/bench/pagecache"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 func newBenchPagecacheCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.PagecacheOptions
+	var opt pagecachebench.Options
 	c := &cobra.Command{
 		Use:   "pagecache [--quick] [--json FILE] [--plot FILE.png]",
 		Short: "Page-cache agent against the kernel LRU",
@@ -36,19 +38,19 @@ plus its thread's CPU) within each agent run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, p := range opt.Parts {
-				if p != "search" && p != "getscan" && p != "overhead" {
-					return cli.Usagef("--parts %q: want search, getscan, overhead", p)
+				if !slices.Contains(pagecachebench.Parts, p) {
+					return cli.Usagef("--parts %q: want %s", p, strings.Join(pagecachebench.Parts, ", "))
 				}
 			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.Pagecache(ctx, opt)
+				return pagecachebench.Run(ctx, opt)
 			})
 		},
 	}
 	bf.add(c)
 	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default search,getscan,overhead)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default "+strings.Join(pagecachebench.Parts, ",")+")")
 	c.Flags().BoolVar(&opt.GetScanRAMDisk, "getscan-ramdisk", false, "run getscan on a RAM-backed loop device (misses cost little: a diagnostic)")
 	return c
 }

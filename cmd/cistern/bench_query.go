@@ -2,17 +2,18 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	querybench "github.com/cistern-ebpf/cistern/bench/query"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 func newBenchQueryCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.QueryOptions
+	var opt querybench.Options
 	c := &cobra.Command{
 		Use:   "query [--quick] [--json FILE] [--plot FILE.png]",
 		Short: "SQL queries against hand-written eBPF and bpftrace",
@@ -28,19 +29,19 @@ lost events, Q2's rows against fio's own read count, and whether each
 mode's Q1 maxima agree with the reference on the same syscalls.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bench.CheckQueryOptions(opt); err != nil {
+			if err := querybench.CheckOptions(opt); err != nil {
 				return cli.Usagef("%v", err)
 			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.Query(ctx, opt)
+				return querybench.Run(ctx, opt)
 			})
 		},
 	}
 	bf.add(c)
 	c.Flags().DurationVar(&opt.Runtime, "runtime", 0, "fio runtime per run (default 3s, quick 1s)")
 	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "interleaved rounds; medians are reported (default 5, quick 3)")
-	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "traced modes (default hand_written,bpftrace,optimizer,mvsf_only)")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "traced modes (default "+strings.Join(querybench.Modes, ",")+")")
 	c.Flags().StringSliceVar(&opt.Queries, "queries", nil, "queries (default q1,q2)")
 	return c
 }
