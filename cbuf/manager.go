@@ -518,10 +518,18 @@ func (m *Manager) live(g uint64) bool {
 func (m *Manager) refreshAlive() {
 	m.alive = m.alive[:0]
 	m.mixed = false
+	var first *component
 	for _, c := range m.comps {
-		if c != nil && c.alive {
+		if c == nil {
+			continue
+		}
+		// gone owners count too: their buffers' holders may be another uid
+		if first == nil {
+			first = c
+		}
+		m.mixed = m.mixed || c.uid != first.uid
+		if c.alive {
 			m.alive = append(m.alive, c)
-			m.mixed = m.mixed || c.uid != m.alive[0].uid
 		}
 	}
 }
