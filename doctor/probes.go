@@ -465,6 +465,7 @@ func featureChecks() []Check {
 		{"cachestat", "cachestat(2) answers"},
 		{"filemap_get_pages", "the mm_filemap_get_pages tracepoint exists"},
 		{"xdp_live_frames", "BPF_PROG_RUN sends XDP frames (bench kv's kernel load generator)"},
+		{"sockmap_verdict", "an sk_skb verdict attaches to a sockmap (kv answers TCP GETs in the kernel)"},
 	} {
 		if err := kernel.Has(f.name); err != nil {
 			cs = append(cs, unsupported(f.name, f.name, err))

@@ -57,6 +57,10 @@ var (
 	// TCX: without, internal/tc attaches with a clsact qdisc and a cls_bpf
 	// filter.
 	TCX func() error
+	// SockmapVerdict: an sk_skb verdict program without a stream parser
+	// (BPF_SK_SKB_VERDICT) on a SOCKHASH, which Kerby-KV's TCP path uses
+	// (TCP's read_sock-based verdict).
+	SockmapVerdict func() error
 	// FilemapGetPages: the page-cache agent's read signal; without, it
 	// watches read(2) and pread64(2).
 	FilemapGetPages func() error
@@ -93,6 +97,7 @@ var table = []struct {
 	{&StructOpsLink, Feature{Name: "struct_ops_link", Since: "6.4", What: "struct_ops links"}, probeStructOpsLink},
 	{&Cachestat, Feature{Name: "cachestat", Since: "6.5", What: "the cachestat(2) system call"}, probeCachestat},
 	{&TCX, Feature{Name: "tcx", Since: "6.6", What: "TCX links"}, probeTCX},
+	{&SockmapVerdict, Feature{Name: "sockmap_verdict", Since: "5.15", What: "sk_skb verdict programs on a sockmap, without a stream parser"}, probeSockmapVerdict},
 	{&FilemapGetPages, Feature{Name: "filemap_get_pages", Since: "6.10", What: "the mm_filemap_get_pages tracepoint"}, probeFilemapGetPages},
 	{&Kprobe, Feature{Name: "kprobe", Since: "4.1", What: "kprobes"}, probeKprobe},
 	{&Fentry, Feature{Name: "fentry", Since: "5.5", What: "fentry programs"}, probeFentry},
@@ -276,4 +281,26 @@ func probeAtomics() error {
 		return err
 	}
 	return prog.Close()
+}
+
+// probeSockmapVerdict attaches one.
+func probeSockmapVerdict() error {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.SockHash, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return fmt.Errorf("SOCKHASH maps: %w", err)
+	}
+	defer m.Close()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.SkSKB, AttachType: ebpf.AttachSkSKBVerdict, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()},
+	})
+	if err != nil {
+		return fmt.Errorf("sk_skb verdict programs: %w", err)
+	}
+	defer prog.Close()
+	attach := link.RawAttachProgramOptions{Target: m.FD(), Program: prog, Attach: ebpf.AttachSkSKBVerdict}
+	if err := link.RawAttachProgram(attach); err != nil {
+		return fmt.Errorf("sk_skb verdict on a sockmap: %w", err)
+	}
+	return link.RawDetachProgram(link.RawDetachProgramOptions{Target: m.FD(), Program: prog, Attach: ebpf.AttachSkSKBVerdict})
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// Policy names an eviction policy of package evict ("": the built-in
 	// FIFO ring). Its drainer must run: Server.StartDrainer or Drain.
 	Policy string
+	// NoTCP leaves memcached's TCP connections to memcached (their writes
+	// still invalidate); by default GETs on them are answered in the
+	// kernel where it can (kernel feature sockmap_verdict).
+	NoTCP bool
 }
 
 func (c *Config) defaults() {
@@ -145,6 +149,10 @@ type Server struct {
 	// TCMode is how kv_ingress and kv_egress were attached, from package
 	// kernel: "tcx", or "cls_bpf (TCX needs Linux 6.6)".
 	TCMode string
+	// TCPMode says whether TCP GETs are answered in the kernel: "sockmap",
+	// or "off: why".
+	TCPMode string
+	tcp     *tcpPath
 	// StaleTC counts cls_bpf filters of Kerby-KV's programs that Attach
 	// removed first: left on the interface by a serve that was killed.
 	StaleTC int
@@ -306,12 +314,19 @@ func (s *Server) Attach(ifindex int, mode XDPMode) error {
 		s.detach()
 		return err
 	}
+	if s.Cfg.NoTCP {
+		s.TCPMode = "off: asked for"
+	} else if err := s.attachTCP(); err != nil {
+		s.detach()
+		return err
+	}
 	return nil
 }
 
 // detach undoes Attach (the tc attachments first).
 func (s *Server) detach() error {
-	var errs []error
+	errs := []error{s.tcp.close()}
+	s.tcp = nil
 	for i := len(s.links) - 1; i >= 0; i-- {
 		errs = append(errs, s.links[i].Close())
 	}

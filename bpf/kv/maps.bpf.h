@@ -94,6 +94,7 @@ struct kv_line {
 	__s32 le, eol, cmd, ks, ke, numend;
 	__u32 data, replies, why, flags;
 	__u64 bytes;
+	__u64 vflags; /* a reply's VALUE flags (kv_msg_reply) */
 };
 
 struct kv_scratch {

@@ -129,7 +129,7 @@ __global int kv_snapshot(struct kv_scratch *s, __u64 h, __u64 now)
 
 /* A GET that goes on to memcached: count it and leave a ticket so the reply
  * may fill the kernel. */
-static __always_inline void miss(__u64 h, __u64 now)
+static __always_inline void ticket(__u64 h, __u64 now)
 {
 	__u64 *clk = clock_slot(KV_CLOCK_WRITES);
 	__u32 k = h & WSLOT_MASK;
@@ -139,6 +139,11 @@ static __always_inline void miss(__u64 h, __u64 now)
 		t->seq = *clk;
 		t->ts = now;
 	}
+}
+
+static __always_inline void miss(__u64 h, __u64 now)
+{
+	ticket(h, now);
 	stat(KV_MISSES);
 }
 

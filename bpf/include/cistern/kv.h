@@ -59,6 +59,8 @@ enum kv_clock {
 	KV_CLOCK_FLUSH_TS,
 	KV_CLOCK_FIFO_HEAD,
 	KV_CLOCK_FIFO_TAIL,
+	KV_CLOCK_STAGE,        /* generation of the next staged TCP reply */
+	KV_CLOCK_NETNS,        /* cookie of memcached's network namespace (TCP), set at attach */
 	KV_CLOCK_MAX = 8,
 };
 
