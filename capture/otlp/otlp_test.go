@@ -53,9 +53,7 @@ func TestSpansReachJaeger(t *testing.T) {
 	testenv.NeedServers(t)
 	j, err := servers.StartJaeger()
 	if err != nil {
-		if servers.IsNotInstalled(err) {
-			t.Skipf("skipped: %v", err)
-		}
+		testenv.NotInstalled(t, err)
 		t.Fatal(err)
 	}
 	stopped := false
