@@ -30,6 +30,8 @@ type Client struct {
 	dirMem  []byte
 	dir     []Dir
 	pools   [MaxComponents]atomic.Pointer[[]byte]
+	poolIno [MaxComponents]uint64 // which memfd each mapping is
+	epoch   uint64                // hdr.SlotsEpoch when last checked (under slow)
 	slow    sync.Mutex
 }
 
@@ -89,6 +91,7 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 	c.hdr = hdrOf(c.metaMem)
 	c.metas = metasOf(c.metaMem, h0.MetaOff, c.maxBufs)
 	c.dir = dirsOf(c.dirMem, c.maxBufs)
+	c.epoch = atomic.LoadUint64(&c.hdr.SlotsEpoch)
 	return c, nil
 }
 
@@ -317,29 +320,73 @@ func (c *Client) Send(id ID) {
 }
 
 func (c *Client) pool(slot uint32) []byte {
-	if p := c.pools[slot].Load(); p != nil {
+	epoch := atomic.LoadUint64(&c.hdr.SlotsEpoch)
+	if p := c.pools[slot].Load(); p != nil && (slot == c.slot || epoch == c.epochSeen()) {
 		return *p
 	}
 	c.slow.Lock()
 	defer c.slow.Unlock()
+	if epoch := atomic.LoadUint64(&c.hdr.SlotsEpoch); epoch != c.epoch {
+		c.remapReused(epoch)
+	}
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
 	}
-	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
-	if err != nil {
+	b, ino := c.mapPool(slot)
+	if b == nil {
 		return nil
 	}
+	c.poolIno[slot] = ino
+	c.pools[slot].Store(&b)
+	return b
+}
+
+func (c *Client) epochSeen() uint64 { return atomic.LoadUint64(&c.epoch) }
+
+// mapPool maps another component's pool read-only (slow held).
+func (c *Client) mapPool(slot uint32) ([]byte, uint64) {
+	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
+	if err != nil {
+		return nil, 0
+	}
+	defer unix.Close(fds[0])
 	size := c.poolLen
 	if r.Arg2 != 0 { // the kernel's pool is smaller
 		size = r.Arg2
 	}
+	var st unix.Stat_t
+	unix.Fstat(fds[0], &st)
 	b, err := mapShared(fds[0], size, false)
-	unix.Close(fds[0])
 	if err != nil {
-		return nil
+		return nil, 0
 	}
-	c.pools[slot].Store(&b)
-	return b
+	return b, st.Ino
+}
+
+// remapReused runs after a slot was given to a new component: each foreign
+// pool mapped before is checked and a replaced one mapped again. The old
+// component had no buffer left when its slot was freed, so nothing
+// references the old mapping (slow held).
+func (c *Client) remapReused(epoch uint64) {
+	atomic.StoreUint64(&c.epoch, epoch)
+	for s := uint32(0); s < MaxComponents; s++ {
+		old := c.pools[s].Load()
+		if old == nil || s == c.slot || s == KernelSlot {
+			continue
+		}
+		b, ino := c.mapPool(s)
+		if b != nil && ino == c.poolIno[s] {
+			unix.Munmap(b)
+			continue
+		}
+		if b == nil {
+			c.pools[s].Store(nil)
+		} else {
+			c.pools[s].Store(&b)
+		}
+		c.poolIno[s] = ino
+		unix.Munmap(*old)
+	}
 }
 
 // ErrBadBuf is returned by Buf for unknown or stale ids and oversized claims.

@@ -77,7 +77,8 @@ type Hdr struct {
 	Recvs     uint64
 	Collects  uint64
 	BlockedNs uint64
-	Pad0      [2]uint64
+	SlotsEpoch uint64 // see cbuf_layout.h: a reused slot's pool must be mapped again
+	Pad0       uint64
 	RingHead  uint32
 	Pad1      [15]uint32
 	RingTail  uint32

@@ -94,6 +94,12 @@ type Manager struct {
 	start   time.Time
 
 	drops atomic.Uint64 // malformed requests
+
+	// slotUsed: a component had the slot before; slotsEpoch counts reuses
+	// and is published in every header (receivers then map such a slot's
+	// pool again instead of reading the old one).
+	slotUsed   [MaxComponents]bool
+	slotsEpoch uint64
 }
 
 // NewManager creates the directory and listens on opt.Socket.
@@ -348,6 +354,14 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 		}
 		return fail(errors.New("dup: out of file descriptors"))
 	}
+	if m.slotUsed[slot] {
+		m.slotsEpoch++
+		for _, o := range m.alive {
+			atomic.StoreUint64(&o.hdr.SlotsEpoch, m.slotsEpoch)
+		}
+	}
+	m.slotUsed[slot] = true
+	c.hdr.SlotsEpoch = m.slotsEpoch
 	m.comps[slot] = c
 	m.refreshAlive()
 	m.opt.Logf("cbuf: component %d %q (pid %d) connected, pool %d pages", slot, c.name, c.pid, c.quota)

@@ -76,7 +76,11 @@ struct cbuf_hdr {
 	uint64_t recvs;
 	uint64_t collects;
 	uint64_t blocked_ns;
-	uint64_t pad0[2];
+	/* Bumped (in every component's header) when a slot is given to a new
+	 * component after an earlier one left it: a receiver that mapped the
+	 * earlier pool must map the slot again. */
+	uint64_t slots_epoch;
+	uint64_t pad0;
 	/* Collection ring: the manager produces buffer indexes, the client
 	 * consumes them. Separate cache lines for the two ends. */
 	uint32_t ring_head;

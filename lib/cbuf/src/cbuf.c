@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,8 @@ struct cbuf_client {
 	size_t dir_len;
 	unsigned char *pools[CBUF_MAX_COMPONENTS]; /* own pool read-write, others read-only */
 	size_t pool_len[CBUF_MAX_COMPONENTS];
+	ino_t pool_ino[CBUF_MAX_COMPONENTS];       /* which memfd each mapping is */
+	uint64_t epoch_seen;                       /* hdr->slots_epoch when last checked */
 	pthread_mutex_t slow;                      /* socket and ring consumer */
 };
 
@@ -217,6 +220,7 @@ int cbuf_connect(const char *path)
 		goto fail;
 	}
 	C.meta = (struct cbuf_meta *)((char *)C.hdr + h0.meta_off);
+	C.epoch_seen = LOAD(&C.hdr->slots_epoch);
 	return 0;
 fail:
 	for (int i = 0; i < 3; i++)
@@ -329,23 +333,60 @@ void cbuf_send(cbuf_t id)
 	STAT(sends);
 }
 
+/* Maps another component's pool read-only (with C.slow held). */
+static unsigned char *map_pool(uint32_t slot, ino_t *ino, size_t *len)
+{
+	struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
+	struct cbuf_reply r;
+	int fd;
+	struct stat st;
+	if (xchg(&m, &r, &fd, 1))
+		return NULL;
+	*len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
+	*ino = fstat(fd, &st) == 0 ? st.st_ino : 0;
+	return map_fd(fd, *len, PROT_READ);
+}
+
+/* A slot was given to a new component: every foreign pool mapped before
+ * is checked, and a replaced one mapped again. The old component had no
+ * buffer left when its slot was freed, so nobody references its mapping.
+ * With C.slow held. */
+static void remap_reused(void)
+{
+	C.epoch_seen = LOAD(&C.hdr->slots_epoch);
+	for (uint32_t s = 0; s < CBUF_MAX_COMPONENTS; s++) {
+		unsigned char *old = C.pools[s];
+		if (!old || s == C.slot || s == CBUF_KERNEL_SLOT)
+			continue;
+		ino_t ino = 0;
+		size_t len = 0;
+		unsigned char *p = map_pool(s, &ino, &len);
+		if (p && ino == C.pool_ino[s]) {
+			munmap(p, len);
+			continue;
+		}
+		STORE(&C.pools[s], p);
+		munmap(old, C.pool_len[s]);
+		C.pool_len[s] = len;
+		C.pool_ino[s] = ino;
+	}
+}
+
 static unsigned char *pool_of(uint32_t slot)
 {
 	unsigned char *p = LOAD(&C.pools[slot]);
-	if (p)
+	if (p && (slot == C.slot || LOAD(&C.hdr->slots_epoch) == C.epoch_seen))
 		return p;
 	pthread_mutex_lock(&C.slow);
+	if (LOAD(&C.hdr->slots_epoch) != C.epoch_seen)
+		remap_reused();
 	if (!(p = C.pools[slot])) {
-		struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
-		struct cbuf_reply r;
-		int fd;
+		ino_t ino = 0;
 		size_t len = 0;
-		if (xchg(&m, &r, &fd, 1) == 0) {
-			len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
-			if ((p = map_fd(fd, len, PROT_READ))) {
-				C.pool_len[slot] = len;
-				STORE(&C.pools[slot], p);
-			}
+		if ((p = map_pool(slot, &ino, &len))) {
+			C.pool_len[slot] = len;
+			C.pool_ino[slot] = ino;
+			STORE(&C.pools[slot], p);
 		}
 	}
 	pthread_mutex_unlock(&C.slow);
