@@ -214,8 +214,8 @@ func rawStatus(t *testing.T, addr, req string) (int, bool) {
 		t.Fatalf("%.60q: %v", req, err)
 	}
 	io.Copy(io.Discard, resp.Body)
-	_, err = br.ReadByte()
-	return resp.StatusCode, err == io.EOF
+	_, err = br.ReadByte() // EOF, or a reset when the server closed with unread input
+	return resp.StatusCode, err != nil
 }
 
 func TestBadRequests(t *testing.T) {
@@ -399,14 +399,16 @@ func TestBaselinesAgree(t *testing.T) {
 	}
 	for _, start := range []func(context.Context, Binaries, Options) (*Server, error){StartNginx, StartApache} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		s, err := start(ctx, b, Options{Dir: t.TempDir(), Group: true, Stderr: testWriter{t}})
+		// a directory of its own, 0755: the workers (www-data) reach the sockets
+		s, err := start(ctx, b, Options{Group: true, Stderr: testWriter{t}})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { os.RemoveAll(s.Dir) })
 		c := &http.Client{Timeout: 20 * time.Second}
 		for i, size := range []int{1, 1024, 16 << 10, 65536, 256 << 10, 1 << 20} {
-			if err := Check(c, fmt.Sprintf("%s/gen?size=%d&seed=%d", s.URL, size, i), size, uint64(i)); err != nil {
+			if err := CheckBody(c, fmt.Sprintf("%s/gen?size=%d&seed=%d", s.URL, size, i), size, uint64(i), s.Name == "nginx"); err != nil {
 				t.Errorf("%s: %v", s.Name, err)
 			}
 		}
