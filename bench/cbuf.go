@@ -27,6 +27,7 @@ type CBufOptions struct {
 	Progress func(string)
 	NoIox2   bool     // skip iceoryx2 (no cargo, no network)
 	Parts    []string // fast, rtt, gc, policy (default all)
+	Workload string   // "" or ipc: the parts above; web: cbuf_web.go
 }
 
 var cbufPages = []int{1, 4, 16, 64}
@@ -38,6 +39,13 @@ var cbufParts = []string{"fast", "rtt", "gc", "policy"}
 // malloc, round trips against pipes, sockets and iceoryx2, allocation cost
 // against pool size with collection, and the pool policies.
 func CBuf(ctx context.Context, opt CBufOptions) (*benchkit.Report, error) {
+	switch opt.Workload {
+	case "", "ipc":
+	case "web":
+		return CBufWeb(ctx, opt)
+	default:
+		return nil, fmt.Errorf("unknown workload %q (have ipc, web)", opt.Workload)
+	}
 	if opt.Progress == nil {
 		opt.Progress = func(string) {}
 	}

@@ -162,6 +162,7 @@ type Options struct {
 	Cache       bool     // start the cache component too
 	Send        string   // writev (default), zerocopy, splice
 	Metrics     bool     // serve --metrics on another free port
+	Env         []string // extra environment of cbufweb's components (CBUF_PRIORITY, CBUF_QOS)
 
 	// baselines
 	FCGIProcs int // FastCGI application processes (default 2)
@@ -195,7 +196,11 @@ func (o *Options) defaults(name string) error {
 		o.Workers = 2
 	}
 	if o.Stderr == nil {
-		o.Stderr = io.Discard
+		f, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		o.Stderr = f // stays open while the processes write it
 	}
 	return nil
 }
@@ -210,7 +215,7 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (s *Server) start(argv []string, dir string, stderr io.Writer) error {
+func (s *Server) start(argv []string, dir string, stderr io.Writer, env ...string) error {
 	var cmd *exec.Cmd
 	if s.cg != nil {
 		// join the group before exec, so every child is counted
@@ -219,6 +224,9 @@ func (s *Server) start(argv []string, dir string, stderr io.Writer) error {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -288,7 +296,11 @@ func (s *Server) WaitReady(ctx context.Context, path string) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s%s: %v (logs in %s)", s.Name, s.URL, path, last, s.Dir)
+			log, _ := os.ReadFile(filepath.Join(s.Dir, s.Name+".log"))
+			if len(log) > 1500 {
+				log = log[len(log)-1500:]
+			}
+			return fmt.Errorf("%s not ready at %s%s: %v (logs in %s)\n%s", s.Name, s.URL, path, last, s.Dir, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -350,7 +362,7 @@ func StartCBufWeb(ctx context.Context, bins Binaries, o Options) (*Server, error
 		argv = append(argv, "--metrics", fmt.Sprintf("127.0.0.1:%d", mp))
 		s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", mp)
 	}
-	if err := s.start(argv, o.Dir, o.Stderr); err != nil {
+	if err := s.start(argv, o.Dir, o.Stderr, o.Env...); err != nil {
 		s.Stop()
 		return nil, err
 	}
