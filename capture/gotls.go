@@ -251,21 +251,16 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 func (c *Capture) scanGo(pid int) {
 	exe := fmt.Sprintf("/proc/%d/exe", pid)
 	id, ok := libFileOf(exe)
-	if !ok || c.goBins[id] {
+	if !ok {
 		return
 	}
-	c.goBins[id] = true // attached, not Go, or failed: not retried
-	g, err := findGoTLS(exe)
-	if errors.Is(err, errNotGoTLS) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
 		return
 	}
-	if err == nil {
-		err = c.attachGo(exe, g)
-	}
-	if err != nil {
+	if _, _, err := c.lookGo(exe, id); err != nil {
 		c.nLibErrors.Add(1)
 		c.lastErr.Store(err.Error())
-		return
 	}
-	c.nGoBins.Add(1)
 }

@@ -490,8 +490,12 @@ static void centry_hand_out(struct centry *e, int fd, uint64_t seq)
 static int cache_main(const char *cbs, const char *path, const char *content, int entries)
 {
 	cbuf_up(cbs, "cbufweb-cache");
-	int ls = unix_listen(path);
 	struct upstream up = {.path = content, .name = "content", .fd = -1};
+	/* listen only once the content component answers: a front end that
+	 * reaches the cache can then be served (it reconnects later by itself) */
+	for (int i = 0; i < 200 && up_connect(&up); i++)
+		usleep(50000);
+	int ls = unix_listen(path);
 	struct centry *tab = calloc((size_t)entries, sizeof(*tab));
 	struct waiting wait[256];
 	int nw = 0;
@@ -1026,10 +1030,10 @@ static int parse_one(int ep, struct conn *c)
 	char *q = memchr(target, '?', tl);
 	size_t pl = q ? (size_t)(q - target) : tl, ql = q ? tl - pl - 1 : 0;
 	if (ieq(target, pl, "/health")) {
-		if (UP_CONTENT.fd >= 0)
+		if (UP_CONTENT.fd >= 0 && (!UP_CACHE.path || UP_CACHE.fd >= 0))
 			respond_simple(ep, c, 200, "ok\n", 0);
 		else
-			respond_simple(ep, c, 503, "content component down\n", 0);
+			respond_simple(ep, c, 503, "content or cache component down\n", 0);
 		return 1;
 	}
 	struct upstream *up = NULL;
