@@ -97,8 +97,9 @@ type Capture struct {
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
-	out                   []Query // Next's result, reused
-	clock                 int64   // wall minus monotonic, ns
+	out                   []Query   // Next's result, reused
+	san                   Sanitizer // fingerprints (Next)
+	clock                 int64     // wall minus monotonic, ns
 
 	// What rescan needs to attach libraries and Go binaries found later.
 	uprobeOpts         *link.UprobeOptions
@@ -488,6 +489,7 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		q.Time = time.Unix(0, int64(q.startNS)+c.clock)
 		q.TID, q.Side = rec.TID, side
 		cs.fill(q)
+		q.Fingerprint = c.san.Fingerprint(q.Protocol, q.Query)
 		n++
 	}
 	out = out[:n]

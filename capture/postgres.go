@@ -22,14 +22,17 @@ type Query struct {
 	// Local and Remote: the socket's addresses, ip:port ([ip6]:port);
 	// empty when the socket is not known (a TLS object on no socket seen).
 	// Both ends of a local connection have the same pair, swapped.
-	Local     string  `json:"local"`
-	Remote    string  `json:"remote"`
-	Transport string  `json:"transport"` // tls or plain
-	Library   string  `json:"library"`   // openssl, go, or none (plain)
-	ConnID    uint64  `json:"conn"`
-	Protocol  string  `json:"protocol"`
-	Query     string  `json:"query"`
-	LatencyUS float64 `json:"latency_us"`
+	Local     string `json:"local"`
+	Remote    string `json:"remote"`
+	Transport string `json:"transport"` // tls or plain
+	Library   string `json:"library"`   // openssl, go, or none (plain)
+	ConnID    uint64 `json:"conn"`
+	Protocol  string `json:"protocol"`
+	Query     string `json:"query"`
+	// Fingerprint: FNV-1a 64 of the sanitized text (sanitize.go), equal for
+	// statements that differ only in their literals.
+	Fingerprint Fingerprint `json:"fingerprint"`
+	LatencyUS   float64     `json:"latency_us"`
 	// LatencyExact: the query's first byte opened its batch and the answer's
 	// last byte closed one, so the batch timestamps are the fragments' own.
 	// Otherwise LatencyUS is an upper bound (batch granularity).

@@ -31,6 +31,17 @@ type Client struct {
 	dir     []Dir
 	pools   [MaxComponents]atomic.Pointer[[]byte]
 	slow    sync.Mutex
+
+	token     Token
+	exporting atomic.Bool
+	owngen    []atomic.Uint32                       // exporting: generation mapped at each own index
+	xb        [MaxComponents]atomic.Pointer[[]xent] // pools mapped one buffer at a time
+}
+
+// xent is one buffer of a pool mapped buffer by buffer.
+type xent struct {
+	b   atomic.Pointer[[]byte]
+	gen atomic.Uint32 // of the buffer b maps; 0: none
 }
 
 // ClientOptions describe a component to the policy.
@@ -63,7 +74,7 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	c.slot = r.Arg
+	c.slot, c.token = r.Arg, Token(r.Arg2)
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -95,6 +106,69 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 // Slot is this component's number at the manager.
 func (c *Client) Slot() uint32 { return c.slot }
 
+// Token names this component to another that grants it buffers
+// (cbuf_self): pass it to the sender like an id.
+func (c *Client) Token() Token { return c.token }
+
+// Export gives each of this component's buffers its own memfd, so that
+// Grant can share one buffer with a component of another uid. Call it
+// before the first Alloc. Components of this uid still read every buffer.
+func (c *Client) Export() error {
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	if _, _, err := c.xchg(msg{Op: opExport}, 0); err != nil {
+		return err
+	}
+	c.owngen = make([]atomic.Uint32, c.maxBufs)
+	c.exporting.Store(true)
+	return nil
+}
+
+// Grant lets the component named by peer read buffer id, read-only, even
+// when it runs as another uid (the owner must have called Export). The
+// caller must be able to read id itself. Count the send as usual (Send),
+// or use SendTo, which does both.
+func (c *Client) Grant(id ID, peer Token) error {
+	q := msg{Op: opGrant, Arg2: uint64(id)}
+	binary.LittleEndian.PutUint64(q.Name[:8], uint64(peer))
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	_, _, err := c.xchg(q, 0)
+	return err
+}
+
+// SendTo is Grant followed by Send.
+func (c *Client) SendTo(id ID, peer Token) error {
+	if err := c.Grant(id, peer); err != nil {
+		return err
+	}
+	c.Send(id)
+	return nil
+}
+
+// mapOwn maps an exporting owner's buffer at its place in its own pool the
+// first time this generation of it is allocated.
+func (c *Client) mapOwn(idx uint32, d Dir) error {
+	if c.owngen[idx].Load() == uint32(d.Gen) {
+		return nil
+	}
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	_, fds, err := c.xchg(msg{Op: opBufFd, Arg: idx, Arg2: uint64(d.Gen)}, 1)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fds[0])
+	pool := *c.pools[c.slot].Load()
+	off := uint64(d.PageOff) * PageSize
+	if _, err := unix.MmapPtr(fds[0], 0, unsafe.Pointer(&pool[off]), uintptr(d.NPages)*PageSize,
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		return fmt.Errorf("cbuf: map own buffer: %w", err)
+	}
+	c.owngen[idx].Store(uint32(d.Gen))
+	return nil
+}
+
 // Close disconnects; the manager drops this component's references.
 func (c *Client) Close() {
 	if c.conn != nil {
@@ -110,6 +184,15 @@ func (c *Client) Close() {
 	}
 	if c.dirMem != nil {
 		unix.Munmap(c.dirMem)
+	}
+	for i := range c.xb {
+		if x := c.xb[i].Swap(nil); x != nil {
+			for j := range *x {
+				if b := (*x)[j].b.Swap(nil); b != nil {
+					unix.Munmap(*b)
+				}
+			}
+		}
 	}
 	c.metaMem, c.dirMem, c.hdr, c.metas, c.dir = nil, nil, nil, nil, nil
 }
@@ -255,6 +338,13 @@ func (c *Client) Alloc(size int) ([]byte, ID, error) {
 			continue
 		}
 		d := loadDir(&c.dir[g])
+		if c.exporting.Load() {
+			if err := c.mapOwn(idx, d); err != nil {
+				atomic.AddUint64(&c.metas[g].Cnt, ^ref1+1)
+				c.pushFree(idx, k)
+				return nil, 0, err
+			}
+		}
 		atomic.AddUint64(&c.hdr.Allocs, 1)
 		pool := *c.pools[c.slot].Load()
 		off := uint64(d.PageOff) * PageSize
@@ -316,6 +406,56 @@ func (c *Client) Send(id ID) {
 	}
 }
 
+// bytesOf is where buffer id (described by d) is mapped here: in its
+// owner's pool, or, for a pool mapped buffer by buffer, in its own mapping,
+// asked from the manager the first time.
+func (c *Client) bytesOf(id ID, d Dir) []byte {
+	slot := id.Slot()
+	if p := c.pools[slot].Load(); p != nil {
+		off := uint64(d.PageOff) * PageSize
+		return (*p)[off : off+uint64(d.NPages)*PageSize]
+	}
+	if x := c.xb[slot].Load(); x != nil {
+		e := &(*x)[id.Index()]
+		if e.gen.Load() == uint32(d.Gen) {
+			if b := e.b.Load(); b != nil {
+				return *b
+			}
+		}
+	}
+	if c.pool(slot) != nil {
+		return c.bytesOf(id, d)
+	}
+	x := c.xb[slot].Load()
+	if x == nil {
+		return nil
+	}
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	e := &(*x)[id.Index()]
+	if e.gen.Load() == uint32(d.Gen) {
+		return *e.b.Load()
+	}
+	r, fds, err := c.xchg(msg{Op: opMapBuf, Arg2: uint64(id)}, 1)
+	if err != nil {
+		return nil
+	}
+	b, err := mapShared(fds[0], r.Arg2, false)
+	unix.Close(fds[0])
+	if err != nil {
+		return nil
+	}
+	// the old generation at this index is dead everywhere: nobody reads it
+	e.gen.Store(0)
+	if old := e.b.Swap(&b); old != nil {
+		unix.Munmap(*old)
+	}
+	e.gen.Store(uint32(d.Gen))
+	return b
+}
+
+// pool maps another component's whole pool (same uid), or returns nil and
+// marks the slot as mapped buffer by buffer when the manager says so.
 func (c *Client) pool(slot uint32) []byte {
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
@@ -325,7 +465,15 @@ func (c *Client) pool(slot uint32) []byte {
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
 	}
+	if c.xb[slot].Load() != nil {
+		return nil
+	}
 	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
+	if errors.Is(err, mapPerBuffer) {
+		x := make([]xent, c.maxBufs)
+		c.xb[slot].Store(&x)
+		return nil
+	}
 	if err != nil {
 		return nil
 	}
@@ -352,8 +500,8 @@ func (c *Client) Buf(id ID, size int) ([]byte, error) {
 	if !ok || size <= 0 || size > int(d.NPages)*PageSize {
 		return nil, ErrBadBuf
 	}
-	pool := c.pool(id.Slot())
-	if pool == nil {
+	b := c.bytesOf(id, d)
+	if b == nil {
 		return nil, ErrBadBuf
 	}
 	atomic.AddUint64(&m.Cnt, ref1|recv1)
@@ -362,8 +510,7 @@ func (c *Client) Buf(id ID, size int) ([]byte, error) {
 		return nil, ErrBadBuf
 	}
 	atomic.AddUint64(&c.hdr.Recvs, 1)
-	off := uint64(d.PageOff) * PageSize
-	return pool[off : off+uint64(size) : off+uint64(size)], nil
+	return b[:size:size], nil
 }
 
 // peek is Buf without counting, for a buffer the caller already holds.
@@ -372,12 +519,7 @@ func (c *Client) peek(id ID) []byte {
 	if !ok {
 		return nil
 	}
-	pool := c.pool(id.Slot())
-	if pool == nil {
-		return nil
-	}
-	off := uint64(d.PageOff) * PageSize
-	return pool[off : off+uint64(d.NPages)*PageSize]
+	return c.bytesOf(id, d)
 }
 
 // KernelRecv waits up to timeout for the next buffer the kernel component

@@ -22,6 +22,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pool"
 )
@@ -338,7 +339,7 @@ func (s *Server) Programs() (xdp, egress *ebpf.Program) { return s.objs.KvXdp, s
 
 // Pin pins the maps under dir so `cistern kv stats` can read them.
 func (s *Server) Pin(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mounts.PinDir(dir); err != nil {
 		return err
 	}
 	if s.driverMap == nil {

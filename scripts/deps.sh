@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
   clang-19 llvm-19 bpftool libbpf-dev   # BPF toolchain (make generate)
   iproute2 ethtool                      # namespaces, veth, offloads
-  memcached                             # Kerby-KV source of truth
+  memcached libmemcached-tools          # Kerby-KV source of truth; memccapable, memcaslap (real clients)
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer

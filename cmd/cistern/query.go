@@ -71,7 +71,7 @@ lists the tables and columns; docs/query.md has the details.`,
 			}
 			out := cmd.OutOrStdout()
 			if outPath != "" {
-				f, err := os.Create(outPath)
+				f, err := cli.CreatePrivate(outPath)
 				if err != nil {
 					return cli.Usagef("--out %s: %v", outPath, err)
 				}
@@ -98,7 +98,7 @@ lists the tables and columns; docs/query.md has the details.`,
 	}
 	c.Flags().DurationVar(&duration, "duration", 0, "stop after this long (default: until Ctrl-C)")
 	c.Flags().StringVar(&format, "format", "table", "output format: table, json or csv")
-	c.Flags().StringVar(&outPath, "out", "", "write rows to this file instead of stdout")
+	c.Flags().StringVar(&outPath, "out", "", "write rows to this file (created mode 0600) instead of stdout")
 	c.Flags().BoolVar(&explain, "explain", false, "print the chosen plan, the alternatives, their costs and verifier outcomes (stderr)")
 	c.Flags().BoolVar(&schema, "schema", false, "print the tables and columns")
 	c.Flags().StringVar(&plotPath, "plot", "", "draw the first numeric aggregate per group to this PNG")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -65,4 +66,54 @@ func MountPoints(typ string) []string {
 		}
 	}
 	return out
+}
+
+// PinMode is the mode of every directory Cistern pins BPF objects under:
+// the maps hold what the programs saw (keys, values, counters), and a
+// process that opens a pinned map may change it, so only root goes in. The
+// pins themselves are made 0600 by the kernel.
+const PinMode os.FileMode = 0o700
+
+// PinDir makes dir (and any missing parent) for pins, root-only: each
+// directory it creates is PinMode whatever the umask, and dir itself, if it
+// was there with a wider mode, is set to PinMode. Parents that exist keep
+// their mode (/sys/fs/bpf is the system's).
+func PinDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("pin directory %s: %w", d, err)
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], PinMode); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("pin directory: %w", err)
+		}
+	}
+	fix := missing // Mkdir's mode went through the umask
+	if len(fix) == 0 {
+		fix = []string{dir}
+	}
+	for _, d := range fix {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("pin directory: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("pin directory %s: not a directory", d)
+		}
+		if fi.Mode().Perm() != PinMode {
+			if err := os.Chmod(d, PinMode); err != nil {
+				return fmt.Errorf("pin directory %s: %w", d, err)
+			}
+		}
+	}
+	return nil
 }
