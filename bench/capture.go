@@ -37,6 +37,9 @@ type CaptureOptions struct {
 	// ChurnRing: the churn mode's ring size (0: the capture default, which
 	// is what the mode is meant to judge).
 	ChurnRing uint32
+	// HoldNew: the accumulated and churn modes' captures run with
+	// --hold-new (capture.Options.HoldNew).
+	HoldNew bool
 }
 
 // CaptureModes are the modes, in order. The plain names use a 256 KiB ring.
@@ -45,7 +48,7 @@ type CaptureOptions struct {
 // churn: short-lived TLS connections, big answers, every capture default
 // (capture_churn.go).
 var CaptureModes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
-	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn"}
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn", "attach"}
 
 func (o *CaptureOptions) defaults() {
 	if o.Duration == 0 {
@@ -139,9 +142,18 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	base := map[string]float64{}      // this round's untraced tps per workload
 	sum := map[string]float64{}       // per mode: queries missed and events lost, all rounds
 	var churn churnTotals
+	var attach attachTotals
 	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
+		if mode == "attach" { // exec-to-attached latency (capture_attach.go)
+			r, err := runAttach(ctx, attachPerRound(opt.Rounds))
+			if err != nil {
+				return err
+			}
+			attach.add(rep, r)
+			return nil
+		}
 		if mode == "churn" { // its own workload and server, one more mode of the round
-			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing)
+			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing, opt.HoldNew)
 			if err != nil {
 				return err
 			}
@@ -194,6 +206,12 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	}
 	if churn.rounds > 0 {
 		churn.targets(rep)
+	}
+	if attach.rounds > 0 {
+		attach.report(rep)
+	}
+	if opt.HoldNew {
+		rep.SetConfig("hold_new", true)
 	}
 	get := func(mode, k string) (float64, bool) {
 		v, ok := rep.Get(mode, k)
@@ -462,7 +480,8 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 	if err != nil {
 		return captureResult{}, err
 	}
-	c, err := capture.Open(capture.Options{PID: pb.cmd.Process.Pid, Transport: capture.TransportTLS, Accum: accum.Config{RingSize: ring}})
+	c, err := capture.Open(capture.Options{PID: pb.cmd.Process.Pid, Transport: capture.TransportTLS, Accum: accum.Config{RingSize: ring},
+		HoldNew: opt.HoldNew})
 	if err != nil {
 		pb.kill()
 		return captureResult{}, err
