@@ -168,12 +168,6 @@ func (c *Capture) goOffsets(path string) (*goTLS, bool, error) {
 	return g, false, err
 }
 
-// sameFile: path is the file id (it may have gone, or been replaced).
-func sameFile(path string, id libFile) bool {
-	got, ok := libFileOf(path)
-	return ok && got == id
-}
-
 // startControl reads the control ring in a goroutine of its own.
 func (c *Capture) startControl() error {
 	rd, err := ringbuf.NewReader(c.objs.CapCtl)
@@ -234,22 +228,30 @@ func (c *Capture) onFile(ev *capCapEv) {
 	if c.closing {
 		paths = nil
 	}
+	// The path whose file is the kernel's (device, inode); else the first
+	// that exists: on overlayfs, stat shows the overlay's device, not the
+	// one the kernel saw.
+	path, pid := "", libFile{}
 	for _, p := range paths {
-		if !sameFile(p, id) {
-			continue
+		if got, ok := libFileOf(p); ok && (got == id || path == "") {
+			path, pid = p, got
+			if got == id {
+				break
+			}
 		}
+	}
+	if path != "" {
 		dealt = true
 		var err error
 		if ev.Type == evExec {
-			attached, cached, err = c.lookGo(p, id)
+			attached, cached, err = c.lookGo(path, pid)
 		} else {
-			attached, cached, err = c.lookSSL(p, id)
+			attached, cached, err = c.lookSSL(path, pid)
 		}
 		if err != nil {
 			c.nLibErrors.Add(1)
 			c.lastErr.Store(err.Error())
 		}
-		break
 	}
 	c.mu.Unlock()
 	if dealt {
