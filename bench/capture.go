@@ -40,6 +40,9 @@ type CaptureOptions struct {
 	// HoldNew: the accumulated and churn modes' captures run with
 	// --hold-new (capture.Options.HoldNew).
 	HoldNew bool
+	// AttachExecs: the attach mode's execs of each kind over all rounds
+	// (0: attachExecs, 200).
+	AttachExecs int
 }
 
 // CaptureModes are the modes, in order. The plain names use a 256 KiB ring.
@@ -145,7 +148,7 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	var attach attachTotals
 	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
 		if mode == "attach" { // exec-to-attached latency (capture_attach.go)
-			r, err := runAttach(ctx, attachPerRound(opt.Rounds))
+			r, err := runAttach(ctx, attachPerRound(opt.AttachExecs, opt.Rounds))
 			if err != nil {
 				return err
 			}

@@ -300,10 +300,14 @@ func (t *attachTotals) report(rep *benchkit.Report) {
 	rep.Note(fmt.Sprintf("attach: each exec is of a new copy (a Go program linking crypto/tls; `openssl version` with a new "+
 		"libssl.so.3 copy through LD_LIBRARY_PATH), %d of each per round and variant (untraced, captured, --hold-new); "+
 		"*_attach_ms: the kernel's exec (or openat) to the uprobes attached, captured variant, *_all pooled over the rounds; "+
-		"*_start_ms: process start to exit; *_hold_added_ms: the hold's addition over untraced", attachPerRound(t.rounds)))
+		"*_start_ms: process start to exit; *_hold_added_ms: the hold's addition over untraced", len(t.goLat)/max(t.rounds, 1)))
 }
 
-// attachPerRound spreads attachExecs over the rounds.
-func attachPerRound(rounds int) int {
-	return (attachExecs + rounds - 1) / max(rounds, 1)
+// attachPerRound spreads n execs (0: attachExecs) over the rounds.
+func attachPerRound(n, rounds int) int {
+	if n <= 0 {
+		n = attachExecs
+	}
+	rounds = max(rounds, 1)
+	return (n + rounds - 1) / rounds
 }
