@@ -212,6 +212,19 @@ func Capture(ctx context.Context, opt CaptureOptions) (*benchkit.Report, error) 
 	}
 	if attach.rounds > 0 {
 		attach.report(rep)
+		// The attach figures in a table of their own, beside the others'.
+		var others []string
+		for _, m := range opt.Modes {
+			if m != "attach" {
+				others = append(others, m)
+			}
+		}
+		rep.Section("modes", others, []string{"tps", "probe_effect_pct", "queries_captured", "lost_events",
+			"ring_bytes_per_payload_byte", "agent_cpu_pct", "queries_issued", "queries_captured_client"})
+		rep.Section("attach: exec (or libssl open) to uprobes attached, ms; start to exit, ms", []string{"attach"},
+			[]string{"go_attach_ms_p50_all", "go_attach_ms_p99_all", "openssl_attach_ms_p50_all", "openssl_attach_ms_p99_all",
+				"go_start_ms_untraced", "go_start_ms_hold", "go_hold_added_ms", "openssl_start_ms_untraced",
+				"openssl_start_ms_hold", "openssl_hold_added_ms", "hold_timeouts", "agent_cpu_pct"})
 	}
 	if opt.HoldNew {
 		rep.SetConfig("hold_new", true)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -14,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/accum"
 )
 
 // Attaching on exec and on library load (bpf/capture/attach.bpf.h): the
@@ -178,6 +181,16 @@ func (c *Capture) startControl() error {
 	c.ctlDone = make(chan struct{})
 	go func() {
 		defer close(c.ctlDone)
+		// A thread of its own at the pump's raised priority (accum.Pump):
+		// on a loaded machine the attachment waits for a CPU otherwise,
+		// and a client's first query wins the race (or a held process
+		// waits). The thread stays locked and is discarded at the end.
+		runtime.LockOSThread()
+		nice := c.Opt.Pump.Nice
+		if nice == 0 {
+			nice = accum.DefaultPumpNice
+		}
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
 		var rec ringbuf.Record
 		for {
 			if err := rd.ReadInto(&rec); err != nil {

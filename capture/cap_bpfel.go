@@ -168,6 +168,7 @@ const (
 	capMapCapSeen             = "cap_seen"
 	capMapCapSelFull          = "cap_sel_full"
 	capMapCapTlsFds           = "cap_tls_fds"
+	capMapCapTlsProcs         = "cap_tls_procs"
 	capMapCapTlsSock          = "cap_tls_sock"
 	capMapGoConns             = "go_conns"
 	capMapGoReads             = "go_reads"
@@ -312,6 +313,7 @@ type capMapSpecs struct {
 	CapSeen        *ebpf.MapSpec `ebpf:"cap_seen"`
 	CapSelFull     *ebpf.MapSpec `ebpf:"cap_sel_full"`
 	CapTlsFds      *ebpf.MapSpec `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.MapSpec `ebpf:"cap_tls_procs"`
 	CapTlsSock     *ebpf.MapSpec `ebpf:"cap_tls_sock"`
 	GoConns        *ebpf.MapSpec `ebpf:"go_conns"`
 	GoReads        *ebpf.MapSpec `ebpf:"go_reads"`
@@ -378,6 +380,7 @@ type capMaps struct {
 	CapSeen        *ebpf.Map `ebpf:"cap_seen"`
 	CapSelFull     *ebpf.Map `ebpf:"cap_sel_full"`
 	CapTlsFds      *ebpf.Map `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.Map `ebpf:"cap_tls_procs"`
 	CapTlsSock     *ebpf.Map `ebpf:"cap_tls_sock"`
 	GoConns        *ebpf.Map `ebpf:"go_conns"`
 	GoReads        *ebpf.Map `ebpf:"go_reads"`
@@ -408,6 +411,7 @@ func (m *capMaps) Close() error {
 		m.CapSeen,
 		m.CapSelFull,
 		m.CapTlsFds,
+		m.CapTlsProcs,
 		m.CapTlsSock,
 		m.GoConns,
 		m.GoReads,
