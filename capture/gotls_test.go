@@ -25,10 +25,7 @@ func buildPGClient(t *testing.T, name string, strip bool) string {
 	if dir := os.Getenv("CISTERN_PGCLIENT_DIR"); dir != "" {
 		return filepath.Join(dir, name)
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("skipped: no go toolchain to build the Go TLS client: %v", err)
-	}
+	gobin := testenv.NeedTool(t, "go", "golang (Go 1.24 or newer), to build the Go TLS client")
 	out := filepath.Join(t.TempDir(), name)
 	args := []string{"build", "-o", out}
 	if strip {

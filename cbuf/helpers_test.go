@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -54,10 +56,7 @@ var (
 // buildPeer compiles libcbuf and the C test peer with the system compiler.
 func buildPeer(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: the C client tests need one")
-	}
+	cc := testenv.NeedTool(t, "cc", "gcc")
 	peerOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cbuf-peer")
 		if err != nil {

@@ -42,6 +42,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "xdp.bpf.h"
 #include "egress.bpf.h"
 #include "ingress.bpf.h"
+#include "tcp.bpf.h"
 
 struct kv_reap_loop {
 	struct kv_scratch *s;

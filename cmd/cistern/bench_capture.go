@@ -6,13 +6,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	capturebench "github.com/cistern-ebpf/cistern/bench/capture"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
 func newBenchCaptureCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.CaptureOptions
+	var opt capturebench.Options
 	c := &cobra.Command{
 		Use:   "capture [--quick] [--json FILE] [--plot FILE.png]",
 		Short: "Accumulated against naive capture",
@@ -32,7 +32,7 @@ new copies of a Go program and of a libssl, and the start-up time
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.Capture(ctx, opt)
+				return capturebench.Run(ctx, opt)
 			})
 		},
 	}
@@ -41,6 +41,6 @@ new copies of a Go program and of a libssl, and the start-up time
 	c.Flags().IntVar(&opt.Clients, "clients", 0, "pgbench clients and threads (default 2)")
 	c.Flags().Uint32Var(&opt.ChurnRing, "churn-ring-size", 0, "churn mode: ring buffer bytes (default: cistern capture's default)")
 	c.Flags().BoolVar(&opt.HoldNew, "hold-new", false, "accumulated and churn modes: capture with --hold-new")
-	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(bench.CaptureModes, ",")+")")
+	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(capturebench.Modes, ",")+")")
 	return c
 }

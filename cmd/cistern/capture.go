@@ -40,10 +40,10 @@ func newCaptureRunCmd() *cobra.Command {
 		metricsAt string
 		otlpAt    string
 		otlpProto string
-		holdNew   bool
-		holdMax   time.Duration
 		textMode  string
 		otlpText  string
+		holdNew   bool
+		holdMax   time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--duration D]",
@@ -251,9 +251,9 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
 	f.StringVar(&otlpAt, "otlp", "", "send each query as an OpenTelemetry span to this collector (HOST:PORT or http(s)://HOST:PORT)")
 	f.StringVar(&otlpProto, "otlp-protocol", "grpc", "OTLP over grpc (port 4317) or http (4318)")
+	f.StringVar(&otlpText, "otlp-query-text", otlp.TextSanitized, "db.query.text of the spans: sanitized (literals as ?, errors as their code) or raw")
 	f.BoolVar(&holdNew, "hold-new", false, "stop a selected process that executes a file (or opens a libssl) not attached yet until its uprobes are attached")
 	f.DurationVar(&holdMax, "hold-max", capture.DefaultHoldMax, "with --hold-new: the longest a process is held (then continued, counted as hold_timeouts)")
-	f.StringVar(&otlpText, "otlp-query-text", otlp.TextSanitized, "db.query.text of the spans: sanitized (literals as ?, errors as their code) or raw")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
@@ -312,10 +312,10 @@ loop:
 			if !q.Unread { // an unread connection is no query (no span)
 				n++
 				send(q)
-			}
-			if sanitize {
-				q.Query = string(san.Append(nil, q.Protocol, q.Query))
-				q.Error = capture.SanitizeError(q.Error)
+				if sanitize {
+					q.Query = string(san.Append(nil, q.Protocol, q.Query))
+					q.Error = capture.SanitizeError(q.Error)
+				}
 			}
 			if tw == nil {
 				if err := enc.Encode(q); err != nil {

@@ -18,12 +18,15 @@ type FS struct {
 	Type  string // filesystem type as in /proc/mounts
 	Path  string // canonical mount point
 	Magic int64  // statfs magic, to recognise it however it was mounted
+	Data  string // mount options when Cistern mounts it
 }
 
 var (
-	Tracefs    = FS{"tracefs", "/sys/kernel/tracing", unix.TRACEFS_MAGIC}
-	BPFFS      = FS{"bpf", "/sys/fs/bpf", unix.BPF_FS_MAGIC}
-	Securityfs = FS{"securityfs", "/sys/kernel/security", unix.SECURITYFS_MAGIC}
+	Tracefs = FS{"tracefs", "/sys/kernel/tracing", unix.TRACEFS_MAGIC, ""}
+	// bpffs mounted by Cistern is root-only (mode=700, as systemd mounts
+	// it): the kernel's default is 1777.
+	BPFFS      = FS{"bpf", "/sys/fs/bpf", unix.BPF_FS_MAGIC, "mode=700"}
+	Securityfs = FS{"securityfs", "/sys/kernel/security", unix.SECURITYFS_MAGIC, ""}
 )
 
 // Mounted reports whether fs is mounted at its canonical path.
@@ -44,7 +47,7 @@ func Ensure(fs FS) (mounted bool, err error) {
 	if err := os.MkdirAll(fs.Path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return false, fmt.Errorf("create %s: %w", fs.Path, err)
 	}
-	if err := unix.Mount(fs.Type, fs.Path, fs.Type, 0, ""); err != nil {
+	if err := unix.Mount(fs.Type, fs.Path, fs.Type, 0, fs.Data); err != nil {
 		return false, fmt.Errorf("mount %s at %s: %w (run as root)", fs.Type, fs.Path, err)
 	}
 	return true, nil

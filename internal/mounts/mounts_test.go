@@ -62,3 +62,21 @@ func TestPinDir(t *testing.T) {
 		t.Error("PinDir accepted a pinned map as a directory")
 	}
 }
+
+// TestBPFFSMountMode: a bpffs Cistern mounts is root-only (the kernel's
+// default root is 1777).
+func TestBPFFSMountMode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped (internal/mounts): mounting needs root; run sudo make test")
+	}
+	fs := BPFFS
+	fs.Path = t.TempDir()
+	mounted, err := Ensure(fs)
+	if err != nil || !mounted {
+		t.Fatalf("mounted %v: %v", mounted, err)
+	}
+	defer syscall.Unmount(fs.Path, 0)
+	if fi, err := os.Stat(fs.Path); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("bpffs root %v %v, want 0700 (the kernel adds the sticky bit)", fi.Mode(), err)
+	}
+}
