@@ -189,6 +189,7 @@ const (
 	capProgCapExitProc        = "cap_exit_proc"
 	capProgCapFork            = "cap_fork"
 	capProgCapGoClose         = "cap_go_close"
+	capProgCapGoHandshake     = "cap_go_handshake"
 	capProgCapGoRead          = "cap_go_read"
 	capProgCapGoReadRet       = "cap_go_read_ret"
 	capProgCapGoWrite         = "cap_go_write"
@@ -273,6 +274,7 @@ type capProgramSpecs struct {
 	CapExitProc        *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.ProgramSpec `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.ProgramSpec `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.ProgramSpec `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.ProgramSpec `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.ProgramSpec `ebpf:"cap_go_write"`
@@ -457,6 +459,7 @@ type capPrograms struct {
 	CapExitProc        *ebpf.Program `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.Program `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.Program `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.Program `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.Program `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.Program `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.Program `ebpf:"cap_go_write"`
@@ -489,6 +492,7 @@ func (p *capPrograms) Close() error {
 		p.CapExitProc,
 		p.CapFork,
 		p.CapGoClose,
+		p.CapGoHandshake,
 		p.CapGoRead,
 		p.CapGoReadRet,
 		p.CapGoWrite,
