@@ -36,6 +36,8 @@ type Client struct {
 	exporting atomic.Bool
 	owngen    []atomic.Uint32                       // exporting: generation mapped at each own index
 	xb        [MaxComponents]atomic.Pointer[[]xent] // pools mapped one buffer at a time
+	xmode     [MaxComponents]atomic.Bool            // that slot's pool is mapped buffer by buffer
+	mapEpoch  [MaxComponents]atomic.Uint32          // Hdr.SlotEpoch when pools/xb were filled
 }
 
 // xent is one buffer of a pool mapped buffer by buffer.
@@ -100,6 +102,7 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 	c.hdr = hdrOf(c.metaMem)
 	c.metas = metasOf(c.metaMem, h0.MetaOff, c.maxBufs)
 	c.dir = dirsOf(c.dirMem, c.maxBufs)
+	c.mapEpoch[c.slot].Store(atomic.LoadUint32(&c.hdr.SlotEpoch[c.slot]))
 	return c, nil
 }
 
@@ -411,11 +414,14 @@ func (c *Client) Send(id ID) {
 // asked from the manager the first time.
 func (c *Client) bytesOf(id ID, d Dir) []byte {
 	slot := id.Slot()
+	if atomic.LoadUint32(&c.hdr.SlotEpoch[slot]) != c.mapEpoch[slot].Load() {
+		c.pool(slot) // drops what was mapped for the slot's former component
+	}
 	if p := c.pools[slot].Load(); p != nil {
 		off := uint64(d.PageOff) * PageSize
 		return (*p)[off : off+uint64(d.NPages)*PageSize]
 	}
-	if x := c.xb[slot].Load(); x != nil {
+	if x := c.xb[slot].Load(); x != nil && c.xmode[slot].Load() {
 		e := &(*x)[id.Index()]
 		if e.gen.Load() == uint32(d.Gen) {
 			if b := e.b.Load(); b != nil {
@@ -427,7 +433,7 @@ func (c *Client) bytesOf(id ID, d Dir) []byte {
 		return c.bytesOf(id, d)
 	}
 	x := c.xb[slot].Load()
-	if x == nil {
+	if x == nil || !c.xmode[slot].Load() {
 		return nil
 	}
 	c.slow.Lock()
@@ -457,21 +463,41 @@ func (c *Client) bytesOf(id ID, d Dir) []byte {
 // pool maps another component's whole pool (same uid), or returns nil and
 // marks the slot as mapped buffer by buffer when the manager says so.
 func (c *Client) pool(slot uint32) []byte {
-	if p := c.pools[slot].Load(); p != nil {
+	if p := c.pools[slot].Load(); p != nil && atomic.LoadUint32(&c.hdr.SlotEpoch[slot]) == c.mapEpoch[slot].Load() {
 		return *p
 	}
 	c.slow.Lock()
 	defer c.slow.Unlock()
+	if ep := atomic.LoadUint32(&c.hdr.SlotEpoch[slot]); slot != c.slot && c.mapEpoch[slot].Load() != ep {
+		// a new component in the slot: every buffer of the former one is
+		// dead (a slot is reused only then)
+		if p := c.pools[slot].Swap(nil); p != nil {
+			unix.Munmap(*p)
+		}
+		if x := c.xb[slot].Load(); x != nil {
+			for i := range *x {
+				(*x)[i].gen.Store(0)
+				if b := (*x)[i].b.Swap(nil); b != nil {
+					unix.Munmap(*b)
+				}
+			}
+		}
+		c.xmode[slot].Store(false)
+		c.mapEpoch[slot].Store(ep)
+	}
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
 	}
-	if c.xb[slot].Load() != nil {
+	if c.xmode[slot].Load() {
 		return nil
 	}
 	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
 	if errors.Is(err, mapPerBuffer) {
-		x := make([]xent, c.maxBufs)
-		c.xb[slot].Store(&x)
+		if c.xb[slot].Load() == nil {
+			x := make([]xent, c.maxBufs)
+			c.xb[slot].Store(&x)
+		}
+		c.xmode[slot].Store(true)
 		return nil
 	}
 	if err != nil {

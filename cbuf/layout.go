@@ -97,6 +97,10 @@ type Hdr struct {
 	RingTail  uint32
 	Pad2      [15]uint32
 	Ring      [RingSize]uint32
+	// SlotEpoch counts the components each slot has had (the manager
+	// bumps it at every HELLO): a client's mapping of a slot's pool made
+	// under another epoch belongs to a component that has left.
+	SlotEpoch [MaxComponents]uint32
 }
 
 // AggEnt is one (id, offset, length) entry of an aggregate cbuf.

@@ -110,6 +110,7 @@ type Manager struct {
 	uids   map[uint32]*uidDir
 	grants map[uint64]map[*component]bool // global index -> grantees
 	mixed  bool                           // connected components of more than one uid
+	epoch  [MaxComponents]uint32          // HELLOs per slot (Hdr.SlotEpoch)
 
 	drops                                atomic.Uint64 // malformed requests
 	refusedConns, refusedMap, refusedIDs atomic.Uint64
@@ -410,6 +411,11 @@ func (m *Manager) hello(conn *net.UnixConn, q msg, p peer) (*component, []int, e
 		return fail(errors.New("dup: out of file descriptors"))
 	}
 	m.comps[slot] = c
+	m.epoch[slot]++
+	c.hdr.SlotEpoch = m.epoch
+	for _, o := range m.alive {
+		atomic.StoreUint32(&o.hdr.SlotEpoch[slot], m.epoch[slot])
+	}
 	m.refreshAlive()
 	m.opt.Logf("cbuf: component %d %q (pid %d uid %d gid %d) connected, pool %d pages", slot, c.name, c.pid, c.uid, c.gid, c.quota)
 	return c, fds, nil
@@ -512,10 +518,18 @@ func (m *Manager) live(g uint64) bool {
 func (m *Manager) refreshAlive() {
 	m.alive = m.alive[:0]
 	m.mixed = false
+	var first *component
 	for _, c := range m.comps {
-		if c != nil && c.alive {
+		if c == nil {
+			continue
+		}
+		// gone owners count too: their buffers' holders may be another uid
+		if first == nil {
+			first = c
+		}
+		m.mixed = m.mixed || c.uid != first.uid
+		if c.alive {
 			m.alive = append(m.alive, c)
-			m.mixed = m.mixed || c.uid != m.alive[0].uid
 		}
 	}
 }

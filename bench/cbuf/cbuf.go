@@ -26,18 +26,28 @@ type Options struct {
 	PlotPath string
 	Progress func(string)
 	NoIox2   bool     // skip iceoryx2 (no cargo, no network)
-	Parts    []string // fast, rtt, gc, policy (default all)
+	Parts    []string // fast, rtt, gc, policy, grant (default all); web: servers, send, contention
+	Workload string   // "" or ipc: the parts above; web: web.go
 }
 
 var cbufPages = []int{1, 4, 16, 64}
 
 // Parts are the experiments, in the order they run.
-var Parts = []string{"fast", "rtt", "gc", "policy"}
+var Parts = []string{"fast", "rtt", "gc", "policy", "grant"}
 
-// Run runs the four CBUF experiments of issue #7: fast-path cost beside
+// Run runs the CBUF experiments of issue #7: fast-path cost beside
 // malloc, round trips against pipes, sockets and iceoryx2, allocation cost
-// against pool size with collection, and the pool policies.
+// against pool size with collection, and the pool policies; and #29's
+// first receipt of a buffer across uids (grant). Workload web runs the web
+// server experiments instead (web.go).
 func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
+	switch opt.Workload {
+	case "", "ipc":
+	case "web":
+		return Web(ctx, opt)
+	default:
+		return nil, fmt.Errorf("unknown workload %q (have ipc, web)", opt.Workload)
+	}
 	if opt.Progress == nil {
 		opt.Progress = func(string) {}
 	}
@@ -95,6 +105,11 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			return nil, err
 		}
 	}
+	if part["grant"] {
+		if err := cbufGrant(ctx, rep, opt, tmp, peer); err != nil {
+			return nil, err
+		}
+	}
 	cbufSections(rep, iox2 != "")
 	if opt.PlotPath != "" && part["policy"] {
 		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
@@ -126,6 +141,7 @@ func cbufSections(rep *benchkit.Report, iox2 bool) {
 		pools = append(pools, fmt.Sprintf("alloc_ns_pool_%dp", p))
 	}
 	rep.Section("1-page allocation with collection, ns, by pool size (pages)", []string{"alloc_vs_pool"}, pools)
+	rep.Section("first receipt of a buffer across uids (#29), one-page messages", cbufGrantModes, cbufGrantCols)
 	rep.Section("pool policies", policyModes,
 		[]string{"producer_msgs_per_sec_quiet", "producer_msgs_per_sec_interference", "producer_blocked_pct_interference", "interferer_blocked_pct_interference"})
 }

@@ -6,6 +6,10 @@
  *   cbufbench gc   SOCK ITERS POOL_PAGES    amortised 1-page alloc+send+free
  *            while a child receives and frees (Figure 7 of the paper)
  *   cbufbench producer|consumer|interferer SOCK SHM ...   policy experiment
+ *   cbufbench grant SOCK MODE ITERS        first receipt of a buffer against
+ *            a repeated one: a forked receiver (MODE xuid: as nobody, the
+ *            owner exporting and granting each buffer; export: same uid,
+ *            owner exporting; pool: same uid, today's whole-pool path)
  * Results are "key value" lines on stdout. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -535,6 +540,109 @@ static int interferer(const char *sock, const char *shm)
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median_u64(uint64_t *v, long n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
+	return n ? (double)v[n / 2] : 0;
+}
+
+/* One 1-page message per iteration: the owner allocates (an exporting
+ * owner maps each new buffer on its first alloc), writes, grants and
+ * sends; the receiver takes it twice with cbuf2buf, reading a byte each
+ * time, and frees it. Every figure is a median over ITERS messages. */
+static int grant(const char *sock, const char *mode, long iters)
+{
+	int xuid = !strcmp(mode, "xuid"), exp = xuid || !strcmp(mode, "export");
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp))
+		die("socketpair");
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		close(sp[0]);
+		if (xuid && (setgroups(0, NULL) || setgid(65534) || setuid(65534)))
+			die("setuid nobody");
+		connect_or_die(sock);
+		uint64_t tok = cbuf_self(), id, t[2];
+		if (write(sp[1], &tok, sizeof(tok)) != sizeof(tok))
+			_exit(1);
+		while (read(sp[1], &id, sizeof(id)) == sizeof(id)) {
+			uint64_t t0 = now_ns();
+			volatile const char *p = cbuf2buf(id, 4096);
+			if (!p)
+				_exit(2);
+			sink += p[0];
+			uint64_t t1 = now_ns();
+			volatile const char *q = cbuf2buf(id, 4096);
+			if (!q)
+				_exit(3);
+			sink += q[0];
+			t[0] = t1 - t0;
+			t[1] = now_ns() - t1;
+			cbuf_free(id);
+			cbuf_free(id);
+			if (write(sp[1], t, sizeof(t)) != sizeof(t))
+				_exit(1);
+		}
+		_exit(0);
+	}
+	close(sp[1]);
+	connect_or_die(sock);
+	if (exp && cbuf_export()) {
+		fprintf(stderr, "cbufbench: cbuf_export failed\n");
+		return 1;
+	}
+	uint64_t tok;
+	if (read(sp[0], &tok, sizeof(tok)) != sizeof(tok))
+		die("receiver's token");
+	uint64_t *first = calloc(iters, 8), *again = calloc(iters, 8), *al = calloc(iters, 8), *gr = calloc(iters, 8),
+		 *msg = calloc(iters, 8);
+	for (long i = 0; i < iters; i++) {
+		cbuf_t id;
+		uint64_t t0 = now_ns();
+		char *p = cbuf_alloc(4096, &id);
+		if (!p) {
+			fprintf(stderr, "cbufbench: cbuf_alloc failed\n");
+			return 1;
+		}
+		p[0] = (char)i;
+		uint64_t t1 = now_ns();
+		/* two sends: the receiver takes it twice */
+		if (exp) {
+			int e = cbuf_send_to(id, tok);
+			if (e) {
+				errno = -e;
+				die("cbuf_send_to");
+			}
+		} else {
+			cbuf_send(id);
+		}
+		cbuf_send(id);
+		uint64_t t2 = now_ns(), t[2];
+		if (write(sp[0], &id, sizeof(id)) != sizeof(id) || read(sp[0], t, sizeof(t)) != sizeof(t))
+			die("receiver");
+		msg[i] = now_ns() - t0;
+		cbuf_free(id);
+		first[i] = t[0];
+		again[i] = t[1];
+		al[i] = t1 - t0;
+		gr[i] = t2 - t1;
+	}
+	close(sp[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	printf("first_receipt_ns %.0f\nrepeat_receipt_ns %.0f\nalloc_ns %.0f\ngrant_send_ns %.0f\nmessage_ns %.0f\n",
+	       median_u64(first, iters), median_u64(again, iters), median_u64(al, iters), median_u64(gr, iters), median_u64(msg, iters));
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -548,6 +656,8 @@ int main(int argc, char **argv)
 		return producer(argv[2], argv[3], strtoul(argv[4], 0, 0), strtoull(argv[5], 0, 0));
 	if (argc == 6 && !strcmp(argv[1], "consumer"))
 		return consumer(argv[2], argv[3], strtoul(argv[4], 0, 0), strtoull(argv[5], 0, 0));
+	if (argc == 5 && !strcmp(argv[1], "grant"))
+		return grant(argv[2], argv[3], atol(argv[4]));
 	if (argc == 4 && !strcmp(argv[1], "interferer"))
 		return interferer(argv[2], argv[3]);
 	fprintf(stderr, "usage: see bench/cbuf/peer/cbufbench.c\n");

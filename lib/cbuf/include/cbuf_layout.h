@@ -9,11 +9,14 @@
  *  - meta:  memfd with a header, the collection ring and one cbuf_meta per
  *           global buffer index. Only its component and the manager map it,
  *           so no component can write another's counters.
- * and one global object:
+ * and one object per uid:
  *  - dir:   one cbuf_dir per global buffer index (offset, pages, generation),
- *           written by the manager only, mapped read-only by every client.
- *           It is the manager's validated view: sizes come from here, never
- *           from client-writable memory.
+ *           written by the manager only (sealed), mapped read-only by that
+ *           uid's clients: its own components' buffers, the kernel's and the
+ *           ones granted to it. It is the manager's validated view: sizes
+ *           come from here, never from client-writable memory.
+ * An exporting component's buffers (cbuf_export) live in one memfd each,
+ * mapped by the owner at their place in its pool and by grantees alone.
  */
 #ifndef CBUF_LAYOUT_H
 #define CBUF_LAYOUT_H
@@ -85,6 +88,10 @@ struct cbuf_hdr {
 	uint32_t ring_tail;
 	uint32_t pad2[15];
 	uint32_t ring[CBUF_RING];
+	/* Components each slot has had (bumped by the manager at every HELLO):
+	 * a mapping of a slot's pool made under another epoch belongs to a
+	 * component that has left, and is dropped. */
+	uint32_t slot_epoch[CBUF_MAX_COMPONENTS];
 };
 
 /* Global buffer index and ids: id = gen << 48 | slot << 32 | index; gen is

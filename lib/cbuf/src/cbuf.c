@@ -33,6 +33,8 @@ struct cbuf_client {
 	int exporting;
 	uint16_t *owngen;                          /* exporting: generation mapped at each own index */
 	struct xent *xb[CBUF_MAX_COMPONENTS];      /* pools mapped one buffer at a time */
+	uint8_t xmode[CBUF_MAX_COMPONENTS];        /* 1: that slot's pool is mapped buffer by buffer */
+	uint32_t map_epoch[CBUF_MAX_COMPONENTS];   /* hdr->slot_epoch when pools[]/xb[] were filled */
 };
 
 /* One buffer of a pool mapped buffer by buffer (another uid's, or an
@@ -230,6 +232,7 @@ int cbuf_connect(const char *path)
 		goto fail;
 	}
 	C.meta = (struct cbuf_meta *)((char *)C.hdr + h0.meta_off);
+	C.map_epoch[C.slot] = LOAD(&C.hdr->slot_epoch[C.slot]);
 	return 0;
 fail:
 	for (int i = 0; i < 3; i++)
@@ -255,6 +258,8 @@ void cbuf_disconnect(void)
 			free(C.xb[i]);
 			C.xb[i] = NULL;
 		}
+		C.xmode[i] = 0;
+		C.map_epoch[i] = 0;
 	}
 	free(C.owngen);
 	C.owngen = NULL;
@@ -391,7 +396,27 @@ static unsigned char *addr_slow(cbuf_t id, const struct cbuf_dir *d)
 	uint16_t gen = CBUF_ID_GEN(id);
 	unsigned char *p = NULL;
 	pthread_mutex_lock(&C.slow);
-	if (!C.pools[slot] && !C.xb[slot]) {
+	uint32_t ep = LOAD(&C.hdr->slot_epoch[slot]);
+	if (slot != C.slot && C.map_epoch[slot] != ep) {
+		/* the slot has a new component: every buffer of the one mapped
+		 * before is dead (a slot is reused only then) */
+		if ((p = C.pools[slot])) {
+			STORE(&C.pools[slot], NULL);
+			munmap(p, C.pool_len[slot]);
+			p = NULL;
+		}
+		if (C.xb[slot])
+			for (uint32_t j = 0; j < C.max_bufs; j++) {
+				struct xent *e = &C.xb[slot][j];
+				STORE(&e->gen, 0);
+				if (e->p)
+					munmap(e->p, e->len);
+				e->p = NULL;
+			}
+		C.xmode[slot] = 0;
+		STORE(&C.map_epoch[slot], ep);
+	}
+	if (!C.pools[slot] && !C.xmode[slot]) {
 		struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
 		struct cbuf_reply r;
 		int fd;
@@ -403,12 +428,14 @@ static unsigned char *addr_slow(cbuf_t id, const struct cbuf_dir *d)
 				STORE(&C.pools[slot], p);
 			}
 		} else if (err == -EXDEV) {
-			STORE(&C.xb[slot], calloc(C.max_bufs, sizeof(struct xent)));
+			if (!C.xb[slot])
+				STORE(&C.xb[slot], calloc(C.max_bufs, sizeof(struct xent)));
+			C.xmode[slot] = C.xb[slot] != NULL;
 		}
 	}
 	if ((p = C.pools[slot])) {
 		p += (size_t)LOAD(&d->page_off) * CBUF_PAGE;
-	} else if (C.xb[slot]) {
+	} else if (C.xmode[slot]) {
 		struct xent *e = &C.xb[slot][idx];
 		if (LOAD(&e->gen) == gen) {
 			p = e->p;
@@ -434,6 +461,8 @@ static unsigned char *addr_slow(cbuf_t id, const struct cbuf_dir *d)
 static inline unsigned char *addr_of(cbuf_t id, const struct cbuf_dir *d)
 {
 	uint32_t slot = CBUF_ID_SLOT(id);
+	if (LOAD(&C.hdr->slot_epoch[slot]) != LOAD(&C.map_epoch[slot]))
+		return addr_slow(id, d);
 	unsigned char *p = LOAD(&C.pools[slot]);
 	if (p)
 		return p + (size_t)LOAD(&d->page_off) * CBUF_PAGE;

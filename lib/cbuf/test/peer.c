@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 		SZ(cbuf_dir); OFF(cbuf_dir, page_off); OFF(cbuf_dir, npages); OFF(cbuf_dir, gen);
 		SZ(cbuf_hdr); OFF(cbuf_hdr, slot); OFF(cbuf_hdr, max_bufs); OFF(cbuf_hdr, pool_bytes); OFF(cbuf_hdr, meta_off);
 		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, ring_head);
-		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring);
+		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring); OFF(cbuf_hdr, slot_epoch);
 		SZ(cbuf_agg); OFF(cbuf_agg, n); OFF(cbuf_agg, cap); SZ(cbuf_agg_ent); OFF(cbuf_agg_ent, off); OFF(cbuf_agg_ent, len);
 		SZ(cbuf_msg); OFF(cbuf_msg, arg2); OFF(cbuf_msg, name); SZ(cbuf_reply);
 		printf("CBUF_F_INCONSISTENT %llu\nCBUF_F_RELINQUISH %llu\nCBUF_RECV1 %llu\nCBUF_SENT1 %llu\n",
