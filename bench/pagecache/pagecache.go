@@ -20,7 +20,9 @@ type Options struct {
 	Quick    bool
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
-	Parts    []string // search, getscan, overhead (default all)
+	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup
+	// Workload: "" (the synthetic parts) or "rocksdb" (db_bench).
+	Workload string
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
 	GetScanRAMDisk bool
@@ -32,6 +34,9 @@ const linuxSourceTarball = "/usr/src/linux-source-6.1.tar.xz"
 func (o *Options) defaults() {
 	if o.CacheDir == "" {
 		o.CacheDir = "/var/cache/cistern/pagecache"
+	}
+	if len(o.Parts) == 0 && o.Workload == "rocksdb" {
+		o.Parts = RocksDBParts
 	}
 	if len(o.Parts) == 0 {
 		o.Parts = Parts
@@ -47,6 +52,13 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
 	rep.SetConfig("cache_dir", opt.CacheDir)
+	if opt.Workload == "rocksdb" {
+		rep.SetConfig("workload", "rocksdb")
+		if err := pagecacheRocksDB(ctx, rep, opt); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 	for _, p := range opt.Parts {
 		var err error
 		switch p {
@@ -280,7 +292,7 @@ func pcAgentStats(rep *benchkit.Report, mode string, a *pagecache.Agent) {
 	}
 	for _, k := range []string{"events_add", "events_dropped", "victims", "pages_evicted", "removed", "cgroup_limit_hits",
 		"not_evicted_busy", "not_evicted_dirty", "not_evicted_writeback", "not_evicted_open_failed", "policy_fallback_evictions",
-		"events_del", "events_del_own", "retried", "agent_cpu_us"} {
+		"events_del", "events_del_own", "retried", "agent_cpu_us", "fadvise_calls", "fadvise_us", "fadvise_max_us", "first_reads", "acc_hits"} {
 		rep.Set(mode, k, st[k])
 	}
 }

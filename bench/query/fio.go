@@ -51,6 +51,12 @@ type fioResult struct {
 	totalIOs uint64  // reads completed: one pread64 each with psync
 	cpuSec   float64 // the job's CPU time (user+system); BPF programs run in it
 	mainPID  int     // fio's parent; its job runs in a child process
+	// ops: the workload's operations when they are not its reads (db_bench's
+	// Gets; 0: totalIOs). onlyPID: the workload is mainPID alone, and its
+	// Q2 rows are its read syscalls of every kind (db_bench); otherwise
+	// they are the pread64 rows of every pid but mainPID (fio's job).
+	ops     uint64
+	onlyPID bool
 }
 
 // perCPU is reads per CPU second: throughput at equal CPU, which a shared
@@ -58,6 +64,9 @@ type fioResult struct {
 func (r fioResult) perCPU() float64 {
 	if r.cpuSec <= 0 {
 		return 0
+	}
+	if r.ops > 0 {
+		return float64(r.ops) / r.cpuSec
 	}
 	return float64(r.totalIOs) / r.cpuSec
 }

@@ -422,8 +422,10 @@ func startEngine(ctx context.Context, mode, q string, cg *queryref.Cgroup, out s
 }
 
 // q2Count counts a Q2 file's data rows, and the pread64 rows of fio's job
-// (any pid but fio's parent), which must equal fio's own read count.
-func q2Count(path string, fioParent int) (rows, preads uint64, err error) {
+// (any pid but fio's parent), which must equal fio's own read count; with
+// only, the rows of every read syscall of pid fioParent itself (db_bench,
+// against its syscr).
+func q2Count(path string, fioParent int, only bool) (rows, preads uint64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
@@ -448,7 +450,12 @@ func q2Count(path string, fioParent int) (rows, preads uint64, err error) {
 			if n == 4 && isDigits(fields[0]) && isDigits(fields[3]) {
 				rows++
 				sc := string(bytes.Trim(fields[2], `"`))
-				if sc == "pread64" || sc == "17" { // bpftrace prints the number
+				switch {
+				case only:
+					if string(fields[0]) == parent && readSyscalls[sc] {
+						preads++
+					}
+				case sc == "pread64" || sc == "17": // bpftrace prints the number
 					if string(fields[0]) != parent {
 						preads++
 					}
@@ -463,6 +470,11 @@ func q2Count(path string, fioParent int) (rows, preads uint64, err error) {
 		}
 	}
 }
+
+// readSyscalls are the syscalls /proc/PID/io's syscr counts that db_bench
+// makes, by name and by number (bpftrace's).
+var readSyscalls = map[string]bool{"read": true, "0": true, "pread64": true, "17": true, "readv": true, "19": true,
+	"preadv": true, "295": true, "preadv2": true, "327": true}
 
 func isDigits(b []byte) bool {
 	if len(b) == 0 {

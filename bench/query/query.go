@@ -25,6 +25,8 @@ type Options struct {
 	Modes    []string      // traced modes, a subset of Modes
 	Queries  []string      // subset of q1, q2
 	Dir      string        // for the fio file and Q2 output (default /var/tmp)
+	Workload string        // "fio" (default) or "rocksdb" (db_bench readrandom)
+	CacheDir string        // rocksdb: where the database is kept (default /var/cache/cistern/pagecache/rocksdb)
 	PlotPath string
 	Progress func(step string)
 }
@@ -35,6 +37,14 @@ type Options struct {
 var Modes = []string{"hand_written", "optimizer", "mvsf_only", "bpftrace"}
 
 func (o *Options) defaults() {
+	if o.Runtime == 0 && o.Workload == "rocksdb" {
+		// db_bench opens the database first (a few hundred ms of its CPU):
+		// longer runs keep that a small part of the measure.
+		o.Runtime = 5 * time.Second
+		if o.Quick {
+			o.Runtime = 2 * time.Second
+		}
+	}
 	if o.Runtime == 0 {
 		o.Runtime = 3 * time.Second
 		if o.Quick {
@@ -58,6 +68,12 @@ func (o *Options) defaults() {
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
+	if o.Workload == "" {
+		o.Workload = "fio"
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = "/var/cache/cistern/pagecache/rocksdb"
+	}
 }
 
 func (o *Options) check() error {
@@ -70,6 +86,9 @@ func (o *Options) check() error {
 		if q != "q1" && q != "q2" {
 			return fmt.Errorf("unknown query %q (want q1, q2)", q)
 		}
+	}
+	if o.Workload != "fio" && o.Workload != "rocksdb" {
+		return fmt.Errorf("unknown workload %q (want fio, rocksdb)", o.Workload)
 	}
 	if o.Runtime < time.Second || o.Rounds < 1 {
 		return errors.New("runtime must be at least 1s and rounds at least 1")
@@ -94,7 +113,11 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		return nil, err
 	}
 	rep := benchkit.New("query", opt.Quick)
-	rep.SetConfig("workload", "fio randread 4 KiB, ioengine=psync, 64 MiB file in the page cache, 1 job")
+	if opt.Workload == "rocksdb" {
+		rep.SetConfig("workload", "rocksdb: db_bench readrandom, 1 thread, uniform keys, 1 GiB database in the page cache, block cache 8 MiB, pread")
+	} else {
+		rep.SetConfig("workload", "fio randread 4 KiB, ioengine=psync, 64 MiB file in the page cache, 1 job")
+	}
 	rep.SetConfig("fio_seconds_per_run", opt.Runtime.Seconds())
 	rep.SetConfig("rounds", opt.Rounds)
 	rep.SetConfig("filter", "every mode traces the workload's cgroup v2 only (cgroup_id = fio's)")
@@ -111,10 +134,17 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, "fio.dat")
-	opt.Progress("fio file (64 MiB, read once into the page cache)")
-	if err := prepareFioFile(file); err != nil {
-		return nil, err
+	var ld load
+	if opt.Workload == "rocksdb" {
+		if ld.db, err = prepareRocksDB(ctx, opt.CacheDir, opt.Progress); err != nil {
+			return nil, err
+		}
+	} else {
+		ld.file = filepath.Join(dir, "fio.dat")
+		opt.Progress("fio file (64 MiB, read once into the page cache)")
+		if err := prepareFioFile(ld.file); err != nil {
+			return nil, err
+		}
 	}
 
 	// Each round runs, per query, one untraced fio run and then every
@@ -161,7 +191,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			step = mode + " " + q
 		}
 		if mode == "untraced" {
-			f, err := startFio(ctx, cg, file, opt.Runtime)
+			f, err := ld.start(ctx, cg, opt.Runtime)
 			if err != nil {
 				return err
 			}
@@ -177,7 +207,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		if _, ok := skipped[mode]; ok {
 			return nil
 		}
-		r, fr, err := tracedRun(ctx, mode, q, cg, file, filepath.Join(dir, mode+"-"+q+".csv"), opt.Runtime)
+		r, fr, err := tracedRun(ctx, mode, q, cg, ld, filepath.Join(dir, mode+"-"+q+".csv"), opt.Runtime)
 		var skip errSkip
 		if errors.As(err, &skip) {
 			skipped[mode] = skip.why
@@ -234,7 +264,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 				continue
 			}
 			opt.Progress("Q1 agreement: " + mode + " beside hand_written")
-			a, err := agreeRun(ctx, mode, cg, file, dir, opt.Runtime)
+			a, err := agreeRun(ctx, mode, cg, ld, dir, opt.Runtime)
 			if err != nil {
 				return nil, fmt.Errorf("%s q1 agreement: %w", mode, err)
 			}
@@ -282,6 +312,11 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		"the q1/q2 optimizer_minus_hand_written targets are medians of its per-round differences (the probe effect's are in the JSON as *_probe_effect_pct_points)")
 	rep.Note("probe_effect_pct: drop of fio's reads per CPU second (its user+system time, where the BPF programs run) against the untraced run just before; " +
 		"probe_effect_wall_pct: the plain IOPS drop, which the shared machine's load moves by tens of percent; medians over the rounds. events and lost_events are summed over the rounds")
+	if opt.Workload == "rocksdb" {
+		rep.Note("rocksdb: the workload is db_bench readrandom (1 thread, uniform keys, --cache_size=8 MiB, pread, the 1 GiB database in the page cache); " +
+			"the paper's probe effect (the drop of the application's throughput) is probe_effect_wall_pct here, the drop of db_bench's ops/s; probe_effect_pct is the drop of its Gets per CPU second. " +
+			"Q2 workload check: workload_syscalls is db_bench's own read syscalls (syscr of /proc/PID/io when the exited process is not yet reaped, minus its syscr when execve returned: the kernel's reads of the ELF headers count there), events_pread64 the Q2 file's rows of read, pread64, readv, preadv and preadv2 from db_bench's pid")
+	}
 	rep.Note("Q2 workload check: workload_syscalls is fio's own read count (total_ios, one pread64 each with psync); events_pread64 counts the Q2 file's pread64 rows from fio's job process")
 	rep.Note(fmt.Sprintf("max_latency_agree: the mode and hand_written run together on one fio run; every (pid, syscall) key must be in both and its maximum over the windows must differ by at most %v or %.0f%%", agreeAbs, agreeRel*100))
 	if opt.PlotPath != "" {
@@ -329,14 +364,14 @@ type tracedOne struct {
 }
 
 // tracedRun attaches mode for q, runs fio, and collects what the mode saw.
-func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, out string, runtime time.Duration) (tracedOne, fioResult, error) {
+func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, ld load, out string, runtime time.Duration) (tracedOne, fioResult, error) {
 	defer os.Remove(out)
 	stop, err := startMode(ctx, mode, q, cg, out)
 	if err != nil {
 		return tracedOne{}, fioResult{}, err
 	}
 	t0, terr := benchkit.BPFRunTimes()
-	f, err := startFio(ctx, cg, file, runtime)
+	f, err := ld.start(ctx, cg, runtime)
 	if err != nil {
 		stop()
 		return tracedOne{}, fioResult{}, err
@@ -356,7 +391,7 @@ func tracedRun(ctx context.Context, mode, q string, cg *queryref.Cgroup, file, o
 	}
 	if q == "q2" {
 		// Every mode's events are the rows it wrote.
-		if one.events, one.preads, err = q2Count(out, fr.mainPID); err != nil {
+		if one.events, one.preads, err = q2Count(out, fr.mainPID, fr.onlyPID); err != nil {
 			return one, fr, err
 		}
 	}
@@ -380,7 +415,7 @@ type agreement struct {
 	diffs          []string // the first few disagreeing keys
 }
 
-func agreeRun(ctx context.Context, mode string, cg *queryref.Cgroup, file, dir string, runtime time.Duration) (agreement, error) {
+func agreeRun(ctx context.Context, mode string, cg *queryref.Cgroup, ld load, dir string, runtime time.Duration) (agreement, error) {
 	ref, err := startHand("q1", cg, "")
 	if err != nil {
 		return agreement{}, err
@@ -390,7 +425,7 @@ func agreeRun(ctx context.Context, mode string, cg *queryref.Cgroup, file, dir s
 		ref()
 		return agreement{}, err
 	}
-	f, err := startFio(ctx, cg, file, runtime)
+	f, err := ld.start(ctx, cg, runtime)
 	if err != nil {
 		stop()
 		ref()

@@ -58,6 +58,7 @@ __global int kv_fill(struct __sk_buff *skb, struct kv_scratch *s, __u32 poff, __
 	}
 	kv_make_suffix(s, flags, bytes);
 	s->req.expire_ns = kv_fill_ttl_ns ? now + kv_fill_ttl_ns : 0;
+	__builtin_memset(s->req.cas, 0, sizeof(s->req.cas));
 	if (kv_alloc_value(s, bytes)) {
 		stat(KV_POOL_FULL);
 		return 0;

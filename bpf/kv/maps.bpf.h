@@ -10,7 +10,7 @@
 #define BUF 512
 #define BUF_MASK (BUF - 1)
 #define WSLOT_MASK (KV_WSLOTS - 1)
-#define TCP_MAX_CMDS 4
+#define TCP_MAX_CMDS 16
 #define HDRS (14 + 20 + 8 + MC_HDR) /* Ethernet, IPv4, UDP, memcached frame */
 #define KV_META_SERVE 0xC15CE4E5    /* XDP metadata: "serve this GET in TC" */
 #define KV_MARK 0xC15CE4E5          /* skb mark of replies built by kv_ingress */
@@ -95,6 +95,7 @@ struct kv_line {
 	__u32 data, replies, why, flags;
 	__u64 bytes;
 	__u64 vflags; /* a reply's VALUE flags (kv_msg_reply) */
+	__u64 vcas;   /* a gets reply's CAS unique, else 0 */
 };
 
 struct kv_scratch {
@@ -109,6 +110,8 @@ struct kv_scratch {
 	__u32 keystart;       /* kv_classify's result */
 	__u32 cmdend;
 	struct kv_line ln;    /* kv_req_line's result */
+	__u32 cas_len, stage_slen;
+	__u8 casbuf[32];
 	struct tcp_flow_key fk;
 };
 
@@ -193,3 +196,75 @@ static __always_inline struct kv_scratch *scratch(void)
 
 	return bpf_map_lookup_elem(&kv_scratch_map, &k);
 }
+
+/* ---- TCP (tcp.bpf.h): connections, staged replies ---- */
+
+#define KV_LINE 256          /* a request line split across segments, kept */
+#define KV_STAGE_SLOTS 1024  /* staged replies in flight, all connections */
+#if CISTERN_POOL_MAX_BLOCKS > 8
+#define KV_STAGE_BUF 16384
+#else
+#define KV_STAGE_BUF 4096
+#endif
+#define KV_STAGE_PAD 512
+#define KV_STAGE_MAX_LINES 8 /* GET lines answered from one segment */
+#define KV_SQ 8              /* staged replies per connection */
+#define KV_TCP_LINES 1024    /* request lines counted per segment */
+#define KV_MARKER 0x00564b00 /* "\0KV\0" little-endian */
+
+struct kv_conn_key {
+	__u32 lip, rip;
+	__u32 lport, rport;
+};
+
+struct kv_conn {
+	struct kv_scratch s; /* this connection's scratch: used under its lock */
+	__s32 pending;       /* replies memcached owes */
+	__u32 skip;          /* data bytes of a passed write still to come */
+	__u32 part;          /* bytes of an incomplete request line in line[] */
+	__u32 blind;
+	__u32 rskip;         /* reply data bytes still to come */
+	__u32 out_left;      /* bytes still to come of a marked segment being sent */
+	__u32 out_gen, out_off;
+	__u32 sq[KV_SQ];     /* generations of staged replies, in request order */
+	__u32 shead, stail;
+	__u8 line[KV_LINE];
+};
+
+struct kv_stage {
+	__u32 gen;    /* slot = gen % KV_STAGE_SLOTS; checked by the sender */
+	__u32 len;    /* reply bytes */
+	__u32 reqlen; /* bytes of the segment it answers */
+	__u32 pad;
+	__u8 buf[KV_STAGE_BUF + KV_STAGE_PAD];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 65536);
+	__type(key, struct kv_conn_key);
+	__type(value, __u64);
+} kv_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kv_conn_key);
+	__type(value, struct kv_conn);
+} kv_conns SEC(".maps");
+
+/* A zeroed kv_conn: the template of a new connection's state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kv_conn);
+} kv_conn_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KV_STAGE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kv_stage);
+} kv_stage SEC(".maps");

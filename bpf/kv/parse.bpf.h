@@ -128,6 +128,34 @@ __global int kv_parse_num(struct kv_scratch *s, __u32 n, __u32 start)
 	return start + i;
 }
 
+/* Decimal number of up to 20 digits (a CAS unique) at start into s->num;
+ * the index after it, or -1 (none, or over 2^64). */
+__global int kv_parse_num20(struct kv_scratch *s, __u32 n, __u32 start)
+{
+	__u64 v = 0;
+	__u32 i;
+
+	if (!s)
+		return -1;
+	for (i = 0; i < 21; i++) {
+		__u32 j = start + i;
+		__u8 c;
+
+		if (j >= n)
+			return -1;
+		c = PK(s, j);
+		if (c < '0' || c > '9')
+			break;
+		if (i == 20 || v > (~0ULL - 9) / 10)
+			return -1;
+		v = v * 10 + (c - '0');
+	}
+	if (i == 0)
+		return -1;
+	s->num = v;
+	return start + i;
+}
+
 /* Index just past the '\n' ending the line at or after start, or -1. */
 __global int kv_line_end(struct kv_scratch *s, __u32 n, __u32 start)
 {
@@ -174,7 +202,7 @@ __global __u64 kv_take_key(struct kv_scratch *s, __u32 start, __u32 len)
 enum cmd {
 	CMD_NONE = 0,
 	CMD_GET,
-	CMD_GETS,    /* gets gat gats: reads memcached must answer (CAS, touch) */
+	CMD_GETS,    /* gets: served when the value's CAS is known */
 	CMD_SET,
 	CMD_STORE,   /* add replace append prepend cas: key written, data follows */
 	CMD_DELETE,  /* delete incr decr touch: key written, no data */
@@ -185,6 +213,7 @@ enum cmd {
 	CMD_MWRITE,  /* md ma: key written, no data */
 	CMD_STATS,   /* stats: many lines */
 	CMD_QUIT,    /* quit shutdown */
+	CMD_GAT,     /* gat gats: get and touch; the keys' expiry changes */
 };
 
 static __always_inline int word(struct kv_scratch *s, __u32 n, __u32 at0, const char *w, __u32 len)
@@ -219,8 +248,8 @@ __global int kv_classify(struct kv_scratch *s, __u32 n)
 	W("set", CMD_SET);
 	W("mg", CMD_MGET);
 	W("gets", CMD_GETS);
-	W("gat", CMD_GETS);
-	W("gats", CMD_GETS);
+	W("gat", CMD_GAT);
+	W("gats", CMD_GAT);
 	W("delete", CMD_DELETE);
 	W("incr", CMD_DELETE);
 	W("decr", CMD_DELETE);

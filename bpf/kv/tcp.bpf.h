@@ -41,76 +41,6 @@
  * byte to memcached as sent (tcp_blind).
  */
 
-#define KV_LINE 256          /* a request line split across segments, kept */
-#define KV_STAGE_SLOTS 1024  /* staged replies in flight, all connections */
-#if CISTERN_POOL_MAX_BLOCKS > 8
-#define KV_STAGE_BUF 16384
-#else
-#define KV_STAGE_BUF 4096
-#endif
-#define KV_STAGE_PAD 512
-#define KV_STAGE_MAX_LINES 8 /* GET lines answered from one segment */
-#define KV_SQ 8              /* staged replies per connection */
-#define KV_TCP_LINES 1024    /* request lines counted per segment */
-#define KV_MARKER 0x00564b00 /* "\0KV\0" little-endian */
-
-struct kv_conn_key {
-	__u32 lip, rip;
-	__u32 lport, rport;
-};
-
-struct kv_conn {
-	struct kv_scratch s; /* this connection's scratch: used under its lock */
-	__s32 pending;       /* replies memcached owes */
-	__u32 skip;          /* data bytes of a passed write still to come */
-	__u32 part;          /* bytes of an incomplete request line in line[] */
-	__u32 blind;
-	__u32 rskip;         /* reply data bytes still to come */
-	__u32 out_left;      /* bytes still to come of a marked segment being sent */
-	__u32 out_gen, out_off;
-	__u32 sq[KV_SQ];     /* generations of staged replies, in request order */
-	__u32 shead, stail;
-	__u8 line[KV_LINE];
-};
-
-struct kv_stage {
-	__u32 gen;    /* slot = gen % KV_STAGE_SLOTS; checked by the sender */
-	__u32 len;    /* reply bytes */
-	__u32 reqlen; /* bytes of the segment it answers */
-	__u32 pad;
-	__u8 buf[KV_STAGE_BUF + KV_STAGE_PAD];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SOCKHASH);
-	__uint(max_entries, 65536);
-	__type(key, struct kv_conn_key);
-	__type(value, __u64);
-} kv_socks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kv_conn_key);
-	__type(value, struct kv_conn);
-} kv_conns SEC(".maps");
-
-/* A zeroed kv_conn: the template of a new connection's state. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct kv_conn);
-} kv_conn_zero SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, KV_STAGE_SLOTS);
-	__type(key, __u32);
-	__type(value, struct kv_stage);
-} kv_stage SEC(".maps");
-
 /* A port as the context holds it, in network order; the remote port of
  * sockops, sk_skb and sk_msg contexts sits in the upper half. */
 static __always_inline __u32 norm_port(__u32 p)
@@ -178,10 +108,31 @@ static __always_inline int stage_put(struct kv_stage *st, __u32 o, const void *s
 	return bpf_probe_read_kernel(st->buf + (o & (KV_STAGE_BUF - 1)), n, src);
 }
 
+/* s->casbuf = v in decimal; its length. */
+static __always_inline __u32 put_cas(struct kv_scratch *s, __u64 v)
+{
+	__u8 tmp[32];
+	__u32 n = 0;
+
+	for (int i = 0; i < 20; i++) {
+		tmp[i] = '0' + v % 10;
+		v /= 10;
+		n++;
+		if (!v)
+			break;
+	}
+	for (int i = 0; i < 20; i++) {
+		if (i >= n)
+			break;
+		s->casbuf[i] = tmp[(n - 1 - i) & 31];
+	}
+	return n;
+}
+
 /* Appends the reply to a GET of key s->req (hash h) to st at *o:
  * "VALUE <key> <flags> <bytes>\r\n<data>\r\n". 1: appended; 0: not cached;
  * -1: too large for the stage. */
-__global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __u32 o)
+__global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __u32 o, int gets)
 {
 	if (!s || !st)
 		return 0;
@@ -198,12 +149,33 @@ __global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __
 		REPLY_LENS(s, klen, slen, vlen);
 		if (!LEN_IN(klen, KV_KEY_MAX) || !LEN_IN(slen, KV_SUFFIX_BUF - 1) || vlen > pool_max_len())
 			return 0;
+		if (gets) {
+			/* " <flags> <bytes>\r\n" becomes " <flags> <bytes> <cas>\r\n" */
+			__u64 cas = 0;
+
+			for (int i = 5; i >= 0; i--)
+				cas = cas << 8 | s->snap.cas[i];
+			if (!cas || slen < 3)
+				return 0; /* CAS unknown: memcached answers */
+			s->cas_len = put_cas(s, cas);
+		}
 		/* room for this reply and the final "END\r\n" */
-		if ((__u64)o + 6 + klen + slen + vlen + 2 + 5 > KV_STAGE_BUF)
+		if ((__u64)o + 6 + klen + slen + vlen + 2 + 5 + 22 > KV_STAGE_BUF)
 			return -1;
-		if (stage_put(st, o, "VALUE ", 6) || stage_put(st, o + 6, s->req.key, klen) ||
-		    stage_put(st, o + 6 + klen, s->snap.suffix, slen))
+		if (stage_put(st, o, "VALUE ", 6) || stage_put(st, o + 6, s->req.key, klen))
 			return 0;
+		if (gets) {
+			__u32 cl = s->cas_len;
+
+			if (stage_put(st, o + 6 + klen, s->snap.suffix, slen - 2) || stage_put(st, o + 6 + klen + slen - 2, " ", 1) ||
+			    !LEN_IN(cl, 20) || stage_put(st, o + 6 + klen + slen - 1, s->casbuf, cl) ||
+			    stage_put(st, o + 6 + klen + slen - 1 + cl, "\r\n", 2))
+				return 0;
+			slen += 1 + cl;
+		} else if (stage_put(st, o + 6 + klen, s->snap.suffix, slen)) {
+			return 0;
+		}
+		s->stage_slen = slen;
 		p = o + 6 + klen + slen;
 		for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
 			__u32 off = i * bs, n;
@@ -274,7 +246,7 @@ __global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, _
 		CLAMP(n, BUF - 1);
 		if (n == 0 || bpf_skb_load_bytes(skb, pos, s->pkt, LEN1(n)))
 			return 0;
-		if (kv_req_line(s, n) || s->ln.cmd != CMD_GET)
+		if (kv_req_line(s, n) || (s->ln.cmd != CMD_GET && s->ln.cmd != CMD_GETS))
 			return 0;
 		j = s->ln.ks;
 		for (int key = 0; key < 16; key++) {
@@ -282,12 +254,12 @@ __global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, _
 
 			if (ke <= j || ke - j > KV_KEY_MAX)
 				return 0;
-			r = kv_stage_hit(s, st, kv_take_key(s, j, ke - j), o);
+			r = kv_stage_hit(s, st, kv_take_key(s, j, ke - j), o, s->ln.cmd == CMD_GETS);
 			if (r < 0)
 				stat(KV_TCP_PASS_LARGE);
 			if (r <= 0)
 				return 0;
-			o += 6 + s->req.keylen + s->snap.suffix_len + s->snap.ref.len + 2;
+			o += 6 + s->req.keylen + s->stage_slen + s->snap.ref.len + 2;
 			j = kv_skip_sp(s, n, ke);
 			if (j >= s->ln.eol)
 				break;
@@ -330,11 +302,11 @@ static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s,
 		if ((s->ln.flags & LN_B64) || kv_key_write(s, n, now))
 			flush_all(now);
 	}
-	if (cmd == CMD_FLUSH)
+	if (cmd == CMD_FLUSH || cmd == CMD_GAT)
 		flush_all(now);
-	if (cmd == CMD_GETS || cmd == CMD_MGET)
+	if (cmd == CMD_GAT || cmd == CMD_MGET)
 		stat(KV_PASS_CAS);
-	if (cmd == CMD_GET) {
+	if (cmd == CMD_GET || cmd == CMD_GETS) {
 		/* a ticket for every key, so that memcached's reply fills */
 		int j = s->ln.ks;
 
@@ -588,6 +560,13 @@ __global int kv_tcp_fill(struct sk_msg_md *msg, struct kv_scratch *s, __u32 ke, 
 	}
 	kv_make_suffix(s, flags, bytes);
 	s->req.expire_ns = kv_fill_ttl_ns ? now + kv_fill_ttl_ns : 0;
+	{
+		/* a CAS over 48 bits is not kept: gets then go to memcached */
+		__u64 cas = s->ln.vcas >> 48 ? 0 : s->ln.vcas;
+
+		for (int i = 0; i < 6; i++)
+			s->req.cas[i] = cas >> (8 * i);
+	}
 	if (kv_alloc_value(s, bytes)) {
 		stat(KV_POOL_FULL);
 		return 0;
@@ -662,6 +641,9 @@ __global int kv_msg_reply(struct sk_msg_md *msg, struct kv_conn *c, __u32 off, _
 		if (be < 0)
 			return -1;
 		bytes = s->num;
+		s->ln.vcas = 0;
+		if (at(s, n, be, ' ') && kv_parse_num20(s, n, be + 1) > 0)
+			s->ln.vcas = s->num;
 		dataoff = off + le;
 		end = dataoff + bytes + 2;
 		if (end <= size && bytes <= pool_max_len()) {

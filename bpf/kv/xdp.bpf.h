@@ -108,6 +108,7 @@ __global int kv_snapshot(struct kv_scratch *s, __u64 h, __u64 now)
 		s->snap.seq = e->body.seq;
 		s->snap.expire_ns = e->body.expire_ns;
 		s->snap.suffix_len = e->body.suffix_len;
+		__builtin_memcpy(s->snap.cas, e->body.cas, sizeof(s->snap.cas));
 		__builtin_memcpy(s->snap.suffix, e->body.suffix, sizeof(s->snap.suffix));
 	}
 	if (stamp_read(&e->body.ref.ver) != v)
@@ -495,6 +496,7 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 		return 0;
 	}
 	s->req.expire_ns = exptime ? now + exptime * 1000000000ULL : 0;
+	__builtin_memset(s->req.cas, 0, sizeof(s->req.cas));
 	kv_make_suffix(s, flags, bytes);
 	if (kv_alloc_value(s, bytes)) {
 		stat(KV_POOL_FULL);
@@ -581,7 +583,7 @@ __global int kv_tcp_writes(struct xdp_md *ctx, struct kv_scratch *s, __u32 tseq,
 			pos += le;  /* unknown command: memcached answers ERROR */
 			continue;
 		}
-		if (cmd == CMD_FLUSH)
+		if (cmd == CMD_FLUSH || cmd == CMD_GAT)
 			flush_all(now);
 		if (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE || cmd == CMD_MSET || cmd == CMD_MWRITE) {
 			if ((s->ln.flags & LN_B64) || kv_key_write(s, n, now))
@@ -636,6 +638,17 @@ int kv_xdp(struct xdp_md *ctx)
 		tot = bpf_ntohs(ip->tot_len);
 		if (doff < sizeof(*tcp) || tot < sizeof(*ip) + doff)
 			return XDP_PASS;
+		{
+			/* A connection in kv_socks: its verdict (tcp.bpf.h) reads
+			 * every request before memcached, writes included. */
+			struct kv_conn_key ck = {
+				.lip = ip->daddr, .rip = ip->saddr,
+				.lport = bpf_ntohs(tcp->dest), .rport = tcp->source,
+			};
+
+			if (bpf_map_lookup_elem(&kv_conns, &ck))
+				return XDP_PASS;
+		}
 		s = scratch();
 		if (!s)
 			return XDP_PASS;
@@ -747,6 +760,11 @@ int kv_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	case CMD_GETS:
 	case CMD_MGET:
+		stat(KV_PASS_CAS);
+		return XDP_PASS;
+	case CMD_GAT:
+		/* get-and-touch changes expiries the kernel copy does not follow */
+		flush_all(bpf_ktime_get_ns());
 		stat(KV_PASS_CAS);
 		return XDP_PASS;
 	case CMD_OTHER:

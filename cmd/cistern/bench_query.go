@@ -15,7 +15,7 @@ func newBenchQueryCmd() *cobra.Command {
 	var bf benchFlags
 	var opt querybench.Options
 	c := &cobra.Command{
-		Use:   "query [--quick] [--json FILE] [--plot FILE.png]",
+		Use:   "query [--quick] [--workload fio|rocksdb] [--json FILE] [--plot FILE.png]",
 		Short: "SQL queries against hand-written eBPF and bpftrace",
 		Long: `Runs fio (4 KiB random reads, ioengine=psync, on a 64 MiB file in the page
 cache) in its own cgroup, untraced and under two queries on the syscalls
@@ -26,7 +26,11 @@ Modes, side by side in one run: hand_written (Cistern's reference eBPF + Go),
 bpftrace, optimizer and mvsf_only (the query compiler; skipped with a note
 until it is available). Reports the probe effect (fio IOPS drop), events,
 lost events, Q2's rows against fio's own read count, and whether each
-mode's Q1 maxima agree with the reference on the same syscalls.`,
+mode's Q1 maxima agree with the reference on the same syscalls.
+--workload rocksdb: db_bench readrandom (Debian's rocksdb-tools), one thread,
+on a 1 GiB database read into the page cache (block cache 8 MiB: a pread64
+per Get), as the verifier-safe-DSL paper measured on RocksDB; Q2's rows
+are checked against db_bench's own read syscalls (/proc/PID/io syscr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := querybench.CheckOptions(opt); err != nil {
@@ -43,5 +47,7 @@ mode's Q1 maxima agree with the reference on the same syscalls.`,
 	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "interleaved rounds; medians are reported (default 5, quick 3)")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "traced modes (default "+strings.Join(querybench.Modes, ",")+")")
 	c.Flags().StringSliceVar(&opt.Queries, "queries", nil, "queries (default q1,q2)")
+	c.Flags().StringVar(&opt.Workload, "workload", "fio", "fio, or rocksdb (db_bench readrandom on a 1 GiB database in the page cache; probe effect = drop of its ops/s)")
+	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "rocksdb: where the database is built once (default /var/cache/cistern/pagecache/rocksdb)")
 	return c
 }

@@ -198,11 +198,12 @@ type DBBenchResult struct {
 	Seconds     float64 // the benchmark's own run time
 	P50, P99    float64 // µs, from its histogram
 	P999        float64
-	Found       int64 // "(F of N found)"
+	MBPerSec    float64 // db_bench's bytes of keys and values read, per second
+	Found       int64   // "(F of N found)"
 }
 
 var (
-	reDBLine = regexp.MustCompile(`(?m)^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec(?: ([\d.]+) seconds (\d+) operations;)?.*?(?:\((\d+) of (\d+) found\))?$`)
+	reDBLine = regexp.MustCompile(`(?m)^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec(?: ([\d.]+) seconds (\d+) operations;)?(?:\s*([\d.]+) MB/s)?.*?(?:\((\d+) of (\d+) found\))?$`)
 	reDBPct  = regexp.MustCompile(`Percentiles: P50: ([\d.]+) P75: [\d.]+ P99: ([\d.]+) P99\.9: ([\d.]+)`)
 )
 
@@ -224,7 +225,8 @@ func ParseDBBench(out, benchmark string) (DBBenchResult, error) {
 		r.OpsPerSec, _ = strconv.ParseFloat(m(3), 64)
 		r.Seconds, _ = strconv.ParseFloat(m(4), 64)
 		r.Ops, _ = strconv.ParseInt(m(5), 10, 64)
-		r.Found, _ = strconv.ParseInt(m(6), 10, 64)
+		r.MBPerSec, _ = strconv.ParseFloat(m(6), 64)
+		r.Found, _ = strconv.ParseInt(m(7), 10, 64)
 		if p := reDBPct.FindStringSubmatch(out[loc[1]:]); p != nil {
 			r.P50, _ = strconv.ParseFloat(p[1], 64)
 			r.P99, _ = strconv.ParseFloat(p[2], 64)

@@ -64,6 +64,9 @@ func TestRocksDBBuildAndRead(t *testing.T) {
 		if r.OpsPerSec <= 0 || r.Ops <= 0 || r.P99 <= 0 || r.P99 < r.P50 {
 			t.Errorf("%s: implausible result %+v", run.Benchmark, r)
 		}
+		if r.MBPerSec <= 0 {
+			t.Errorf("%s: no MB/s: %+v", run.Benchmark, r)
+		}
 		if run.Benchmark == "readrandom" && r.Found == 0 {
 			t.Errorf("readrandom found no keys: %+v", r)
 		}
@@ -84,7 +87,7 @@ Percentiles: P50: 4.48 P75: 5.95 P99: 20.69 P99.9: 14827.86 P99.99: 51538.85
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := servers.DBBenchResult{Benchmark: "readrandom", OpsPerSec: 46871, MicrosPerOp: 42.581, Ops: 141998, Seconds: 3.029, P50: 4.48, P99: 20.69, P999: 14827.86, Found: 73999}
+	want := servers.DBBenchResult{Benchmark: "readrandom", OpsPerSec: 46871, MicrosPerOp: 42.581, Ops: 141998, Seconds: 3.029, P50: 4.48, P99: 20.69, P999: 14827.86, MBPerSec: 45.4, Found: 73999}
 	if r != want {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}

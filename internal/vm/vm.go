@@ -106,13 +106,14 @@ func (k *Kernel) moduleOrder(names []string) ([]string, error) {
 	return order, nil
 }
 
-// Initramfs builds (once per kernel, cached beside it) the initramfs.
+// Initramfs builds (once per kernel and init version, cached beside it)
+// the initramfs. Its name carries a hash of the init scripts and modules,
+// so matrices of different trees (another branch's stage2) never boot
+// each other's.
 func (k *Kernel) Initramfs() (string, error) {
-	out := filepath.Join(k.Dir, "initramfs.cpio.gz")
-	if fi, err := os.Stat(out); err == nil {
-		if self, err := os.Stat(initScriptStamp(k)); err == nil && !self.ModTime().After(fi.ModTime()) {
-			return out, nil
-		}
+	out := filepath.Join(k.Dir, "initramfs-"+initHash()+".cpio.gz")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
 	}
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
@@ -152,27 +153,21 @@ func (k *Kernel) Initramfs() (string, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "stage2"), []byte(stage2), 0o644); err != nil {
 		return "", err
 	}
-	cmd := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+strconv.Quote(out+".tmp"))
+	cmd := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+strconv.Quote(out+".tmp"+strconv.Itoa(os.Getpid())))
 	cmd.Dir = tmp
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("vm: cpio: %v: %s", err, b)
 	}
-	return out, os.Rename(out+".tmp", out)
+	return out, os.Rename(out+".tmp"+strconv.Itoa(os.Getpid()), out)
 }
 
-// initScriptStamp is a file whose age tells whether a cached initramfs
-// predates the current init script: the script's hash names it.
-func initScriptStamp(k *Kernel) string {
-	h := 0
+// initHash names the init scripts and module list an initramfs holds.
+func initHash() string {
+	h := uint32(0)
 	for _, c := range initScript + stage2 + strings.Join(Modules, ",") {
-		h = h*31 + int(c)
+		h = h*31 + uint32(c)
 	}
-	p := filepath.Join(k.Dir, fmt.Sprintf("init-%x.stamp", uint32(h)))
-	if _, err := os.Stat(p); err != nil {
-		os.WriteFile(p, nil, 0o644)
-		os.Remove(filepath.Join(k.Dir, "initramfs.cpio.gz"))
-	}
-	return p
+	return fmt.Sprintf("%08x", h)
 }
 
 func decompressModule(src, dst string) error {

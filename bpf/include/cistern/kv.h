@@ -19,7 +19,9 @@ struct kv_body {
 	__u64 expire_ns;       /* 0: never; else bpf_ktime_get_ns() deadline */
 	__u8 keylen;
 	__u8 suffix_len;
-	__u8 pad[6];
+	/* memcached's CAS unique of this value, 48 bits little-endian, when
+	 * the value came from its reply to a gets; 0: unknown (gets passed) */
+	__u8 cas[6];
 	/* suffix before key: a GET of a short key then reads one cache line
 	 * fewer (key[] is 256 bytes, mostly unused). */
 	__u8 suffix[KV_SUFFIX_BUF];

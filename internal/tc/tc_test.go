@@ -1,4 +1,4 @@
-package kernel_test
+package tc_test
 
 import (
 	"errors"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/tc"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/kernel"
 )
@@ -179,7 +180,7 @@ func atLeast(major, minor int) bool {
 func TestTCXProbe(t *testing.T) {
 	testenv.RequireRoot(t)
 	err := kernel.TCX()
-	t.Logf("kernel %s: TCX() = %v; TCMode %q", kernel.Release(), err, kernel.TCMode())
+	t.Logf("kernel %s: TCX() = %v; TCMode %q", kernel.Release(), err, tc.Mode())
 	if atLeast(6, 6) && err != nil {
 		t.Fatalf("TCX on %s: %v", kernel.Release(), err)
 	}
@@ -190,11 +191,11 @@ func TestTCXProbe(t *testing.T) {
 	if err != nil {
 		want = "cls_bpf (TCX needs Linux 6.6)"
 	}
-	if got := kernel.TCMode(); got != want {
+	if got := tc.Mode(); got != want {
 		t.Fatalf("TCMode %q, want %q", got, want)
 	}
-	t.Setenv(kernel.ForceClsBPFEnv, "1")
-	if got := kernel.TCMode(); got != "cls_bpf (forced by CISTERN_FORCE_CLS_BPF=1)" {
+	t.Setenv(tc.ForceClsBPFEnv, "1")
+	if got := tc.Mode(); got != "cls_bpf (forced by CISTERN_FORCE_CLS_BPF=1)" {
 		t.Fatalf("forced TCMode %q", got)
 	}
 }
@@ -208,40 +209,40 @@ func TestAttachTC(t *testing.T) {
 		if err := kernel.TCX(); err != nil {
 			t.Skipf("skipped: %v", err) // not a missing tool: a kernel without TCX (before 6.6)
 		}
-		testAttachTC(t, "ktcx", kernel.VariantTCX)
+		testAttachTC(t, "ktcx", tc.VariantTCX)
 	})
 	t.Run("cls_bpf", func(t *testing.T) {
 		testenv.RequireRoot(t)
 		if kernel.TCX() == nil {
-			t.Setenv(kernel.ForceClsBPFEnv, "1") // else it is the kernel's own choice
+			t.Setenv(tc.ForceClsBPFEnv, "1") // else it is the kernel's own choice
 		}
-		testAttachTC(t, "kclsbpf", kernel.VariantClsBPF)
+		testAttachTC(t, "kclsbpf", tc.VariantClsBPF)
 	})
 }
 
-func testAttachTC(t *testing.T, name string, want kernel.TCVariant) {
+func testAttachTC(t *testing.T, name string, want tc.Variant) {
 	p := testenv.NetPair(t, name)
-	if v, why := kernel.TCChoice(); v != want {
+	if v, why := tc.Choice(); v != want {
 		t.Fatalf("TCChoice %s (%s), want %s", v, why, want)
 	}
 	in, eg := newCounter(t, "tc_count_in"), newCounter(t, "tc_count_eg")
-	var lin, leg *kernel.TCLink
+	var lin, leg *tc.Link
 	inServer(t, p, func() (err error) {
-		if lin, err = kernel.AttachTC(in.prog, p.ServerIfindex, kernel.Ingress); err != nil {
+		if lin, err = tc.Attach(in.prog, p.ServerIfindex, tc.Ingress); err != nil {
 			return err
 		}
-		leg, err = kernel.AttachTC(eg.prog, p.ServerIfindex, kernel.Egress)
+		leg, err = tc.Attach(eg.prog, p.ServerIfindex, tc.Egress)
 		return err
 	})
 	if lin.Variant != want || leg.Variant != want {
 		t.Fatalf("variants %s/%s, want %s", lin.Variant, leg.Variant, want)
 	}
 	switch want {
-	case kernel.VariantTCX:
+	case tc.VariantTCX:
 		if a, b := tcxCount(t, p, ebpf.AttachTCXIngress), tcxCount(t, p, ebpf.AttachTCXEgress); a != 1 || b != 1 {
 			t.Fatalf("TCX programs attached: ingress %d egress %d", a, b)
 		}
-	case kernel.VariantClsBPF:
+	case tc.VariantClsBPF:
 		fi, fe := bpfFilters(t, p)
 		if len(fi) != 1 || len(fe) != 1 {
 			t.Fatalf("cls_bpf filters: ingress %d egress %d, want 1 each", len(fi), len(fe))
@@ -271,11 +272,11 @@ func testAttachTC(t *testing.T, name string, want kernel.TCVariant) {
 		t.Fatalf("second Close: %v", err)
 	}
 	switch want {
-	case kernel.VariantTCX:
+	case tc.VariantTCX:
 		if a, b := tcxCount(t, p, ebpf.AttachTCXIngress), tcxCount(t, p, ebpf.AttachTCXEgress); a != 0 || b != 0 {
 			t.Fatalf("after Close, TCX programs attached: ingress %d egress %d", a, b)
 		}
-	case kernel.VariantClsBPF:
+	case tc.VariantClsBPF:
 		if fi, fe := bpfFilters(t, p); len(fi) != 0 || len(fe) != 0 {
 			t.Fatalf("after Close, cls_bpf filters: ingress %v egress %v", fi, fe)
 		}
@@ -296,17 +297,17 @@ func testAttachTC(t *testing.T, name string, want kernel.TCVariant) {
 // own; a filter of the same name left by a dead process is replaced.
 func TestClsBPFSharing(t *testing.T) {
 	testenv.RequireRoot(t)
-	t.Setenv(kernel.ForceClsBPFEnv, "1")
+	t.Setenv(tc.ForceClsBPFEnv, "1")
 	p := testenv.NetPair(t, "kclsshr")
 	a, b := newCounter(t, "tc_share_a"), newCounter(t, "tc_share_b")
 
 	// Two on one hook: the qdisc goes only with the last.
-	var la, lb *kernel.TCLink
+	var la, lb *tc.Link
 	inServer(t, p, func() (err error) {
-		if la, err = kernel.AttachTC(a.prog, p.ServerIfindex, kernel.Ingress); err != nil {
+		if la, err = tc.Attach(a.prog, p.ServerIfindex, tc.Ingress); err != nil {
 			return err
 		}
-		lb, err = kernel.AttachTC(b.prog, p.ServerIfindex, kernel.Ingress)
+		lb, err = tc.Attach(b.prog, p.ServerIfindex, tc.Ingress)
 		return err
 	})
 	fi, _ := bpfFilters(t, p)
@@ -351,9 +352,9 @@ func TestClsBPFSharing(t *testing.T) {
 			Fd: a.prog.FD(), Name: "cistern:tc_share_a", DirectAction: true,
 		})
 	})
-	var ls *kernel.TCLink
+	var ls *tc.Link
 	inServer(t, p, func() (err error) {
-		ls, err = kernel.AttachTC(a.prog, p.ServerIfindex, kernel.Egress)
+		ls, err = tc.Attach(a.prog, p.ServerIfindex, tc.Egress)
 		return err
 	})
 	if ls.Stale != 1 {
@@ -378,12 +379,12 @@ func TestClsBPFSharing(t *testing.T) {
 // Close says nothing.
 func TestClsBPFCloseAfterInterfaceGone(t *testing.T) {
 	testenv.RequireRoot(t)
-	t.Setenv(kernel.ForceClsBPFEnv, "1")
+	t.Setenv(tc.ForceClsBPFEnv, "1")
 	p := testenv.NetPair(t, "kclsgone")
 	c := newCounter(t, "tc_gone")
-	var l *kernel.TCLink
+	var l *tc.Link
 	inServer(t, p, func() (err error) {
-		if l, err = kernel.AttachTC(c.prog, p.ServerIfindex, kernel.Egress); err != nil {
+		if l, err = tc.Attach(c.prog, p.ServerIfindex, tc.Egress); err != nil {
 			return err
 		}
 		return netlink.LinkDel(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: p.ServerIfindex}})

@@ -1,4 +1,9 @@
-package kernel
+// Package tc attaches tc (SchedCLS) programs: with a TCX link where the
+// kernel has TCX (kernel.TCX, Linux 6.6), else with a clsact qdisc and a
+// cls_bpf filter, which it shares with other processes and cleans up
+// after. Package kernel only answers whether TCX works; attaching, and the
+// qdisc and filter bookkeeping it needs, is here.
+package tc
 
 import (
 	"errors"
@@ -9,108 +14,77 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
-// TCX: TCX links (Linux 6.6), tc programs attached as BPF links. Probed
-// by attaching a trivial SchedCLS program (return TC_ACT_UNSPEC) to the
-// loopback device of a private, throwaway network namespace, so the host's
-// interfaces are never touched. Without TCX, AttachTC falls back to a
-// clsact qdisc and a cls_bpf filter.
-var TCX = sync.OnceValue(func() error {
-	err := netenv.Scratch(func() error {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Type:    ebpf.SchedCLS,
-			License: "GPL",
-			Instructions: asm.Instructions{
-				asm.Mov.Imm(asm.R0, -1), // TC_ACT_UNSPEC: continue
-				asm.Return(),
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("load a SchedCLS program: %w", err)
-		}
-		defer prog.Close()
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return fmt.Errorf("loopback of the probe namespace: %w", err)
-		}
-		l, err := link.AttachTCX(link.TCXOptions{Program: prog, Interface: lo.Attrs().Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		return l.Close()
-	})
-	return missing("TCX links", "6.6", err)
-})
-
-// ForceClsBPFEnv, set to 1, makes AttachTC use the cls_bpf variant even
+// ForceClsBPFEnv, set to 1, makes Attach use the cls_bpf variant even
 // where TCX works: for tests and the kernel matrix, so the fallback that
 // Linux 6.1 gets is exercised on newer kernels too. It is read at every
-// AttachTC and TCMode call.
+// Attach and Mode call.
 const ForceClsBPFEnv = "CISTERN_FORCE_CLS_BPF"
 
 func forcedClsBPF() bool { return os.Getenv(ForceClsBPFEnv) == "1" }
 
-// TCVariant is how AttachTC attaches a tc program.
-type TCVariant string
+// Variant is how Attach attaches a tc program.
+type Variant string
 
 const (
-	VariantTCX    TCVariant = "tcx"     // a TCX link (Linux 6.6)
-	VariantClsBPF TCVariant = "cls_bpf" // a clsact qdisc and a direct-action cls_bpf filter
+	VariantTCX    Variant = "tcx"     // a TCX link
+	VariantClsBPF Variant = "cls_bpf" // a clsact qdisc and a direct-action cls_bpf filter
 )
 
-// TCChoice is the variant AttachTC uses on this kernel and why.
-func TCChoice() (TCVariant, string) {
+// Choice is the variant Attach uses on this kernel and why.
+func Choice() (Variant, string) {
 	if forcedClsBPF() {
 		return VariantClsBPF, "forced by " + ForceClsBPFEnv + "=1"
 	}
-	err := TCX()
+	err := kernel.TCX()
 	switch {
 	case err == nil:
 		return VariantTCX, ""
-	case errors.Is(err, ErrMissing):
-		return VariantClsBPF, "TCX needs Linux 6.6"
+	case errors.Is(err, kernel.ErrMissing):
+		f, _ := kernel.Lookup("tcx")
+		return VariantClsBPF, "TCX needs Linux " + f.Since
 	default:
 		return VariantClsBPF, err.Error()
 	}
 }
 
-// TCMode says in a few words how tc programs are attached here: "tcx", or
+// Mode says in a few words how tc programs are attached here: "tcx", or
 // "cls_bpf (TCX needs Linux 6.6)".
-func TCMode() string {
-	v, why := TCChoice()
+func Mode() string {
+	v, why := Choice()
 	if why == "" {
 		return string(v)
 	}
 	return fmt.Sprintf("%s (%s)", v, why)
 }
 
-// TCDirection is the hook of AttachTC.
-type TCDirection int
+// Direction is the hook of Attach.
+type Direction int
 
 const (
-	Ingress TCDirection = iota
+	Ingress Direction = iota
 	Egress
 )
 
-func (d TCDirection) String() string {
+func (d Direction) String() string {
 	if d == Egress {
 		return "egress"
 	}
 	return "ingress"
 }
 
-// TCLink is a tc program attached by AttachTC; Close detaches it.
-type TCLink struct {
-	Variant TCVariant
+// Link is a tc program attached by Attach; Close detaches it.
+type Link struct {
+	Variant Variant
 	// Stale counts cls_bpf filters of the same name on the same hook that
-	// AttachTC removed first: left by a process that ended without closing
+	// Attach removed first: left by a process that ended without closing
 	// (unlike TCX links, filters outlive their process).
 	Stale int
 
@@ -125,10 +99,10 @@ type TCLink struct {
 }
 
 // Close detaches the program: it closes the TCX link, or deletes exactly
-// the cls_bpf filter AttachTC added, and the clsact qdisc too when AttachTC
+// the cls_bpf filter Attach added, and the clsact qdisc too when Attach
 // created it and no filter is left on it. A filter already gone with its
 // interface is not an error.
-func (l *TCLink) Close() error {
+func (l *Link) Close() error {
 	l.closeMu.Lock()
 	defer l.closeMu.Unlock()
 	if l.closed {
@@ -173,7 +147,7 @@ func (l *TCLink) Close() error {
 	return nil
 }
 
-func (l *TCLink) filterKey() string {
+func (l *Link) filterKey() string {
 	return fmt.Sprintf("%s/%x/%d/%x", l.key, l.filter.Parent, l.filter.Priority, l.filter.Handle)
 }
 
@@ -200,17 +174,17 @@ func clsact(ifindex int) *netlink.Clsact {
 	}}
 }
 
-// AttachTC attaches prog, a SchedCLS program, to the ingress or egress tc
+// Attach attaches prog, a SchedCLS program, to the ingress or egress tc
 // hook of ifindex in the calling thread's network namespace (inside
-// netenv.Do, the namespace entered). It uses a TCX link when TCX() is nil
-// (and ForceClsBPFEnv is not set), else a clsact qdisc (added if absent)
+// netenv.Do, the namespace entered). It uses a TCX link when kernel.TCX()
+// is nil (and ForceClsBPFEnv is not set), else a clsact qdisc (added if absent)
 // and a cls_bpf filter in direct-action mode, named "cistern:<program
 // name>", at the lowest free priority. Both run the program with the same
 // TC_ACT_* return codes (TCX_NEXT is TC_ACT_UNSPEC), so one program serves
 // both. A cls_bpf filter runs after every TCX program and after filters
 // of lower priority number.
-func AttachTC(prog *ebpf.Program, ifindex int, dir TCDirection) (*TCLink, error) {
-	v, _ := TCChoice()
+func Attach(prog *ebpf.Program, ifindex int, dir Direction) (*Link, error) {
+	v, _ := Choice()
 	if v == VariantTCX {
 		at := ebpf.AttachTCXIngress
 		if dir == Egress {
@@ -220,12 +194,12 @@ func AttachTC(prog *ebpf.Program, ifindex int, dir TCDirection) (*TCLink, error)
 		if err != nil {
 			return nil, fmt.Errorf("tcx %s: %w", dir, err)
 		}
-		return &TCLink{Variant: VariantTCX, tcx: l}, nil
+		return &Link{Variant: VariantTCX, tcx: l}, nil
 	}
 	return attachClsBPF(prog, ifindex, dir)
 }
 
-func attachClsBPF(prog *ebpf.Program, ifindex int, dir TCDirection) (_ *TCLink, err error) {
+func attachClsBPF(prog *ebpf.Program, ifindex int, dir Direction) (_ *Link, err error) {
 	runtime.LockOSThread()
 	ns, err := netns.Get()
 	runtime.UnlockOSThread()
@@ -259,7 +233,7 @@ func attachClsBPF(prog *ebpf.Program, ifindex int, dir TCDirection) (_ *TCLink, 
 	if dir == Egress {
 		parent = netlink.HANDLE_MIN_EGRESS
 	}
-	l := &TCLink{Variant: VariantClsBPF, ns: ns, key: ns.UniqueId() + "/" + strconv.Itoa(ifindex)}
+	l := &Link{Variant: VariantClsBPF, ns: ns, key: ns.UniqueId() + "/" + strconv.Itoa(ifindex)}
 	idx := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
 
 	qdiscMu.Lock()
@@ -353,7 +327,7 @@ func attachClsBPF(prog *ebpf.Program, ifindex int, dir TCDirection) (_ *TCLink, 
 
 // qdiscInUse: some filter is on either hook of the clsact qdisc (or the
 // lists cannot be read).
-func (l *TCLink) qdiscInUse(h *netlink.Handle, idx netlink.Link) bool {
+func (l *Link) qdiscInUse(h *netlink.Handle, idx netlink.Link) bool {
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		fs, err := h.FilterList(idx, parent)
 		if err != nil || len(fs) > 0 {
