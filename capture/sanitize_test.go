@@ -149,3 +149,26 @@ func BenchmarkFingerprint(b *testing.B) {
 		s.Fingerprint("postgres", q)
 	}
 }
+
+// FuzzSanitize: any text sanitizes without panicking, and a value quoted
+// the way each dialect quotes strings never survives, whatever it holds.
+func FuzzSanitize(f *testing.F) {
+	for _, s := range []string{"hunter2", "it's", `back\slash`, "$$", "*/ -- #", "\x00\xff", "'; DROP TABLE x; --"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, proto := range []string{"postgres", "mysql", "raw"} {
+			Sanitize(proto, v)
+			Sanitize(proto, "SELECT * FROM t WHERE a = "+v)
+		}
+		secret := "ZQX" + v + "QXZ"
+		pg := "SELECT * FROM t WHERE a = '" + strings.ReplaceAll(secret, "'", "''") + "' AND b = 1"
+		if got := Sanitize("postgres", pg); strings.Contains(got, "ZQX") || strings.Contains(got, "QXZ") {
+			t.Errorf("postgres %q: %q", pg, got)
+		}
+		my := "SELECT * FROM t WHERE a = '" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(secret) + "' AND b = 1"
+		if got := Sanitize("mysql", my); strings.Contains(got, "ZQX") || strings.Contains(got, "QXZ") {
+			t.Errorf("mysql %q: %q", my, got)
+		}
+	})
+}
