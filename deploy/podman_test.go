@@ -90,6 +90,19 @@ func TestDaemonSetUnderPodman(t *testing.T) {
 	p.rm(capName)
 	p.rm(expName)
 
+	// The doctor in the exporter's container (its env: CISTERN_AGENT=1)
+	// lists no development tool as missing.
+	t.Run("doctor-agent-mode", func(t *testing.T) {
+		d := exp
+		d.Args = []string{"doctor"}
+		name := p.run(t, "doctor", d, exp.SecurityContext.Capabilities.Add, "--network", "none")
+		exec.Command(p.podman, "wait", name).Run()
+		out := p.logs(name)
+		if strings.Contains(out, "apt-get install") || !strings.Contains(out, "agent mode") || !strings.Contains(out, "SYSTEM") {
+			t.Errorf("doctor in the agent container:\n%s", out)
+		}
+	})
+
 	// Each capability: run the container alone without it.
 	bounding := boundingCaps(t)
 	for _, c := range []corev1.Container{exp, capt} {
@@ -190,6 +203,9 @@ func (p *pod) run(t *testing.T, name string, c corev1.Container, caps []corev1.C
 	case sp.Type == corev1.SeccompProfileTypeRuntimeDefault:
 	default:
 		t.Fatalf("%s: seccomp profile %s: not run here", c.Name, sp.Type)
+	}
+	for _, e := range c.Env {
+		args = append(args, "--env", e.Name+"="+e.Value)
 	}
 	if sc.RunAsUser != nil {
 		args = append(args, "--user", strconv.FormatInt(*sc.RunAsUser, 10))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,7 @@ type Check struct {
 // kernel's probes).
 type Report struct {
 	Kernel  string          `json:"kernel"`
+	Agent   bool            `json:"agent,omitempty"` // run as a node agent (AgentMode): no tool checks
 	Checks  []Check         `json:"checks"`
 	Systems []kernel.System `json:"systems"`
 }
@@ -88,6 +90,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
 	}
+	if r.Agent {
+		fmt.Fprintln(tw, "development tools\tnot checked\tagent mode (CISTERN_AGENT=1): a node agent needs none")
+	}
 	if len(r.Systems) > 0 {
 		fmt.Fprintln(tw, "\nSYSTEM\tSTATUS\tDETAIL")
 		for _, s := range r.Systems {
@@ -110,6 +115,12 @@ type Options struct {
 	Progress func(step string)
 }
 
+// AgentMode tells whether cistern runs as a node agent in a container
+// (CISTERN_AGENT=1, set by deploy/kubernetes): there the external tools the
+// doctor checks (compilers, servers, benchmark loads) are development
+// tools, not missing, so they are not listed.
+func AgentMode() bool { return os.Getenv("CISTERN_AGENT") == "1" }
+
 // Run performs every check. It leaves no namespace, link or pin behind.
 func Run(ctx context.Context, opt Options) *Report {
 	var uts unix.Utsname
@@ -125,7 +136,8 @@ func Run(ctx context.Context, opt Options) *Report {
 	step("bpf programs")
 	r.Checks = append(r.Checks, bpfChecks(ctx)...)
 	r.Systems = kernel.Systems()
-	if !opt.SkipTools {
+	r.Agent = AgentMode()
+	if !opt.SkipTools && !r.Agent {
 		step("tools")
 		r.Checks = append(r.Checks, toolChecks()...)
 	}
