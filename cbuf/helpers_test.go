@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper(h))
 	}
 	code := m.Run()
+	if nobodyDir != "" {
+		os.RemoveAll(nobodyDir)
+	}
 	if peerPath != "" {
 		os.RemoveAll(filepath.Dir(peerPath)) // the C peer built for this run
 	}

@@ -273,14 +273,15 @@ func (p *pod) running(name string) bool {
 // captured sends a marked query with psql from the host every second
 // until the capture container's log holds a record of it.
 func (p *pod) captured(name string, pg *servers.Postgres, within time.Duration) (string, error) {
-	tok := "cistern-podman-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// The mark is a column name: the manifest's capture sanitizes literals.
+	tok := "cistern_podman_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var psqlErr error
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(time.Second) {
 		if !p.running(name) {
 			return "", fmt.Errorf("the capture container exited")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if out, err := exec.CommandContext(ctx, pg.Bin("psql"), "-X", "-A", "-t", "-q", "-c", "SELECT '"+tok+"' AS mark",
+		if out, err := exec.CommandContext(ctx, pg.Bin("psql"), "-X", "-A", "-t", "-q", "-c", "SELECT 1 AS "+tok,
 			fmt.Sprintf("sslmode=require host=127.0.0.1 port=%d user=postgres dbname=postgres", pg.Opt.Port)).CombinedOutput(); err != nil {
 			psqlErr = fmt.Errorf("psql: %v: %s", err, out)
 		}

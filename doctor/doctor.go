@@ -9,8 +9,6 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cistern-ebpf/cistern/kernel"
 )
 
@@ -123,9 +121,7 @@ func AgentMode() bool { return os.Getenv("CISTERN_AGENT") == "1" }
 
 // Run performs every check. It leaves no namespace, link or pin behind.
 func Run(ctx context.Context, opt Options) *Report {
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	r := &Report{Kernel: unix.ByteSliceToString(uts.Release[:])}
+	r := &Report{Kernel: kernel.Release()}
 	step := func(s string) {
 		if opt.Progress != nil {
 			opt.Progress(s)

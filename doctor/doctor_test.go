@@ -52,7 +52,7 @@ var capabilities = []string{
 	"kernel", "btf", "tracefs", "bpffs", "lockdown", "memlock", "memory_cgroup",
 	"tracepoint", "raw_tp", "tp_btf", "uprobe", "xdp_generic", "xdp_native", "tcx",
 	"ringbuf", "mmap_array", "bpf_loop", "xdp_load_bytes", "bpf_timer", "syscall_prog",
-	"struct_ops", "atomics", "for_each_map_elem", "cachestat", "filemap_get_pages", "xdp_live_frames", "kprobe", "fentry",
+	"struct_ops", "atomics", "for_each_map_elem", "cachestat", "filemap_get_pages", "xdp_live_frames", "sockmap_verdict", "kprobe", "fentry",
 }
 
 // TestReportJSON: the JSON report has one entry per capability (no

@@ -17,10 +17,14 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	kern64MapKvClock            = "kv_clock"
+	kern64MapKvConnZero         = "kv_conn_zero"
+	kern64MapKvConns            = "kv_conns"
 	kern64MapKvEntries          = "kv_entries"
 	kern64MapKvEvents           = "kv_events"
 	kern64MapKvFifo             = "kv_fifo"
 	kern64MapKvScratchMap       = "kv_scratch_map"
+	kern64MapKvSocks            = "kv_socks"
+	kern64MapKvStage            = "kv_stage"
 	kern64MapKvStats            = "kv_stats"
 	kern64MapKvTcpFlows         = "kv_tcp_flows"
 	kern64MapKvTickets          = "kv_tickets"
@@ -34,6 +38,9 @@ const (
 	kern64ProgKvEgress          = "kv_egress"
 	kern64ProgKvIngress         = "kv_ingress"
 	kern64ProgKvReap            = "kv_reap"
+	kern64ProgKvSockops         = "kv_sockops"
+	kern64ProgKvTcpMsg          = "kv_tcp_msg"
+	kern64ProgKvTcpVerdict      = "kv_tcp_verdict"
 	kern64ProgKvXdp             = "kv_xdp"
 	kern64ProgKvXdpPass         = "kv_xdp_pass"
 	kern64VarKvFifoMask         = "kv_fifo_mask"
@@ -91,11 +98,14 @@ type kern64Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kern64ProgramSpecs struct {
-	KvEgress  *ebpf.ProgramSpec `ebpf:"kv_egress"`
-	KvIngress *ebpf.ProgramSpec `ebpf:"kv_ingress"`
-	KvReap    *ebpf.ProgramSpec `ebpf:"kv_reap"`
-	KvXdp     *ebpf.ProgramSpec `ebpf:"kv_xdp"`
-	KvXdpPass *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
+	KvEgress     *ebpf.ProgramSpec `ebpf:"kv_egress"`
+	KvIngress    *ebpf.ProgramSpec `ebpf:"kv_ingress"`
+	KvReap       *ebpf.ProgramSpec `ebpf:"kv_reap"`
+	KvSockops    *ebpf.ProgramSpec `ebpf:"kv_sockops"`
+	KvTcpMsg     *ebpf.ProgramSpec `ebpf:"kv_tcp_msg"`
+	KvTcpVerdict *ebpf.ProgramSpec `ebpf:"kv_tcp_verdict"`
+	KvXdp        *ebpf.ProgramSpec `ebpf:"kv_xdp"`
+	KvXdpPass    *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
 }
 
 // kern64MapSpecs contains maps before they are loaded into the kernel.
@@ -103,10 +113,14 @@ type kern64ProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kern64MapSpecs struct {
 	KvClock      *ebpf.MapSpec `ebpf:"kv_clock"`
+	KvConnZero   *ebpf.MapSpec `ebpf:"kv_conn_zero"`
+	KvConns      *ebpf.MapSpec `ebpf:"kv_conns"`
 	KvEntries    *ebpf.MapSpec `ebpf:"kv_entries"`
 	KvEvents     *ebpf.MapSpec `ebpf:"kv_events"`
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
+	KvSocks      *ebpf.MapSpec `ebpf:"kv_socks"`
+	KvStage      *ebpf.MapSpec `ebpf:"kv_stage"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
@@ -157,10 +171,14 @@ func (o *kern64Objects) Close() error {
 // It can be passed to loadKern64Objects or ebpf.CollectionSpec.LoadAndAssign.
 type kern64Maps struct {
 	KvClock      *ebpf.Map `ebpf:"kv_clock"`
+	KvConnZero   *ebpf.Map `ebpf:"kv_conn_zero"`
+	KvConns      *ebpf.Map `ebpf:"kv_conns"`
 	KvEntries    *ebpf.Map `ebpf:"kv_entries"`
 	KvEvents     *ebpf.Map `ebpf:"kv_events"`
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
+	KvSocks      *ebpf.Map `ebpf:"kv_socks"`
+	KvStage      *ebpf.Map `ebpf:"kv_stage"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
@@ -176,10 +194,14 @@ type kern64Maps struct {
 func (m *kern64Maps) Close() error {
 	return _Kern64Close(
 		m.KvClock,
+		m.KvConnZero,
+		m.KvConns,
 		m.KvEntries,
 		m.KvEvents,
 		m.KvFifo,
 		m.KvScratchMap,
+		m.KvSocks,
+		m.KvStage,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,
@@ -214,11 +236,14 @@ type kern64Variables struct {
 //
 // It can be passed to loadKern64Objects or ebpf.CollectionSpec.LoadAndAssign.
 type kern64Programs struct {
-	KvEgress  *ebpf.Program `ebpf:"kv_egress"`
-	KvIngress *ebpf.Program `ebpf:"kv_ingress"`
-	KvReap    *ebpf.Program `ebpf:"kv_reap"`
-	KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
-	KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
+	KvEgress     *ebpf.Program `ebpf:"kv_egress"`
+	KvIngress    *ebpf.Program `ebpf:"kv_ingress"`
+	KvReap       *ebpf.Program `ebpf:"kv_reap"`
+	KvSockops    *ebpf.Program `ebpf:"kv_sockops"`
+	KvTcpMsg     *ebpf.Program `ebpf:"kv_tcp_msg"`
+	KvTcpVerdict *ebpf.Program `ebpf:"kv_tcp_verdict"`
+	KvXdp        *ebpf.Program `ebpf:"kv_xdp"`
+	KvXdpPass    *ebpf.Program `ebpf:"kv_xdp_pass"`
 }
 
 func (p *kern64Programs) Close() error {
@@ -226,6 +251,9 @@ func (p *kern64Programs) Close() error {
 		p.KvEgress,
 		p.KvIngress,
 		p.KvReap,
+		p.KvSockops,
+		p.KvTcpMsg,
+		p.KvTcpVerdict,
 		p.KvXdp,
 		p.KvXdpPass,
 	)

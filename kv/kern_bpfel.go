@@ -17,10 +17,14 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	kernMapKvClock            = "kv_clock"
+	kernMapKvConnZero         = "kv_conn_zero"
+	kernMapKvConns            = "kv_conns"
 	kernMapKvEntries          = "kv_entries"
 	kernMapKvEvents           = "kv_events"
 	kernMapKvFifo             = "kv_fifo"
 	kernMapKvScratchMap       = "kv_scratch_map"
+	kernMapKvSocks            = "kv_socks"
+	kernMapKvStage            = "kv_stage"
 	kernMapKvStats            = "kv_stats"
 	kernMapKvTcpFlows         = "kv_tcp_flows"
 	kernMapKvTickets          = "kv_tickets"
@@ -34,6 +38,9 @@ const (
 	kernProgKvEgress          = "kv_egress"
 	kernProgKvIngress         = "kv_ingress"
 	kernProgKvReap            = "kv_reap"
+	kernProgKvSockops         = "kv_sockops"
+	kernProgKvTcpMsg          = "kv_tcp_msg"
+	kernProgKvTcpVerdict      = "kv_tcp_verdict"
 	kernProgKvXdp             = "kv_xdp"
 	kernProgKvXdpPass         = "kv_xdp_pass"
 	kernVarKvFifoMask         = "kv_fifo_mask"
@@ -91,11 +98,14 @@ type kernSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kernProgramSpecs struct {
-	KvEgress  *ebpf.ProgramSpec `ebpf:"kv_egress"`
-	KvIngress *ebpf.ProgramSpec `ebpf:"kv_ingress"`
-	KvReap    *ebpf.ProgramSpec `ebpf:"kv_reap"`
-	KvXdp     *ebpf.ProgramSpec `ebpf:"kv_xdp"`
-	KvXdpPass *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
+	KvEgress     *ebpf.ProgramSpec `ebpf:"kv_egress"`
+	KvIngress    *ebpf.ProgramSpec `ebpf:"kv_ingress"`
+	KvReap       *ebpf.ProgramSpec `ebpf:"kv_reap"`
+	KvSockops    *ebpf.ProgramSpec `ebpf:"kv_sockops"`
+	KvTcpMsg     *ebpf.ProgramSpec `ebpf:"kv_tcp_msg"`
+	KvTcpVerdict *ebpf.ProgramSpec `ebpf:"kv_tcp_verdict"`
+	KvXdp        *ebpf.ProgramSpec `ebpf:"kv_xdp"`
+	KvXdpPass    *ebpf.ProgramSpec `ebpf:"kv_xdp_pass"`
 }
 
 // kernMapSpecs contains maps before they are loaded into the kernel.
@@ -103,10 +113,14 @@ type kernProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kernMapSpecs struct {
 	KvClock      *ebpf.MapSpec `ebpf:"kv_clock"`
+	KvConnZero   *ebpf.MapSpec `ebpf:"kv_conn_zero"`
+	KvConns      *ebpf.MapSpec `ebpf:"kv_conns"`
 	KvEntries    *ebpf.MapSpec `ebpf:"kv_entries"`
 	KvEvents     *ebpf.MapSpec `ebpf:"kv_events"`
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
+	KvSocks      *ebpf.MapSpec `ebpf:"kv_socks"`
+	KvStage      *ebpf.MapSpec `ebpf:"kv_stage"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
@@ -157,10 +171,14 @@ func (o *kernObjects) Close() error {
 // It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kernMaps struct {
 	KvClock      *ebpf.Map `ebpf:"kv_clock"`
+	KvConnZero   *ebpf.Map `ebpf:"kv_conn_zero"`
+	KvConns      *ebpf.Map `ebpf:"kv_conns"`
 	KvEntries    *ebpf.Map `ebpf:"kv_entries"`
 	KvEvents     *ebpf.Map `ebpf:"kv_events"`
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
+	KvSocks      *ebpf.Map `ebpf:"kv_socks"`
+	KvStage      *ebpf.Map `ebpf:"kv_stage"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
@@ -176,10 +194,14 @@ type kernMaps struct {
 func (m *kernMaps) Close() error {
 	return _KernClose(
 		m.KvClock,
+		m.KvConnZero,
+		m.KvConns,
 		m.KvEntries,
 		m.KvEvents,
 		m.KvFifo,
 		m.KvScratchMap,
+		m.KvSocks,
+		m.KvStage,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,
@@ -214,11 +236,14 @@ type kernVariables struct {
 //
 // It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kernPrograms struct {
-	KvEgress  *ebpf.Program `ebpf:"kv_egress"`
-	KvIngress *ebpf.Program `ebpf:"kv_ingress"`
-	KvReap    *ebpf.Program `ebpf:"kv_reap"`
-	KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
-	KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
+	KvEgress     *ebpf.Program `ebpf:"kv_egress"`
+	KvIngress    *ebpf.Program `ebpf:"kv_ingress"`
+	KvReap       *ebpf.Program `ebpf:"kv_reap"`
+	KvSockops    *ebpf.Program `ebpf:"kv_sockops"`
+	KvTcpMsg     *ebpf.Program `ebpf:"kv_tcp_msg"`
+	KvTcpVerdict *ebpf.Program `ebpf:"kv_tcp_verdict"`
+	KvXdp        *ebpf.Program `ebpf:"kv_xdp"`
+	KvXdpPass    *ebpf.Program `ebpf:"kv_xdp_pass"`
 }
 
 func (p *kernPrograms) Close() error {
@@ -226,6 +251,9 @@ func (p *kernPrograms) Close() error {
 		p.KvEgress,
 		p.KvIngress,
 		p.KvReap,
+		p.KvSockops,
+		p.KvTcpMsg,
+		p.KvTcpVerdict,
 		p.KvXdp,
 		p.KvXdpPass,
 	)

@@ -14,14 +14,18 @@ import (
 // StatNames are the kv_stats counters, in enum kv_stat order (cistern/kv.h).
 var StatNames = []string{
 	"hits", "misses", "fills", "fill_rejected", "sets", "deletes", "evictions",
-	"oversize", "pool_full", "parse_errors", "torn_retries", "read_failures",
+	"oversize", "pool_full", "pass_malformed", "torn_retries", "read_failures",
 	"multiget", "multipacket", "grow_failed", "tcp_invalidations", "tcp_flushes",
 	"write_conflicts", "expired", "objects_full", "unsupported", "tc_hits",
-	"events_lost", "policy_fallbacks",
+	"events_lost", "policy_fallbacks", "pass_syntax", "pass_long", "pass_cas",
+	"udp_flushes", "tcp_conns", "tcp_hits", "tcp_misses", "tcp_pass_order",
+	"tcp_pass_large", "tcp_pass_split", "tcp_blind", "tcp_fills", "tcp_replies",
+	"tcp_stage_lost",
 }
 
 // entryRefOffset is where struct kv_body (and its pool_ref) starts in a
-// struct kv_entry: lock, dead, hash, birth.
+// struct kv_entry: lock, dead, hash, birth (TestEntryLayout checks this and
+// entryMaxBlocks against both objects' BTF).
 const entryRefOffset = 4 + 4 + 8 + 8
 
 // entryMaxBlocks derives the compile-time block cap from the size of a

@@ -173,8 +173,8 @@ func TestFuzzXDP(t *testing.T) {
 		}
 	}
 	c := h.counters()
-	t.Logf("%d mutated packets: %d answered in the kernel; parse_errors %d, unsupported %d, multiget %d, multipacket %d",
-		n, tx, c["parse_errors"], c["unsupported"], c["multiget"], c["multipacket"])
+	t.Logf("%d mutated packets: %d answered in the kernel; pass_malformed %d, pass_syntax %d, pass_long %d, unsupported %d, multiget %d, multipacket %d",
+		n, tx, c["pass_malformed"], c["pass_syntax"], c["pass_long"], c["unsupported"], c["multiget"], c["multipacket"])
 	if tx == 0 {
 		t.Fatal("no mutated packet was still a valid get: the fuzzer is not reaching the hit path")
 	}

@@ -9,12 +9,14 @@ set -euo pipefail
 pkgs=(
   clang-19 llvm-19 bpftool libbpf-dev   # BPF toolchain (make generate)
   iproute2 ethtool                      # namespaces, veth, offloads
-  memcached                             # Kerby-KV source of truth
+  memcached libmemcached-tools          # Kerby-KV source of truth; memccapable, memcaslap (real clients)
   postgresql postgresql-contrib openssl # capture: server, pgbench, TLS certificates
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
+  rocksdb-tools                         # bench pagecache/query --workload rocksdb: db_bench
   prometheus                            # exporter tests: a real Prometheus scrapes it
   gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
+  nginx apache2 wrk libfcgi-dev         # cbuf web workload: FastCGI baselines and load
   linux-source-6.1                      # bench pagecache: the tree ripgrep searches
   qemu-system-x86 busybox-static cpio xz-utils zstd kmod pkg-config  # kernel matrix VMs; cbuf install test
   podman runc slirp4netns               # deploy: the DaemonSet's pod under podman (runc; ports on 127.0.0.1)

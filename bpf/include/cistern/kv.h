@@ -19,7 +19,9 @@ struct kv_body {
 	__u64 expire_ns;       /* 0: never; else bpf_ktime_get_ns() deadline */
 	__u8 keylen;
 	__u8 suffix_len;
-	__u8 pad[6];
+	/* memcached's CAS unique of this value, 48 bits little-endian, when
+	 * the value came from its reply to a gets; 0: unknown (gets passed) */
+	__u8 cas[6];
 	/* suffix before key: a GET of a short key then reads one cache line
 	 * fewer (key[] is 256 bytes, mostly unused). */
 	__u8 suffix[KV_SUFFIX_BUF];
@@ -59,6 +61,8 @@ enum kv_clock {
 	KV_CLOCK_FLUSH_TS,
 	KV_CLOCK_FIFO_HEAD,
 	KV_CLOCK_FIFO_TAIL,
+	KV_CLOCK_STAGE,        /* generation of the next staged TCP reply */
+	KV_CLOCK_NETNS,        /* cookie of memcached's network namespace (TCP), set at attach */
 	KV_CLOCK_MAX = 8,
 };
 
@@ -73,7 +77,7 @@ enum kv_stat {
 	KV_EVICTIONS,
 	KV_OVERSIZE,           /* values larger than the in-kernel maximum */
 	KV_POOL_FULL,          /* a value could not be stored even after evicting */
-	KV_PARSE_ERRORS,       /* malformed memcached packets, passed on */
+	KV_PASS_MALFORMED,     /* passed: no line end, bad framing, lengths that disagree */
 	KV_TORN_RETRIES,       /* GET met a concurrently replaced value and retried */
 	KV_READ_FAILURES,      /* GET gave up after retries: passed on */
 	KV_MULTIGET,           /* multi-key gets, passed on */
@@ -88,7 +92,21 @@ enum kv_stat {
 	KV_TC_HITS,            /* hits served by kv_ingress: reply too big for the XDP frame */
 	KV_EVENTS_LOST,        /* --policy: hit/fill/removal events the full queue dropped */
 	KV_POLICY_FALLBACKS,   /* --policy: full before the drainer made room; FIFO evicted */
-	KV_STAT_MAX = 24,
+	KV_PASS_SYNTAX,        /* passed: a request memcached answers with an error */
+	KV_PASS_LONG,          /* passed: a key over 250 bytes or a line over the parse buffer */
+	KV_PASS_CAS,           /* passed: gets, gat, gats, mg (the kernel keeps no CAS value) */
+	KV_UDP_FLUSHES,        /* UDP writes the kernel could not parse: whole cache invalidated */
+	KV_TCP_CONNS,          /* memcached connections put in the sockhash (sockops) */
+	KV_TCP_HITS,           /* TCP GET requests answered in the kernel */
+	KV_TCP_MISSES,         /* TCP GETs passed: a key not cached */
+	KV_TCP_PASS_ORDER,     /* TCP GET hits passed: an earlier request still waits on memcached */
+	KV_TCP_PASS_LARGE,     /* TCP GET hits passed: the reply exceeds the staging buffer */
+	KV_TCP_PASS_SPLIT,     /* TCP requests split across segments, passed */
+	KV_TCP_BLIND,          /* connections whose stream could not be followed: passed from then on */
+	KV_TCP_FILLS,          /* values stored from memcached's TCP GET replies */
+	KV_TCP_REPLIES,        /* memcached's TCP replies counted (order) */
+	KV_TCP_STAGE_LOST,     /* a staged kernel reply was overwritten before it was sent */
+	KV_STAT_MAX = 40,
 };
 
 #endif /* CISTERN_KV_H */

@@ -1,0 +1,114 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
+	"github.com/cistern-ebpf/cistern/kernel"
+)
+
+// kv_clock slots (enum kv_clock, cistern/kv.h) the loader writes.
+const clockNetns = 6
+
+// tcpPath is the TCP data path while attached: the sk_skb verdict and the
+// sk_msg program on kv_socks, and the sockops program on the cgroup root
+// that puts memcached's accepted connections into it (bpf/kv/tcp.bpf.h).
+type tcpPath struct {
+	s      *Server
+	sockop link.Link
+	progs  []rawAttach
+}
+
+type rawAttach struct {
+	prog *ebpf.Program
+	typ  ebpf.AttachType
+}
+
+// attachTCP attaches the TCP path for memcached in the current network
+// namespace (Attach runs in the interface's). Only connections accepted
+// from now on are served in the kernel.
+func (s *Server) attachTCP() error {
+	if err := kernel.Has("sockmap_verdict"); err != nil {
+		s.TCPMode = "off: " + err.Error()
+		return nil
+	}
+	cookie, err := netnsCookie()
+	if err != nil {
+		s.TCPMode = "off: " + err.Error()
+		return nil
+	}
+	cg := cgroupRoot()
+	if cg == "" {
+		s.TCPMode = "off: no cgroup v2 mount for the sockops program"
+		return nil
+	}
+	t := &tcpPath{s: s}
+	for _, p := range []rawAttach{{s.objs.KvTcpVerdict, ebpf.AttachSkSKBVerdict}, {s.objs.KvTcpMsg, ebpf.AttachSkMsgVerdict}} {
+		if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: s.objs.KvSocks.FD(), Program: p.prog, Attach: p.typ}); err != nil {
+			t.close()
+			return fmt.Errorf("attach %v to kv_socks: %w", p.typ, err)
+		}
+		t.progs = append(t.progs, p)
+	}
+	if err := s.objs.KvClock.Update(uint32(clockNetns), cookie, ebpf.UpdateAny); err != nil {
+		t.close()
+		return fmt.Errorf("kv_clock netns: %w", err)
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.KvSockops})
+	if err != nil {
+		t.close()
+		return fmt.Errorf("attach sockops to %s: %w", cg, err)
+	}
+	t.sockop = l
+	s.tcp = t
+	s.TCPMode = "sockmap"
+	return nil
+}
+
+// close detaches the TCP path. Connections already in kv_socks keep the
+// verdict until they close or the map goes (Server.Close).
+func (t *tcpPath) close() error {
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	if t.sockop != nil {
+		errs = append(errs, t.sockop.Close())
+		t.sockop = nil
+	}
+	t.s.objs.KvClock.Update(uint32(clockNetns), uint64(0), ebpf.UpdateAny)
+	for _, p := range t.progs {
+		errs = append(errs, link.RawDetachProgram(link.RawDetachProgramOptions{Target: t.s.objs.KvSocks.FD(), Program: p.prog, Attach: p.typ}))
+	}
+	t.progs = nil
+	return errors.Join(errs...)
+}
+
+// netnsCookie is the cookie of the current network namespace
+// (SO_NETNS_COOKIE, Linux 5.14).
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("SO_NETNS_COOKIE: %w (needs Linux 5.14)", err)
+	}
+	return v, nil
+}
+
+// cgroupRoot is the cgroup v2 mount, whose sockops program sees every
+// socket; the program itself keeps memcached's port in this namespace.
+func cgroupRoot() string {
+	for _, mp := range mounts.MountPoints("cgroup2") {
+		return mp
+	}
+	return ""
+}
