@@ -33,7 +33,7 @@ const nobody = 65534
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("cbuf isolation tests run children as nobody: run as root")
+		t.Skip("cbuf isolation tests run children as nobody: run as root") // not a missing tool: root
 	}
 }
 
