@@ -8,15 +8,20 @@ BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -Ibpf/include -fdebug-prefix-map
 # Objects built outside bpf2go (test fixtures).
 FIXTURES := internal/bpfcheck/testdata/unbounded.bpf.o
 
-.PHONY: all deps generate build test demo bench check-generated root clean kernel-matrix
+.PHONY: all deps deps-demo deps-full generate build test demo bench check-generated root clean kernel-matrix image
 
 all: build
 
 root:
 	@[ "$$(id -u)" -eq 0 ] || { echo "make: this target needs root: sudo make $(MAKECMDGOALS)" >&2; exit 2; }
 
+# Everything the tests use, Jaeger included (minutes on a fresh machine).
 deps: root
 	@scripts/deps.sh
+deps-full: deps
+# Only what `cistern demo` runs (under a minute on a fresh machine).
+deps-demo: root
+	@scripts/deps.sh demo
 
 $(VMLINUX):
 	@mkdir -p $(dir $@)
@@ -47,13 +52,19 @@ kernel-matrix: root deps
 	@mkdir -p bin
 	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md --readme README.md)
 
-demo: root deps build
+demo: root deps-demo build
 	./$(BIN) demo
 
 bench: root deps build
 	./$(BIN) bench kv --quick --json bench-kv.json --plot bench-kv.png
 	./$(BIN) bench cache --quick --json bench-cache.json --plot bench-cache.png
 	./$(BIN) bench cbuf --quick --json bench-cbuf.json --plot bench-cbuf.png
+
+# A FROM scratch image with a static cistern built by the host's Go: no
+# registry (deploy/README.md). The binary is written to bin/, never committed.
+image: root
+	scripts/build-static.sh bin/image/cistern
+	podman build --quiet -f deploy/Containerfile.local -t localhost/cistern:dev bin/image
 
 clean:
 	rm -rf bin $(VMLINUX)

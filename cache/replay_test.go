@@ -2,7 +2,6 @@ package cache
 
 import (
 	"container/list"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -13,9 +12,7 @@ import (
 func bundled(t *testing.T, file, format string) []evict.Request {
 	t.Helper()
 	path := filepath.Join(TraceDir(), file)
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("skipped: bundled trace %s not present", path)
-	}
+	testenv.NeedFile(t, path, "the bundled traces: /work/shared/data/traces beside the clone (../shared), or CISTERN_TRACES")
 	reqs, err := ReadFile(path, format)
 	if err != nil {
 		t.Fatal(err)

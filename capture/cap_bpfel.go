@@ -41,10 +41,34 @@ type capCapConnInfo struct {
 	Comm      [16]int8
 }
 
+type capCapEv struct {
+	_     structs.HostLayout
+	Type  uint8
+	Held  uint8
+	Flags uint16
+	Pid   uint32
+	Ts    uint64
+	F     capCapFile
+	Fd    uint32
+	Pad   uint32
+	Bytes [2]uint64
+	A     capCapAddr
+	Comm  [16]int8
+	Path  [256]int8
+}
+
 type capCapFdKey struct {
 	_   structs.HostLayout
 	Pid uint32
 	Fd  uint32
+}
+
+type capCapFile struct {
+	_   structs.HostLayout
+	Dev uint64
+	Ino uint64
+	Gen uint32
+	Pad uint32
 }
 
 type capCapObjKey struct {
@@ -54,11 +78,32 @@ type capCapObjKey struct {
 	Obj uint64
 }
 
+type capCapOpen struct {
+	_    structs.HostLayout
+	Path [512]int8
+}
+
+type capCapScratch struct {
+	_  structs.HostLayout
+	St capCapTlsSt
+	A  capCapAddr
+}
+
 type capCapTlsCall struct {
 	_       structs.HostLayout
 	Key     uint64
 	Library uint8
 	Pad     [7]uint8
+}
+
+type capCapTlsSt struct {
+	_     structs.HostLayout
+	File  uint64
+	Bytes [2]uint64
+	Flags uint32
+	Pad   uint32
+	A     capCapAddr
+	Comm  [16]int8
 }
 
 type capGoReadArgs struct {
@@ -82,7 +127,8 @@ type capPlainArgs struct {
 	Fd   uint32
 	Dir  uint8
 	Msg  uint8
-	Pad  [2]uint8
+	Tls  uint8
+	Pad  uint8
 }
 
 type capPlainVal struct {
@@ -109,12 +155,20 @@ const (
 	capMapAccumSweeper        = "accum_sweeper"
 	capMapAccumWake           = "accum_wake"
 	capMapAccumZero           = "accum_zero"
+	capMapCapCtl              = "cap_ctl"
+	capMapCapCtlLost          = "cap_ctl_lost"
+	capMapCapHeld             = "cap_held"
 	capMapCapInTls            = "cap_in_tls"
 	capMapCapInfo             = "cap_info"
 	capMapCapNextId           = "cap_next_id"
+	capMapCapOpenScratch      = "cap_open_scratch"
+	capMapCapOpens            = "cap_opens"
 	capMapCapPids             = "cap_pids"
+	capMapCapScratch          = "cap_scratch"
+	capMapCapSeen             = "cap_seen"
 	capMapCapSelFull          = "cap_sel_full"
 	capMapCapTlsFds           = "cap_tls_fds"
+	capMapCapTlsProcs         = "cap_tls_procs"
 	capMapCapTlsSock          = "cap_tls_sock"
 	capMapGoConns             = "go_conns"
 	capMapGoReads             = "go_reads"
@@ -130,14 +184,18 @@ const (
 	capProgCapEnterSendmsg    = "cap_enter_sendmsg"
 	capProgCapEnterSendto     = "cap_enter_sendto"
 	capProgCapEnterWrite      = "cap_enter_write"
+	capProgCapExec            = "cap_exec"
 	capProgCapExitIo          = "cap_exit_io"
 	capProgCapExitProc        = "cap_exit_proc"
 	capProgCapFork            = "cap_fork"
 	capProgCapGoClose         = "cap_go_close"
+	capProgCapGoHandshake     = "cap_go_handshake"
 	capProgCapGoRead          = "cap_go_read"
 	capProgCapGoReadRet       = "cap_go_read_ret"
 	capProgCapGoWrite         = "cap_go_write"
 	capProgCapGoWriteRet      = "cap_go_write_ret"
+	capProgCapLibOpen         = "cap_lib_open"
+	capProgCapLibOpened       = "cap_lib_opened"
 	capProgCapSslFree         = "cap_ssl_free"
 	capProgCapSslHandshake    = "cap_ssl_handshake"
 	capProgCapSslHandshakeRet = "cap_ssl_handshake_ret"
@@ -152,6 +210,8 @@ const (
 	capVarAccumWakeupBytes    = "accum_wakeup_bytes"
 	capVarCapCgid             = "cap_cgid"
 	capVarCapCglevel          = "cap_cglevel"
+	capVarCapEvUnused         = "cap_ev_unused"
+	capVarCapHold             = "cap_hold"
 	capVarCapMode             = "cap_mode"
 	capVarCapProto            = "cap_proto"
 	capVarCapSelf             = "cap_self"
@@ -209,14 +269,18 @@ type capProgramSpecs struct {
 	CapEnterSendmsg    *ebpf.ProgramSpec `ebpf:"cap_enter_sendmsg"`
 	CapEnterSendto     *ebpf.ProgramSpec `ebpf:"cap_enter_sendto"`
 	CapEnterWrite      *ebpf.ProgramSpec `ebpf:"cap_enter_write"`
+	CapExec            *ebpf.ProgramSpec `ebpf:"cap_exec"`
 	CapExitIo          *ebpf.ProgramSpec `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.ProgramSpec `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.ProgramSpec `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.ProgramSpec `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.ProgramSpec `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.ProgramSpec `ebpf:"cap_go_write"`
 	CapGoWriteRet      *ebpf.ProgramSpec `ebpf:"cap_go_write_ret"`
+	CapLibOpen         *ebpf.ProgramSpec `ebpf:"cap_lib_open"`
+	CapLibOpened       *ebpf.ProgramSpec `ebpf:"cap_lib_opened"`
 	CapSslFree         *ebpf.ProgramSpec `ebpf:"cap_ssl_free"`
 	CapSslHandshake    *ebpf.ProgramSpec `ebpf:"cap_ssl_handshake"`
 	CapSslHandshakeRet *ebpf.ProgramSpec `ebpf:"cap_ssl_handshake_ret"`
@@ -232,25 +296,33 @@ type capProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type capMapSpecs struct {
-	AccumConns    *ebpf.MapSpec `ebpf:"accum_conns"`
-	AccumRing     *ebpf.MapSpec `ebpf:"accum_ring"`
-	AccumStats    *ebpf.MapSpec `ebpf:"accum_stats"`
-	AccumSweeper  *ebpf.MapSpec `ebpf:"accum_sweeper"`
-	AccumWake     *ebpf.MapSpec `ebpf:"accum_wake"`
-	AccumZero     *ebpf.MapSpec `ebpf:"accum_zero"`
-	CapInTls      *ebpf.MapSpec `ebpf:"cap_in_tls"`
-	CapInfo       *ebpf.MapSpec `ebpf:"cap_info"`
-	CapNextId     *ebpf.MapSpec `ebpf:"cap_next_id"`
-	CapPids       *ebpf.MapSpec `ebpf:"cap_pids"`
-	CapSelFull    *ebpf.MapSpec `ebpf:"cap_sel_full"`
-	CapTlsFds     *ebpf.MapSpec `ebpf:"cap_tls_fds"`
-	CapTlsSock    *ebpf.MapSpec `ebpf:"cap_tls_sock"`
-	GoConns       *ebpf.MapSpec `ebpf:"go_conns"`
-	GoReads       *ebpf.MapSpec `ebpf:"go_reads"`
-	PlainFds      *ebpf.MapSpec `ebpf:"plain_fds"`
-	PlainInflight *ebpf.MapSpec `ebpf:"plain_inflight"`
-	SslConns      *ebpf.MapSpec `ebpf:"ssl_conns"`
-	SslInflight   *ebpf.MapSpec `ebpf:"ssl_inflight"`
+	AccumConns     *ebpf.MapSpec `ebpf:"accum_conns"`
+	AccumRing      *ebpf.MapSpec `ebpf:"accum_ring"`
+	AccumStats     *ebpf.MapSpec `ebpf:"accum_stats"`
+	AccumSweeper   *ebpf.MapSpec `ebpf:"accum_sweeper"`
+	AccumWake      *ebpf.MapSpec `ebpf:"accum_wake"`
+	AccumZero      *ebpf.MapSpec `ebpf:"accum_zero"`
+	CapCtl         *ebpf.MapSpec `ebpf:"cap_ctl"`
+	CapCtlLost     *ebpf.MapSpec `ebpf:"cap_ctl_lost"`
+	CapHeld        *ebpf.MapSpec `ebpf:"cap_held"`
+	CapInTls       *ebpf.MapSpec `ebpf:"cap_in_tls"`
+	CapInfo        *ebpf.MapSpec `ebpf:"cap_info"`
+	CapNextId      *ebpf.MapSpec `ebpf:"cap_next_id"`
+	CapOpenScratch *ebpf.MapSpec `ebpf:"cap_open_scratch"`
+	CapOpens       *ebpf.MapSpec `ebpf:"cap_opens"`
+	CapPids        *ebpf.MapSpec `ebpf:"cap_pids"`
+	CapScratch     *ebpf.MapSpec `ebpf:"cap_scratch"`
+	CapSeen        *ebpf.MapSpec `ebpf:"cap_seen"`
+	CapSelFull     *ebpf.MapSpec `ebpf:"cap_sel_full"`
+	CapTlsFds      *ebpf.MapSpec `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.MapSpec `ebpf:"cap_tls_procs"`
+	CapTlsSock     *ebpf.MapSpec `ebpf:"cap_tls_sock"`
+	GoConns        *ebpf.MapSpec `ebpf:"go_conns"`
+	GoReads        *ebpf.MapSpec `ebpf:"go_reads"`
+	PlainFds       *ebpf.MapSpec `ebpf:"plain_fds"`
+	PlainInflight  *ebpf.MapSpec `ebpf:"plain_inflight"`
+	SslConns       *ebpf.MapSpec `ebpf:"ssl_conns"`
+	SslInflight    *ebpf.MapSpec `ebpf:"ssl_inflight"`
 }
 
 // capVariableSpecs contains global variables before they are loaded into the kernel.
@@ -262,6 +334,8 @@ type capVariableSpecs struct {
 	AccumWakeupBytes *ebpf.VariableSpec `ebpf:"accum_wakeup_bytes"`
 	CapCgid          *ebpf.VariableSpec `ebpf:"cap_cgid"`
 	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
+	CapEvUnused      *ebpf.VariableSpec `ebpf:"cap_ev_unused"`
+	CapHold          *ebpf.VariableSpec `ebpf:"cap_hold"`
 	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
 	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
 	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
@@ -289,25 +363,33 @@ func (o *capObjects) Close() error {
 //
 // It can be passed to loadCapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type capMaps struct {
-	AccumConns    *ebpf.Map `ebpf:"accum_conns"`
-	AccumRing     *ebpf.Map `ebpf:"accum_ring"`
-	AccumStats    *ebpf.Map `ebpf:"accum_stats"`
-	AccumSweeper  *ebpf.Map `ebpf:"accum_sweeper"`
-	AccumWake     *ebpf.Map `ebpf:"accum_wake"`
-	AccumZero     *ebpf.Map `ebpf:"accum_zero"`
-	CapInTls      *ebpf.Map `ebpf:"cap_in_tls"`
-	CapInfo       *ebpf.Map `ebpf:"cap_info"`
-	CapNextId     *ebpf.Map `ebpf:"cap_next_id"`
-	CapPids       *ebpf.Map `ebpf:"cap_pids"`
-	CapSelFull    *ebpf.Map `ebpf:"cap_sel_full"`
-	CapTlsFds     *ebpf.Map `ebpf:"cap_tls_fds"`
-	CapTlsSock    *ebpf.Map `ebpf:"cap_tls_sock"`
-	GoConns       *ebpf.Map `ebpf:"go_conns"`
-	GoReads       *ebpf.Map `ebpf:"go_reads"`
-	PlainFds      *ebpf.Map `ebpf:"plain_fds"`
-	PlainInflight *ebpf.Map `ebpf:"plain_inflight"`
-	SslConns      *ebpf.Map `ebpf:"ssl_conns"`
-	SslInflight   *ebpf.Map `ebpf:"ssl_inflight"`
+	AccumConns     *ebpf.Map `ebpf:"accum_conns"`
+	AccumRing      *ebpf.Map `ebpf:"accum_ring"`
+	AccumStats     *ebpf.Map `ebpf:"accum_stats"`
+	AccumSweeper   *ebpf.Map `ebpf:"accum_sweeper"`
+	AccumWake      *ebpf.Map `ebpf:"accum_wake"`
+	AccumZero      *ebpf.Map `ebpf:"accum_zero"`
+	CapCtl         *ebpf.Map `ebpf:"cap_ctl"`
+	CapCtlLost     *ebpf.Map `ebpf:"cap_ctl_lost"`
+	CapHeld        *ebpf.Map `ebpf:"cap_held"`
+	CapInTls       *ebpf.Map `ebpf:"cap_in_tls"`
+	CapInfo        *ebpf.Map `ebpf:"cap_info"`
+	CapNextId      *ebpf.Map `ebpf:"cap_next_id"`
+	CapOpenScratch *ebpf.Map `ebpf:"cap_open_scratch"`
+	CapOpens       *ebpf.Map `ebpf:"cap_opens"`
+	CapPids        *ebpf.Map `ebpf:"cap_pids"`
+	CapScratch     *ebpf.Map `ebpf:"cap_scratch"`
+	CapSeen        *ebpf.Map `ebpf:"cap_seen"`
+	CapSelFull     *ebpf.Map `ebpf:"cap_sel_full"`
+	CapTlsFds      *ebpf.Map `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.Map `ebpf:"cap_tls_procs"`
+	CapTlsSock     *ebpf.Map `ebpf:"cap_tls_sock"`
+	GoConns        *ebpf.Map `ebpf:"go_conns"`
+	GoReads        *ebpf.Map `ebpf:"go_reads"`
+	PlainFds       *ebpf.Map `ebpf:"plain_fds"`
+	PlainInflight  *ebpf.Map `ebpf:"plain_inflight"`
+	SslConns       *ebpf.Map `ebpf:"ssl_conns"`
+	SslInflight    *ebpf.Map `ebpf:"ssl_inflight"`
 }
 
 func (m *capMaps) Close() error {
@@ -318,12 +400,20 @@ func (m *capMaps) Close() error {
 		m.AccumSweeper,
 		m.AccumWake,
 		m.AccumZero,
+		m.CapCtl,
+		m.CapCtlLost,
+		m.CapHeld,
 		m.CapInTls,
 		m.CapInfo,
 		m.CapNextId,
+		m.CapOpenScratch,
+		m.CapOpens,
 		m.CapPids,
+		m.CapScratch,
+		m.CapSeen,
 		m.CapSelFull,
 		m.CapTlsFds,
+		m.CapTlsProcs,
 		m.CapTlsSock,
 		m.GoConns,
 		m.GoReads,
@@ -343,6 +433,8 @@ type capVariables struct {
 	AccumWakeupBytes *ebpf.Variable `ebpf:"accum_wakeup_bytes"`
 	CapCgid          *ebpf.Variable `ebpf:"cap_cgid"`
 	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
+	CapEvUnused      *ebpf.Variable `ebpf:"cap_ev_unused"`
+	CapHold          *ebpf.Variable `ebpf:"cap_hold"`
 	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
 	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
 	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
@@ -362,14 +454,18 @@ type capPrograms struct {
 	CapEnterSendmsg    *ebpf.Program `ebpf:"cap_enter_sendmsg"`
 	CapEnterSendto     *ebpf.Program `ebpf:"cap_enter_sendto"`
 	CapEnterWrite      *ebpf.Program `ebpf:"cap_enter_write"`
+	CapExec            *ebpf.Program `ebpf:"cap_exec"`
 	CapExitIo          *ebpf.Program `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.Program `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.Program `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.Program `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.Program `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.Program `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.Program `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.Program `ebpf:"cap_go_write"`
 	CapGoWriteRet      *ebpf.Program `ebpf:"cap_go_write_ret"`
+	CapLibOpen         *ebpf.Program `ebpf:"cap_lib_open"`
+	CapLibOpened       *ebpf.Program `ebpf:"cap_lib_opened"`
 	CapSslFree         *ebpf.Program `ebpf:"cap_ssl_free"`
 	CapSslHandshake    *ebpf.Program `ebpf:"cap_ssl_handshake"`
 	CapSslHandshakeRet *ebpf.Program `ebpf:"cap_ssl_handshake_ret"`
@@ -391,14 +487,18 @@ func (p *capPrograms) Close() error {
 		p.CapEnterSendmsg,
 		p.CapEnterSendto,
 		p.CapEnterWrite,
+		p.CapExec,
 		p.CapExitIo,
 		p.CapExitProc,
 		p.CapFork,
 		p.CapGoClose,
+		p.CapGoHandshake,
 		p.CapGoRead,
 		p.CapGoReadRet,
 		p.CapGoWrite,
 		p.CapGoWriteRet,
+		p.CapLibOpen,
+		p.CapLibOpened,
 		p.CapSslFree,
 		p.CapSslHandshake,
 		p.CapSslHandshakeRet,

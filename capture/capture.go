@@ -14,11 +14,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/accum"
@@ -69,6 +71,18 @@ type Options struct {
 	// Pump: the ring is drained by a goroutine of its own at a raised
 	// priority into a queue Next reads (accum.Reader.Pump).
 	Pump accum.PumpOptions
+	// HoldNew: a selected process that executes a file, or opens a
+	// libssl, not attached yet is stopped in the kernel until its uprobes
+	// are attached, HoldMax at most (0: DefaultHoldMax).
+	HoldNew bool
+	HoldMax time.Duration
+
+	// pollOnly: no attachment on exec and library load, only the /proc
+	// rescans (tests: the connections missed must be counted as unread).
+	pollOnly bool
+	// keepHeld: the agent never continues a held process itself (tests of
+	// the hold timer and the watchdog).
+	keepHeld bool
 }
 
 // Capture is a loaded, attached capture.
@@ -83,8 +97,9 @@ type Capture struct {
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
-	out                   []Query // Next's result, reused
-	clock                 int64   // wall minus monotonic, ns
+	out                   []Query   // Next's result, reused
+	san                   Sanitizer // fingerprints (Next)
+	clock                 int64     // wall minus monotonic, ns
 
 	// What rescan needs to attach libraries and Go binaries found later.
 	uprobeOpts         *link.UprobeOptions
@@ -95,6 +110,25 @@ type Capture struct {
 	nGoBins            atomic.Uint64
 	goBins             map[libFile]bool // Go executables looked at
 	lastErr            atomic.Value     // string: the last attach error
+
+	// Attachment on exec and library load (attach.go): mu guards the
+	// attach state above (libs, goBins, links, LibSSL) and the caches,
+	// shared by the control goroutine and rescan.
+	mu                        sync.Mutex
+	closing                   bool              // Close has begun: attach nothing more
+	goCache                   map[string]*goTLS // build id -> offsets (nil: not Go with crypto/tls)
+	sslCache                  map[string]sslSyms
+	ctl                       *ringbuf.Reader
+	ctlDone                   chan struct{}
+	holdStop, holdDone        chan struct{}
+	wd                        *watchdog
+	nCtlEvents, nHoldTimeouts atomic.Uint64
+	nUnread                   atomic.Uint64
+	unreadMu                  sync.Mutex
+	unread                    []Query
+	unreadWake                chan struct{}
+	samplesMu                 sync.Mutex
+	samples                   []AttachSample
 }
 
 // FindLibSSL returns the libssl.so.3 mapped by pid, as a path reachable from
@@ -151,7 +185,14 @@ func Open(opt Options) (*Capture, error) {
 	if opt.Side != "" && opt.Side != SideClient && opt.Side != SideServer {
 		return nil, fmt.Errorf("side %q: want client, server or both", opt.Side)
 	}
-	c := &Capture{Opt: opt, conns: map[uint64]*connState{}, clock: clockOffset()}
+	if opt.HoldMax <= 0 {
+		opt.HoldMax = DefaultHoldMax
+	}
+	if opt.HoldNew && opt.Transport == TransportPlain {
+		return nil, errors.New("holding new processes is for TLS attachment: not with transport plain")
+	}
+	c := &Capture{Opt: opt, conns: map[uint64]*connState{}, clock: clockOffset(),
+		goCache: map[string]*goTLS{}, sslCache: map[string]sslSyms{}, unreadWake: make(chan struct{}, 1)}
 	var err error
 	if opt.Cgroup != "" {
 		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
@@ -188,7 +229,8 @@ func (c *Capture) open() error {
 	if err := c.Opt.Accum.Apply(spec); err != nil {
 		return err
 	}
-	for name, v := range map[string]any{"cap_proto": c.protoTag(), "cap_want_tls": u8of(c.wantTLS()), "cap_want_plain": u8of(c.wantPlain())} {
+	for name, v := range map[string]any{"cap_proto": c.protoTag(), "cap_want_tls": u8of(c.wantTLS()),
+		"cap_want_plain": u8of(c.wantPlain()), "cap_hold": u8of(opt.HoldNew)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
@@ -217,16 +259,31 @@ func (c *Capture) open() error {
 		}
 		c.uprobeOpts, c.libs, c.pidSeen, c.goBins = uo, map[libFile]bool{}, map[int]time.Time{}, map[libFile]bool{}
 		c.lastScan, c.lastFull = time.Now(), time.Now()
-		c.LibSSL = strings.Join(libs, ", ")
-		for _, lib := range libs {
-			if err := c.attachTLS(lib, &objs, uo); err != nil {
+		// The control ring first: a process that starts while the
+		// existing ones are looked at is announced.
+		if err := c.startControl(); err != nil {
+			return err
+		}
+		if opt.HoldNew {
+			if c.wd, err = startWatchdog(objs.CapHeld, opt.HoldMax); err != nil {
 				return err
 			}
-			if id, ok := libFileOf(lib); ok {
-				c.libs[id] = true
-			}
-			c.nLibs.Add(1)
 		}
+		if !opt.pollOnly {
+			if err := c.attachEvents(); err != nil {
+				return err
+			}
+		}
+		c.mu.Lock()
+		for _, lib := range libs {
+			id, _ := libFileOf(lib)
+			if _, _, err := c.lookSSL(lib, id); err != nil {
+				c.mu.Unlock()
+				return err
+			}
+		}
+		c.LibSSL = strings.Join(libs, ", ")
+		c.mu.Unlock()
 		pids, err := c.targets()
 		if err != nil {
 			return err
@@ -288,11 +345,15 @@ func u8of(b bool) uint8 {
 	return 0
 }
 
-func (c *Capture) attachTLS(lib string, objs *capObjects, uo *link.UprobeOptions) error {
+// attachTLS puts the libssl uprobes on lib, at the offsets syms gives.
+// Called with c.mu held.
+func (c *Capture) attachTLS(lib string, syms sslSyms) error {
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		return err
 	}
+	objs, uo := c.objs, c.uprobeOpts
+	var links []link.Link
 	for _, a := range []struct {
 		sym      string
 		prog     *ebpf.Program
@@ -317,20 +378,34 @@ func (c *Capture) attachTLS(lib string, objs *capObjects, uo *link.UprobeOptions
 		{"SSL_do_handshake", objs.CapSslHandshake, false, true},
 		{"SSL_do_handshake", objs.CapSslHandshakeRet, true, true},
 	} {
-		var l link.Link
-		if a.ret {
-			l, err = ex.Uretprobe(a.sym, a.prog, uo)
-		} else {
-			l, err = ex.Uprobe(a.sym, a.prog, uo)
-		}
-		if err != nil {
-			if a.optional && errors.Is(err, link.ErrNoSymbol) {
+		off := syms[a.sym]
+		if off == 0 {
+			if a.optional {
 				continue
 			}
-			return fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
+			err = fmt.Errorf("attach %s (%s): %w", a.sym, lib, link.ErrNoSymbol)
+			break
 		}
-		c.links = append(c.links, l)
+		o := &link.UprobeOptions{Address: off, PID: uo.PID}
+		var l link.Link
+		if a.ret {
+			l, err = ex.Uretprobe(a.sym, a.prog, o)
+		} else {
+			l, err = ex.Uprobe(a.sym, a.prog, o)
+		}
+		if err != nil {
+			err = fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
+			break
+		}
+		links = append(links, l)
 	}
+	if err != nil {
+		for _, l := range links {
+			l.Close()
+		}
+		return err
+	}
+	c.links = append(c.links, links...)
 	return nil
 }
 
@@ -366,6 +441,10 @@ func clockOffset() int64 {
 // os.ErrDeadlineExceeded: nothing arrived.
 func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	c.rescan()
+	if out := c.takeUnread(c.out[:0]); len(out) > 0 {
+		c.out = out
+		return out, nil
+	}
 	gaps := len(c.Reader.Streams.Gaps)
 	rec, err := c.Reader.Read(timeout)
 	if err != nil {
@@ -410,6 +489,7 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 		q.Time = time.Unix(0, int64(q.startNS)+c.clock)
 		q.TID, q.Side = rec.TID, side
 		cs.fill(q)
+		q.Fingerprint = c.san.Fingerprint(q.Protocol, q.Query)
 		n++
 	}
 	out = out[:n]
@@ -417,6 +497,21 @@ func (c *Capture) Next(timeout time.Duration) ([]Query, error) {
 	c.nQueries.Add(uint64(len(out)))
 	return out, nil
 }
+
+// ctlLost reads the control events the kernel had no room for.
+func (c *Capture) ctlLost() uint64 {
+	var n uint64
+	if c.objs != nil {
+		_ = c.objs.CapCtlLost.Lookup(uint32(0), &n)
+	}
+	return n
+}
+
+// Unread counts TLS connections no probe read from their first TLS byte.
+func (c *Capture) Unread() uint64 { return c.nUnread.Load() }
+
+// HoldTimeouts counts processes --hold-new continued after HoldMax.
+func (c *Capture) HoldTimeouts() uint64 { return c.nHoldTimeouts.Load() }
 
 // Stats reads the channel's counters.
 func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
@@ -440,7 +535,9 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
-		"go_binaries_attached": c.nGoBins.Load(),
+		"go_binaries_attached":   c.nGoBins.Load(),
+		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),
+		"control_events": c.nCtlEvents.Load(), "control_events_lost": c.ctlLost(),
 	}, nil
 }
 
@@ -456,10 +553,28 @@ func (c *Capture) Gaps() []accum.Gap { return c.Reader.Streams.Gaps }
 
 // Close detaches and unloads everything.
 func (c *Capture) Close() error {
+	if c.holdStop != nil {
+		close(c.holdStop)
+		<-c.holdDone
+		c.holdStop = nil
+	}
+	c.mu.Lock()
+	c.closing = true
 	for _, l := range c.links {
 		l.Close()
 	}
 	c.links = nil
+	c.mu.Unlock()
+	c.releaseAll() // after the detach: nothing is held from here on
+	if c.ctl != nil {
+		c.ctl.Close()
+		<-c.ctlDone
+		c.ctl = nil
+	}
+	if c.wd != nil {
+		c.wd.stop()
+		c.wd = nil
+	}
 	var err error
 	if c.Reader != nil {
 		err = c.Reader.Close()

@@ -408,7 +408,7 @@ func (p *myConn) backend(out []Query, b []byte, ts uint64, exact bool) []Query {
 		if !c.report {
 			c.q.Query = c.text // a statement that failed to prepare
 		}
-		out = append(out, p.finish(&c.q, ts, exact))
+		out = append(out, finish(&c.q, ts, exact, "mysql", p.pid, p.id, p.user, p.db))
 	}
 	return out
 }
@@ -420,20 +420,6 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
-func (p *myConn) finish(q *Query, ts uint64, exact bool) Query {
-	r := *q
-	r.LatencyExact = r.startOK && exact
-	r.PID, r.ConnID, r.Protocol, r.User, r.Database = p.pid, p.id, "mysql", p.user, p.db
-	if ts > r.startNS {
-		r.LatencyUS = float64(ts-r.startNS) / 1e3
-	}
-	r.Rows = r.dataRows
-	if r.hasTag && r.dataRows == 0 {
-		r.Rows = r.tagRows
-	}
-	return r
-}
-
 // close ends the connection: commands still waiting never got an answer.
 func (p *myConn) close(out []Query) []Query {
 	for _, c := range p.pending {
@@ -443,7 +429,7 @@ func (p *myConn) close(out []Query) []Query {
 		if c.q.Error == "" {
 			c.q.Error = "connection closed before the answer"
 		}
-		out = append(out, p.finish(&c.q, c.q.startNS, false))
+		out = append(out, finish(&c.q, c.q.startNS, false, "mysql", p.pid, p.id, p.user, p.db))
 	}
 	p.pending = nil
 	return out

@@ -136,9 +136,7 @@ func TestCaptureMariaDB(t *testing.T) {
 	testenv.RequireRoot(t)
 	tc := testenv.TLSCert(t)
 	m, err := servers.StartMariaDB(servers.MariaDBOptions{Port: 53308, TLS: tc})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
+	if testenv.NotInstalled(t, err); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Stop)
@@ -214,9 +212,7 @@ func TestCaptureMariaDBServerBoth(t *testing.T) {
 	testenv.RequireRoot(t)
 	tc := testenv.TLSCert(t)
 	m, err := servers.StartMariaDB(servers.MariaDBOptions{Port: 53309, TLS: tc})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
+	if testenv.NotInstalled(t, err); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Stop)

@@ -5,48 +5,9 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cistern-ebpf/cistern/accum"
 )
-
-// Query is one statement seen on a connection and its outcome.
-type Query struct {
-	Time time.Time `json:"ts"`
-	PID  uint32    `json:"pid"`
-	TID  uint32    `json:"tid"`  // the thread that completed it (wrote or read the answer)
-	Comm string    `json:"comm"` // of the thread that opened the connection
-	// Side: which end this process is, from the protocol (who sent the
-	// query): client or server.
-	Side string `json:"side"`
-	// Local and Remote: the socket's addresses, ip:port ([ip6]:port);
-	// empty when the socket is not known (a TLS object on no socket seen).
-	// Both ends of a local connection have the same pair, swapped.
-	Local     string  `json:"local"`
-	Remote    string  `json:"remote"`
-	Transport string  `json:"transport"` // tls or plain
-	Library   string  `json:"library"`   // openssl, go, or none (plain)
-	ConnID    uint64  `json:"conn"`
-	Protocol  string  `json:"protocol"`
-	Query     string  `json:"query"`
-	LatencyUS float64 `json:"latency_us"`
-	// LatencyExact: the query's first byte opened its batch and the answer's
-	// last byte closed one, so the batch timestamps are the fragments' own.
-	// Otherwise LatencyUS is an upper bound (batch granularity).
-	LatencyExact bool   `json:"latency_exact"`
-	Rows         int64  `json:"rows"`
-	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
-	User         string `json:"user,omitempty"`     // when the connection's start was seen
-	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
-
-	startNS  uint64
-	startOK  bool
-	done     bool // extended: its result is complete
-	extended bool
-	dataRows int64
-	tagRows  int64
-	hasTag   bool
-}
 
 // Untyped frontend messages (length, then this code) at a stream's start.
 const (
@@ -80,42 +41,9 @@ type pgConn struct {
 	badBytes uint64 // skipped as unparseable
 }
 
-// connParser parses one connection's protocol into queries.
-type connParser interface {
-	// feed parses bytes of one direction that arrived in a batch with
-	// times ft and appends the queries they completed to out.
-	feed(out []Query, dir accum.Direction, b []byte, ft fragTimes, pid uint32) []Query
-	lost()                     // a sequence gap: drop what cannot be parsed any more
-	side() string              // SideClient, SideServer, or "" while unknown
-	close(out []Query) []Query // the connection ended
-	bad() uint64               // bytes skipped as unparseable
-}
-
 func (p *pgConn) bad() uint64 { return p.badBytes }
 
 func (p *pgConn) side() string { return sideOf(p.known, p.frontDir) }
-
-// sideOf: the end that writes the frontend's (client's) messages is the client.
-func sideOf(known bool, frontDir accum.Direction) string {
-	switch {
-	case !known:
-		return ""
-	case frontDir == accum.Write:
-		return SideClient
-	}
-	return SideServer
-}
-
-// newParser makes the parser of protocol for connection id.
-func newParser(protocol string, id uint64) connParser {
-	switch protocol {
-	case "mysql":
-		return newMyConn(id)
-	case "raw":
-		return newRawConn(id)
-	}
-	return newPGConn(id)
-}
 
 func newPGConn(id uint64) *pgConn {
 	return &pgConn{id: id, stmts: map[string]string{}, portals: map[string]string{}}
@@ -132,14 +60,6 @@ func (p *pgConn) lost() {
 
 func isFrontendType(t byte) bool { return strings.IndexByte("QPBEDCSHXFdcfp", t) >= 0 }
 func isBackendType(t byte) bool  { return strings.IndexByte("RSKZTDCEINnt12s3AGHWdcv", t) >= 0 }
-
-// fragTimes are the timestamps of the bytes handed to a parser (a segment:
-// the fragments of one direction in a row): first is exact for its first
-// byte when opens, last for its last byte when closes.
-type fragTimes struct {
-	first, last   uint64
-	opens, closes bool
-}
 
 // feed parses the bytes b of direction dir that arrived in a batch with
 // times ft and appends the queries they completed to out.
@@ -303,20 +223,6 @@ func (p *pgConn) newQuery(v Query) *Query {
 	return &q
 }
 
-func (p *pgConn) finish(q *Query, ts uint64, exact bool) Query {
-	r := *q
-	r.LatencyExact = r.startOK && exact
-	r.PID, r.ConnID, r.Protocol, r.User, r.Database = p.pid, p.id, "postgres", p.user, p.db
-	if ts > r.startNS {
-		r.LatencyUS = float64(ts-r.startNS) / 1e3
-	}
-	r.Rows = r.dataRows
-	if r.hasTag && r.dataRows == 0 {
-		r.Rows = r.tagRows
-	}
-	return r
-}
-
 func (p *pgConn) backend(out []Query, typ byte, body []byte, ts uint64, exact bool) []Query {
 	// The query answered now: the first one not done. Extended-protocol
 	// queries are done at CommandComplete but, like simple ones, end at
@@ -369,7 +275,7 @@ func (p *pgConn) backend(out []Query, typ byte, body []byte, ts uint64, exact bo
 				break // its Sync is still to come
 			}
 			p.pending = append(p.pending[:0], p.pending[1:]...) // keeps the array: no regrowth
-			out = append(out, p.finish(q, ts, exact))
+			out = append(out, finish(q, ts, exact, "postgres", p.pid, p.id, p.user, p.db))
 			p.free = append(p.free, q)
 			if !q.extended {
 				break // one ReadyForQuery per simple Query
@@ -419,7 +325,7 @@ func (p *pgConn) close(out []Query) []Query {
 		if q.Error == "" {
 			q.Error = "connection closed before the answer"
 		}
-		out = append(out, p.finish(q, q.startNS, false))
+		out = append(out, finish(q, q.startNS, false, "postgres", p.pid, p.id, p.user, p.db))
 	}
 	p.pending = nil
 	return out

@@ -250,16 +250,17 @@ func (c *Capture) rescan() {
 			continue
 		}
 		id, ok := libFileOf(lib)
-		if !ok || c.libs[id] {
+		if !ok {
 			continue
 		}
-		c.libs[id] = true
-		if err := c.attachTLS(lib, c.objs, c.uprobeOpts); err != nil {
-			c.nLibErrors.Add(1)
-			c.lastErr.Store(err.Error())
-			continue
+		c.mu.Lock()
+		if !c.closing {
+			if _, _, err := c.lookSSL(lib, id); err != nil {
+				c.nLibErrors.Add(1)
+				c.lastErr.Store(err.Error())
+			}
 		}
-		c.nLibs.Add(1)
+		c.mu.Unlock()
 	}
 	c.pidSeen = alive // forget the processes that are gone
 }

@@ -41,7 +41,7 @@ func TestCaptureServerCgroupPlain(t *testing.T) {
 	testenv.RequireRoot(t)
 	roots := mounts.MountPoints("cgroup2")
 	if len(roots) == 0 {
-		t.Skip("skipped: no cgroup v2 hierarchy mounted")
+		t.Skip("skipped: no cgroup v2 hierarchy mounted") // not a missing tool: the machine's cgroup layout
 	}
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54350})
 	pid, err := pg.PID()
@@ -50,7 +50,7 @@ func TestCaptureServerCgroupPlain(t *testing.T) {
 	}
 	cg := filepath.Join(roots[0], "cistern-capture-test-"+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Skipf("skipped: cannot create a cgroup: %v", err)
+		t.Skipf("skipped: cannot create a cgroup: %v", err) // not a missing tool: the machine's cgroup layout
 	}
 	t.Cleanup(func() {
 		// Runs before the server stops: hand its processes back first.
@@ -91,7 +91,7 @@ func TestCaptureLibraryMappedLater(t *testing.T) {
 	testenv.RequireRoot(t)
 	roots := mounts.MountPoints("cgroup2")
 	if len(roots) == 0 {
-		t.Skip("skipped: no cgroup v2 hierarchy mounted")
+		t.Skip("skipped: no cgroup v2 hierarchy mounted") // not a missing tool: the machine's cgroup layout
 	}
 	tc := testenv.TLSCert(t)
 	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54352, Conf: tc.PostgresConf()})
@@ -99,7 +99,7 @@ func TestCaptureLibraryMappedLater(t *testing.T) {
 	if err != nil { // this test binary does not map libssl: find psql's
 		out, lerr := exec.Command("sh", "-c", "ldd "+pg.Bin("psql")+" | awk '/libssl.so.3/ {print $3}'").Output()
 		if lerr != nil || len(strings.TrimSpace(string(out))) == 0 {
-			t.Skipf("skipped: cannot find psql's libssl.so.3: %v", lerr)
+			testenv.Missing(t, "psql's libssl.so.3 ("+fmt.Sprint(lerr)+")", "apt-get install libssl3 postgresql-client")
 		}
 		sys = strings.TrimSpace(string(out))
 	}
@@ -113,7 +113,7 @@ func TestCaptureLibraryMappedLater(t *testing.T) {
 	}
 	cg := filepath.Join(roots[0], "cistern-capture-lib-"+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Skipf("skipped: cannot create a cgroup: %v", err)
+		t.Skipf("skipped: cannot create a cgroup: %v", err) // not a missing tool: the machine's cgroup layout
 	}
 	t.Cleanup(func() { os.Remove(cg) })
 

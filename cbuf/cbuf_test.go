@@ -28,7 +28,8 @@ func TestLayoutMatchesC(t *testing.T) {
 		"cbuf_hdr.free_heads": unsafe.Offsetof(Hdr{}.FreeHeads), "cbuf_hdr.allocs": unsafe.Offsetof(Hdr{}.Allocs),
 		"cbuf_hdr.blocked_ns": unsafe.Offsetof(Hdr{}.BlockedNs), "cbuf_hdr.ring_head": unsafe.Offsetof(Hdr{}.RingHead),
 		"cbuf_hdr.ring_tail": unsafe.Offsetof(Hdr{}.RingTail), "cbuf_hdr.ring": unsafe.Offsetof(Hdr{}.Ring),
-		"cbuf_agg": unsafe.Sizeof(aggHdr{}), "cbuf_agg.n": unsafe.Offsetof(aggHdr{}.N), "cbuf_agg.cap": unsafe.Offsetof(aggHdr{}.Cap),
+		"cbuf_hdr.slot_epoch": unsafe.Offsetof(Hdr{}.SlotEpoch),
+		"cbuf_agg":            unsafe.Sizeof(aggHdr{}), "cbuf_agg.n": unsafe.Offsetof(aggHdr{}.N), "cbuf_agg.cap": unsafe.Offsetof(aggHdr{}.Cap),
 		"cbuf_agg_ent": unsafe.Sizeof(AggEnt{}), "cbuf_agg_ent.off": unsafe.Offsetof(AggEnt{}.Off), "cbuf_agg_ent.len": unsafe.Offsetof(AggEnt{}.Len),
 		"cbuf_msg": unsafe.Sizeof(msg{}), "cbuf_msg.arg2": unsafe.Offsetof(msg{}.Arg2), "cbuf_msg.name": unsafe.Offsetof(msg{}.Name),
 		"cbuf_reply":          unsafe.Sizeof(reply{}),
@@ -465,5 +466,71 @@ func TestGoClientConcurrent(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A component that takes the slot of one that left is read from its own
+// pool: receivers (Go and C) that mapped the former one's pool drop it
+// (Hdr.SlotEpoch), whether the new one exports or not.
+func TestSlotReuseAcrossExport(t *testing.T) {
+	_, sock := startManager(t, ManagerOptions{})
+	b, err := ConnectWith(sock, ClientOptions{Name: "receiver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	crecv := exec.Command(buildPeer(t), sock, "recv", "4096")
+	cin, _ := crecv.StdinPipe()
+	var cout strings.Builder
+	crecv.Stdout = &cout
+	if err := crecv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slot := -1
+	for round, export := range []bool{false, false, true, false} {
+		a, err := ConnectWith(sock, ClientOptions{Name: "sender"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slot >= 0 && int(a.Slot()) != slot {
+			t.Fatalf("round %d: the sender got slot %d, not the freed %d", round, a.Slot(), slot)
+		}
+		slot = int(a.Slot())
+		if export {
+			if err := a.Export(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf, id, err := a.Alloc(PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nonce := uint64(1000 + round)
+		fill(buf, nonce)
+		a.Send(id)
+		a.Send(id)
+		got, err := b.Buf(id, PageSize)
+		if err != nil || !check(got, nonce) {
+			t.Fatalf("round %d (export %v): the Go receiver read the former component's pool (%v)", round, export, err)
+		}
+		b.Free(id)
+		fmt.Fprintf(cin, "%d %d\n", id, nonce)
+		// leave: the slot is free once the C receiver has freed it too
+		a.Free(id)
+		a.Close()
+		waitFor(t, "the slot to be free", 5*time.Second, func() bool {
+			s, _ := QueryStats(sock)
+			for _, c := range s.Components {
+				if int(c.Slot) == slot {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	cin.Close()
+	crecv.Wait()
+	if strings.TrimSpace(cout.String()) != "ok 4 bad 0" {
+		t.Fatalf("C receiver across slot reuse: %q", cout.String())
 	}
 }

@@ -31,6 +31,19 @@ type Client struct {
 	dir     []Dir
 	pools   [MaxComponents]atomic.Pointer[[]byte]
 	slow    sync.Mutex
+
+	token     Token
+	exporting atomic.Bool
+	owngen    []atomic.Uint32                       // exporting: generation mapped at each own index
+	xb        [MaxComponents]atomic.Pointer[[]xent] // pools mapped one buffer at a time
+	xmode     [MaxComponents]atomic.Bool            // that slot's pool is mapped buffer by buffer
+	mapEpoch  [MaxComponents]atomic.Uint32          // Hdr.SlotEpoch when pools/xb were filled
+}
+
+// xent is one buffer of a pool mapped buffer by buffer.
+type xent struct {
+	b   atomic.Pointer[[]byte]
+	gen atomic.Uint32 // of the buffer b maps; 0: none
 }
 
 // ClientOptions describe a component to the policy.
@@ -63,7 +76,7 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	c.slot = r.Arg
+	c.slot, c.token = r.Arg, Token(r.Arg2)
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -89,11 +102,75 @@ func ConnectWith(path string, o ClientOptions) (*Client, error) {
 	c.hdr = hdrOf(c.metaMem)
 	c.metas = metasOf(c.metaMem, h0.MetaOff, c.maxBufs)
 	c.dir = dirsOf(c.dirMem, c.maxBufs)
+	c.mapEpoch[c.slot].Store(atomic.LoadUint32(&c.hdr.SlotEpoch[c.slot]))
 	return c, nil
 }
 
 // Slot is this component's number at the manager.
 func (c *Client) Slot() uint32 { return c.slot }
+
+// Token names this component to another that grants it buffers
+// (cbuf_self): pass it to the sender like an id.
+func (c *Client) Token() Token { return c.token }
+
+// Export gives each of this component's buffers its own memfd, so that
+// Grant can share one buffer with a component of another uid. Call it
+// before the first Alloc. Components of this uid still read every buffer.
+func (c *Client) Export() error {
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	if _, _, err := c.xchg(msg{Op: opExport}, 0); err != nil {
+		return err
+	}
+	c.owngen = make([]atomic.Uint32, c.maxBufs)
+	c.exporting.Store(true)
+	return nil
+}
+
+// Grant lets the component named by peer read buffer id, read-only, even
+// when it runs as another uid (the owner must have called Export). The
+// caller must be able to read id itself. Count the send as usual (Send),
+// or use SendTo, which does both.
+func (c *Client) Grant(id ID, peer Token) error {
+	q := msg{Op: opGrant, Arg2: uint64(id)}
+	binary.LittleEndian.PutUint64(q.Name[:8], uint64(peer))
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	_, _, err := c.xchg(q, 0)
+	return err
+}
+
+// SendTo is Grant followed by Send.
+func (c *Client) SendTo(id ID, peer Token) error {
+	if err := c.Grant(id, peer); err != nil {
+		return err
+	}
+	c.Send(id)
+	return nil
+}
+
+// mapOwn maps an exporting owner's buffer at its place in its own pool the
+// first time this generation of it is allocated.
+func (c *Client) mapOwn(idx uint32, d Dir) error {
+	if c.owngen[idx].Load() == uint32(d.Gen) {
+		return nil
+	}
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	_, fds, err := c.xchg(msg{Op: opBufFd, Arg: idx, Arg2: uint64(d.Gen)}, 1)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fds[0])
+	pool := *c.pools[c.slot].Load()
+	off := uint64(d.PageOff) * PageSize
+	if _, err := unix.MmapPtr(fds[0], 0, unsafe.Pointer(&pool[off]), uintptr(d.NPages)*PageSize,
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		return fmt.Errorf("cbuf: map own buffer: %w", err)
+	}
+	c.owngen[idx].Store(uint32(d.Gen))
+	return nil
+}
 
 // Close disconnects; the manager drops this component's references.
 func (c *Client) Close() {
@@ -110,6 +187,15 @@ func (c *Client) Close() {
 	}
 	if c.dirMem != nil {
 		unix.Munmap(c.dirMem)
+	}
+	for i := range c.xb {
+		if x := c.xb[i].Swap(nil); x != nil {
+			for j := range *x {
+				if b := (*x)[j].b.Swap(nil); b != nil {
+					unix.Munmap(*b)
+				}
+			}
+		}
 	}
 	c.metaMem, c.dirMem, c.hdr, c.metas, c.dir = nil, nil, nil, nil, nil
 }
@@ -255,6 +341,13 @@ func (c *Client) Alloc(size int) ([]byte, ID, error) {
 			continue
 		}
 		d := loadDir(&c.dir[g])
+		if c.exporting.Load() {
+			if err := c.mapOwn(idx, d); err != nil {
+				atomic.AddUint64(&c.metas[g].Cnt, ^ref1+1)
+				c.pushFree(idx, k)
+				return nil, 0, err
+			}
+		}
 		atomic.AddUint64(&c.hdr.Allocs, 1)
 		pool := *c.pools[c.slot].Load()
 		off := uint64(d.PageOff) * PageSize
@@ -316,16 +409,97 @@ func (c *Client) Send(id ID) {
 	}
 }
 
-func (c *Client) pool(slot uint32) []byte {
+// bytesOf is where buffer id (described by d) is mapped here: in its
+// owner's pool, or, for a pool mapped buffer by buffer, in its own mapping,
+// asked from the manager the first time.
+func (c *Client) bytesOf(id ID, d Dir) []byte {
+	slot := id.Slot()
+	if atomic.LoadUint32(&c.hdr.SlotEpoch[slot]) != c.mapEpoch[slot].Load() {
+		c.pool(slot) // drops what was mapped for the slot's former component
+	}
 	if p := c.pools[slot].Load(); p != nil {
+		off := uint64(d.PageOff) * PageSize
+		return (*p)[off : off+uint64(d.NPages)*PageSize]
+	}
+	if x := c.xb[slot].Load(); x != nil && c.xmode[slot].Load() {
+		e := &(*x)[id.Index()]
+		if e.gen.Load() == uint32(d.Gen) {
+			if b := e.b.Load(); b != nil {
+				return *b
+			}
+		}
+	}
+	if c.pool(slot) != nil {
+		return c.bytesOf(id, d)
+	}
+	x := c.xb[slot].Load()
+	if x == nil || !c.xmode[slot].Load() {
+		return nil
+	}
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	e := &(*x)[id.Index()]
+	if e.gen.Load() == uint32(d.Gen) {
+		return *e.b.Load()
+	}
+	r, fds, err := c.xchg(msg{Op: opMapBuf, Arg2: uint64(id)}, 1)
+	if err != nil {
+		return nil
+	}
+	b, err := mapShared(fds[0], r.Arg2, false)
+	unix.Close(fds[0])
+	if err != nil {
+		return nil
+	}
+	// the old generation at this index is dead everywhere: nobody reads it
+	e.gen.Store(0)
+	if old := e.b.Swap(&b); old != nil {
+		unix.Munmap(*old)
+	}
+	e.gen.Store(uint32(d.Gen))
+	return b
+}
+
+// pool maps another component's whole pool (same uid), or returns nil and
+// marks the slot as mapped buffer by buffer when the manager says so.
+func (c *Client) pool(slot uint32) []byte {
+	if p := c.pools[slot].Load(); p != nil && atomic.LoadUint32(&c.hdr.SlotEpoch[slot]) == c.mapEpoch[slot].Load() {
 		return *p
 	}
 	c.slow.Lock()
 	defer c.slow.Unlock()
+	if ep := atomic.LoadUint32(&c.hdr.SlotEpoch[slot]); slot != c.slot && c.mapEpoch[slot].Load() != ep {
+		// a new component in the slot: every buffer of the former one is
+		// dead (a slot is reused only then)
+		if p := c.pools[slot].Swap(nil); p != nil {
+			unix.Munmap(*p)
+		}
+		if x := c.xb[slot].Load(); x != nil {
+			for i := range *x {
+				(*x)[i].gen.Store(0)
+				if b := (*x)[i].b.Swap(nil); b != nil {
+					unix.Munmap(*b)
+				}
+			}
+		}
+		c.xmode[slot].Store(false)
+		c.mapEpoch[slot].Store(ep)
+	}
 	if p := c.pools[slot].Load(); p != nil {
 		return *p
 	}
+	if c.xmode[slot].Load() {
+		return nil
+	}
 	r, fds, err := c.xchg(msg{Op: opMap, Arg: slot}, 1)
+	if errors.Is(err, mapPerBuffer) {
+		if c.xb[slot].Load() == nil {
+			x := make([]xent, c.maxBufs)
+			c.xb[slot].Store(&x)
+		}
+		c.xmode[slot].Store(true)
+		return nil
+	}
 	if err != nil {
 		return nil
 	}
@@ -352,8 +526,8 @@ func (c *Client) Buf(id ID, size int) ([]byte, error) {
 	if !ok || size <= 0 || size > int(d.NPages)*PageSize {
 		return nil, ErrBadBuf
 	}
-	pool := c.pool(id.Slot())
-	if pool == nil {
+	b := c.bytesOf(id, d)
+	if b == nil {
 		return nil, ErrBadBuf
 	}
 	atomic.AddUint64(&m.Cnt, ref1|recv1)
@@ -362,8 +536,7 @@ func (c *Client) Buf(id ID, size int) ([]byte, error) {
 		return nil, ErrBadBuf
 	}
 	atomic.AddUint64(&c.hdr.Recvs, 1)
-	off := uint64(d.PageOff) * PageSize
-	return pool[off : off+uint64(size) : off+uint64(size)], nil
+	return b[:size:size], nil
 }
 
 // peek is Buf without counting, for a buffer the caller already holds.
@@ -372,12 +545,7 @@ func (c *Client) peek(id ID) []byte {
 	if !ok {
 		return nil
 	}
-	pool := c.pool(id.Slot())
-	if pool == nil {
-		return nil
-	}
-	off := uint64(d.PageOff) * PageSize
-	return pool[off : off+uint64(d.NPages)*PageSize]
+	return c.bytesOf(id, d)
 }
 
 // KernelRecv waits up to timeout for the next buffer the kernel component

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -17,6 +19,9 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper(h))
 	}
 	code := m.Run()
+	if nobodyDir != "" {
+		os.RemoveAll(nobodyDir)
+	}
 	if peerPath != "" {
 		os.RemoveAll(filepath.Dir(peerPath)) // the C peer built for this run
 	}
@@ -51,10 +56,7 @@ var (
 // buildPeer compiles libcbuf and the C test peer with the system compiler.
 func buildPeer(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: the C client tests need one")
-	}
+	cc := testenv.NeedTool(t, "cc", "gcc")
 	peerOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cbuf-peer")
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // installClient is a user's first program: it connects, allocates, writes and
@@ -50,9 +52,7 @@ func buildAndRunClient(t *testing.T, shell string) string {
 func needInstallTools(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"cc", "make", "pkg-config"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipped: needs %s on PATH (make deps)", tool)
-		}
+		testenv.NeedTool(t, tool, map[string]string{"cc": "gcc", "make": "make", "pkg-config": "pkg-config"}[tool])
 	}
 }
 
@@ -80,12 +80,8 @@ unset LD_LIBRARY_PATH
 // with "libcbuf.so.1: cannot open shared object file".
 func TestInstallSystemPrefixRunsLdconfig(t *testing.T) {
 	needInstallTools(t)
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (mount namespace, ldconfig)")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("skipped: needs unshare (util-linux)")
-	}
+	testenv.RequireRoot(t) // mount namespace, ldconfig
+	testenv.NeedTool(t, "unshare", "util-linux")
 	lib, _ := filepath.Abs("../lib/cbuf")
 	build := t.TempDir()
 	etc := filepath.Join(t.TempDir(), "etc")

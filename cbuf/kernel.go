@@ -37,10 +37,10 @@ func (m *Manager) AttachKernel(src KernelSource) error {
 	if src.Pages() > m.maxBufs {
 		return fmt.Errorf("kernel pool of %d pages exceeds %d buffer indexes", src.Pages(), m.maxBufs)
 	}
-	for i := uint32(0); i < src.Pages(); i++ {
-		storeDir(&m.dir[m.g(KernelSlot, i)], Dir{PageOff: i, NPages: 1, Gen: 1})
-	}
 	m.kern = &kernelComp{src: src, out: map[uint32]bool{}}
+	for i := uint32(0); i < src.Pages(); i++ {
+		m.setDir(m.g(KernelSlot, i), Dir{PageOff: i, NPages: 1, Gen: 1})
+	}
 	return nil
 }
 

@@ -7,7 +7,11 @@
 // compiler's view), so C and Go clients share one manager and one pool.
 package cbuf
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 const (
 	Magic         = 0x46554243
@@ -28,7 +32,10 @@ const (
 
 	FlagInconsistent = uint64(1) << (flagShift + 0)
 	FlagRelinquish   = uint64(1) << (flagShift + 1)
-	flagMask         = uint64(0xffff) << flagShift
+	// FlagGranted (set by the manager in the owner's word) marks a buffer
+	// granted to another uid: its owner's last free must not recycle it.
+	FlagGranted = uint64(1) << (flagShift + 2)
+	flagMask    = uint64(0xffff) << flagShift
 
 	nextEnd = 0xffffffff
 
@@ -43,7 +50,14 @@ const (
 	opRelinquish = 4
 	opStats      = 5
 	opKRecv      = 6
+	opExport     = 7  // this component's buffers get one memfd each, so they can be granted
+	opBufFd      = 8  // arg: index, arg2: gen; reply fd: the owner's own buffer, read-write
+	opMapBuf     = 9  // arg2: id; reply fd: one buffer, read-only; reply arg2: bytes
+	opGrant      = 10 // arg2: id, name[0:8]: the peer's token
 )
+
+// mapPerBuffer is MAP's answer for a pool whose buffers are mapped one by one.
+const mapPerBuffer = unix.EXDEV
 
 // KernelSlot is the kernel component's slot (manager run with a KernelSource).
 const KernelSlot = MaxComponents - 1
@@ -83,6 +97,10 @@ type Hdr struct {
 	RingTail  uint32
 	Pad2      [15]uint32
 	Ring      [RingSize]uint32
+	// SlotEpoch counts the components each slot has had (the manager
+	// bumps it at every HELLO): a client's mapping of a slot's pool made
+	// under another epoch belongs to a component that has left.
+	SlotEpoch [MaxComponents]uint32
 }
 
 // AggEnt is one (id, offset, length) entry of an aggregate cbuf.

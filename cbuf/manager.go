@@ -23,7 +23,13 @@ type ManagerOptions struct {
 	Pool     uint64        // first quota of each component (default Memory/8)
 	Policy   string        // max-throughput (default), priority, qos
 	Interval time.Duration // policy period (default 250 ms: 4 Hz)
-	Logf     func(format string, a ...any)
+	// Who may connect: the socket is 0600 (the manager's uid only), or
+	// 0660 for Group (a name or number). AllowUIDs/AllowGIDs, when set,
+	// are checked at accept (SO_PEERCRED, SO_PEERGROUPS) whatever the mode.
+	Group     string
+	AllowUIDs []uint32
+	AllowGIDs []uint32
+	Logf      func(format string, a ...any)
 }
 
 // Buffer states in the manager's own records.
@@ -38,6 +44,7 @@ type buffer struct {
 	pageOff uint32
 	npages  uint16
 	state   uint8
+	xuid    bool // granted to another uid: destroyed when dead, never recycled
 }
 
 type extent struct{ off, n uint32 }
@@ -54,6 +61,13 @@ type component struct {
 	qosPPM   uint64
 	conn     *net.UnixConn
 	alive    bool
+	uid, gid uint32
+	token    Token
+
+	exporting              bool
+	bfd                    map[uint32]int    // exporting: each buffer's own memfd
+	held                   map[uint64]uint16 // grants to this component: global index -> gen
+	refusedMap, refusedIDs uint64
 
 	metaFd, poolFd int
 	meta           []byte
@@ -93,7 +107,13 @@ type Manager struct {
 	ln      *net.UnixListener
 	start   time.Time
 
-	drops atomic.Uint64 // malformed requests
+	uids   map[uint32]*uidDir
+	grants map[uint64]map[*component]bool // global index -> grantees
+	mixed  bool                           // connected components of more than one uid
+	epoch  [MaxComponents]uint32          // HELLOs per slot (Hdr.SlotEpoch)
+
+	drops                                atomic.Uint64 // malformed requests
+	refusedConns, refusedMap, refusedIDs atomic.Uint64
 }
 
 // NewManager creates the directory and listens on opt.Socket.
@@ -120,7 +140,16 @@ func NewManager(opt ManagerOptions) (*Manager, error) {
 	if opt.Logf == nil {
 		opt.Logf = func(string, ...any) {}
 	}
-	m := &Manager{opt: opt, maxBufs: uint32(opt.Memory / PageSize), adj: map[uint64]int64{}, wake: make(chan struct{}, 1), start: time.Now()}
+	mode, gid := os.FileMode(0o600), -1
+	if opt.Group != "" {
+		var err error
+		if gid, err = LookupGroup(opt.Group); err != nil {
+			return nil, err
+		}
+		mode = 0o660
+	}
+	m := &Manager{opt: opt, maxBufs: uint32(opt.Memory / PageSize), adj: map[uint64]int64{}, wake: make(chan struct{}, 1), start: time.Now(),
+		uids: map[uint32]*uidDir{}, grants: map[uint64]map[*component]bool{}}
 	var err error
 	if m.dirFd, err = memfd("dir", dirBytes(m.maxBufs)); err != nil {
 		return nil, err
@@ -130,13 +159,11 @@ func NewManager(opt ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m.dir = dirsOf(m.dirMem, m.maxBufs)
-	os.Remove(opt.Socket)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: opt.Socket, Net: "unixpacket"})
+	ln, err := listenPrivate(opt.Socket, mode, gid)
 	if err != nil {
 		m.closeDir()
-		return nil, fmt.Errorf("listen on %s: %w", opt.Socket, err)
+		return nil, err
 	}
-	os.Chmod(opt.Socket, 0o666)
 	m.ln = ln
 	return m, nil
 }
@@ -144,6 +171,11 @@ func NewManager(opt ManagerOptions) (*Manager, error) {
 func (m *Manager) closeDir() {
 	unix.Munmap(m.dirMem)
 	unix.Close(m.dirFd)
+	for _, u := range m.uids {
+		unix.Munmap(u.mem)
+		unix.Close(u.fd)
+	}
+	m.uids = nil
 }
 
 // Run serves until ctx is done, then closes everything.
@@ -162,8 +194,15 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			return err
 		}
+		p, err := peerOf(c)
+		if err != nil || !m.admit(p) {
+			m.refusedConns.Add(1)
+			m.opt.Logf("cbuf: refusing a connection from uid %d gid %d pid %d (not in --allow-uid/--allow-group)", p.uid, p.gid, p.pid)
+			c.Close()
+			continue
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); m.serve(ctx, c) }()
+		go func() { defer wg.Done(); m.serve(ctx, c, p) }()
 	}
 	m.mu.Lock()
 	for _, c := range m.comps {
@@ -188,7 +227,7 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) g(slot, idx uint32) uint64 { return uint64(slot)*uint64(m.maxBufs) + uint64(idx) }
 
 // serve handles one connection: the first message must be HELLO.
-func (m *Manager) serve(ctx context.Context, conn *net.UnixConn) {
+func (m *Manager) serve(ctx context.Context, conn *net.UnixConn, p peer) {
 	defer conn.Close()
 	var c *component
 	buf := make([]byte, unsafe.Sizeof(msg{}))
@@ -218,13 +257,13 @@ func (m *Manager) serve(ctx context.Context, conn *net.UnixConn) {
 				continue
 			}
 			var fds []int
-			c, fds, err = m.hello(conn, q)
+			c, fds, err = m.hello(conn, q, p)
 			if err != nil {
 				m.opt.Logf("cbuf: refusing a component: %v", err)
 				writeReply(conn, reply{Status: -int32(unix.ENOSPC)}, nil)
 				return
 			}
-			err = writeReply(conn, reply{Arg: c.slot}, fds)
+			err = writeReply(conn, reply{Arg: c.slot, Arg2: uint64(c.token)}, fds)
 			for _, fd := range fds {
 				unix.Close(fd)
 			}
@@ -244,13 +283,34 @@ func (m *Manager) serve(ctx context.Context, conn *net.UnixConn) {
 			}
 			writeReply(conn, reply{Status: st, Arg: uint32(max(got, 0))}, nil)
 		case opMap:
-			fd, size, err := m.mapFd(q.Arg)
-			if err != nil {
-				writeReply(conn, reply{Status: -int32(unix.ENOENT)}, nil)
+			fd, size, e := m.mapFd(c, q.Arg)
+			if e != 0 {
+				writeReply(conn, reply{Status: -int32(e)}, nil)
 				continue
 			}
 			writeReply(conn, reply{Arg2: size}, []int{fd})
 			unix.Close(fd)
+		case opExport:
+			writeReply(conn, reply{Status: -int32(m.export(c))}, nil)
+		case opBufFd:
+			fd, e := m.bufFd(c, q.Arg, uint16(q.Arg2))
+			if e != 0 {
+				writeReply(conn, reply{Status: -int32(e)}, nil)
+				continue
+			}
+			writeReply(conn, reply{}, []int{fd})
+			unix.Close(fd)
+		case opMapBuf:
+			fd, size, e := m.mapBuf(c, ID(q.Arg2))
+			if e != 0 {
+				writeReply(conn, reply{Status: -int32(e)}, nil)
+				continue
+			}
+			writeReply(conn, reply{Arg2: size}, []int{fd})
+			unix.Close(fd)
+		case opGrant:
+			t := Token(binary.LittleEndian.Uint64(q.Name[:8]))
+			writeReply(conn, reply{Status: -int32(m.grant(c, ID(q.Arg2), t))}, nil)
 		case opKRecv:
 			id, err := m.kernelRecv(ctx, time.Duration(q.Arg)*time.Millisecond)
 			if err != nil {
@@ -295,7 +355,7 @@ func (m *Manager) poke() {
 	}
 }
 
-func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
+func (m *Manager) hello(conn *net.UnixConn, q msg, p peer) (*component, []int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	slot := -1
@@ -308,20 +368,18 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 	if slot < 0 {
 		return nil, nil, errors.New("all 64 component slots are taken")
 	}
-	c := &component{slot: uint32(slot), priority: int(q.Arg), qosPPM: q.Arg2, conn: conn, alive: true, metaFd: -1, poolFd: -1}
+	c := &component{slot: uint32(slot), priority: int(q.Arg), qosPPM: q.Arg2, conn: conn, alive: true, metaFd: -1, poolFd: -1,
+		pid: p.pid, uid: p.uid, gid: p.gid, token: newToken(uint32(slot)), held: map[uint64]uint16{}}
 	c.name = cstring(q.Name[:])
-	if cred, err := peerCred(conn); err == nil {
-		c.pid = cred.Pid
-	}
 	if c.name == "" {
 		c.name = fmt.Sprintf("pid%d", c.pid)
 	}
 	var err error
 	fail := func(e error) (*component, []int, error) { m.release(c); return nil, nil, e }
-	if c.metaFd, err = memfd(fmt.Sprintf("meta%d", slot), metaBytes(m.maxBufs)); err != nil {
+	if c.metaFd, err = sealedMemfd(fmt.Sprintf("meta%d", slot), metaBytes(m.maxBufs)); err != nil {
 		return fail(err)
 	}
-	if c.poolFd, err = memfd(fmt.Sprintf("pool%d", slot), m.opt.Memory); err != nil {
+	if c.poolFd, err = sealedMemfd(fmt.Sprintf("pool%d", slot), m.opt.Memory); err != nil {
 		return fail(err)
 	}
 	if c.meta, err = mapShared(c.metaFd, metaBytes(m.maxBufs), true); err != nil {
@@ -337,7 +395,11 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 	if left := m.opt.Memory/PageSize - min(m.opt.Memory/PageSize, m.quotaTotal()); c.quota > left {
 		c.quota = max(left, minPoolPages)
 	}
-	dirRO, err := readOnlyFd(m.dirFd)
+	u, err := m.uidDirOf(c.uid)
+	if err != nil {
+		return fail(err)
+	}
+	dirRO, err := readOnlyFd(u.fd)
 	if err != nil {
 		return fail(err)
 	}
@@ -349,8 +411,13 @@ func (m *Manager) hello(conn *net.UnixConn, q msg) (*component, []int, error) {
 		return fail(errors.New("dup: out of file descriptors"))
 	}
 	m.comps[slot] = c
+	m.epoch[slot]++
+	c.hdr.SlotEpoch = m.epoch
+	for _, o := range m.alive {
+		atomic.StoreUint32(&o.hdr.SlotEpoch[slot], m.epoch[slot])
+	}
 	m.refreshAlive()
-	m.opt.Logf("cbuf: component %d %q (pid %d) connected, pool %d pages", slot, c.name, c.pid, c.quota)
+	m.opt.Logf("cbuf: component %d %q (pid %d uid %d gid %d) connected, pool %d pages", slot, c.name, c.pid, c.uid, c.gid, c.quota)
 	return c, fds, nil
 }
 
@@ -382,31 +449,36 @@ func cstring(b []byte) string {
 	return string(b)
 }
 
-func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	return cred, cerr
-}
-
-// mapFd opens a component's pool read-only; size is what to map (0: the
-// usual pool size).
-func (m *Manager) mapFd(slot uint32) (int, uint64, error) {
+// mapFd opens a component's pool read-only for c; size is what to map
+// (0: the usual pool size). Only a component of the owner's uid may map a
+// pool; an exporting owner's buffers are mapped one by one (mapPerBuffer).
+func (m *Manager) mapFd(c *component, slot uint32) (int, uint64, unix.Errno) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if slot == KernelSlot && m.kern != nil {
 		fd, err := m.kern.src.ReadOnlyFd()
-		return fd, uint64(m.kern.src.Pages()) * PageSize, err
+		if err != nil {
+			return -1, 0, unix.EIO
+		}
+		return fd, uint64(m.kern.src.Pages()) * PageSize, 0
 	}
 	if slot >= MaxComponents || m.comps[slot] == nil || m.comps[slot].poolFd < 0 {
-		return -1, 0, errors.New("no such component")
+		m.mapErr(c)
+		return -1, 0, unix.ENOENT
 	}
-	fd, err := readOnlyFd(m.comps[slot].poolFd)
-	return fd, 0, err
+	o := m.comps[slot]
+	if o.exporting && o != c {
+		return -1, 0, mapPerBuffer
+	}
+	if o.uid != c.uid {
+		m.mapErr(c)
+		return -1, 0, unix.EACCES
+	}
+	fd, err := readOnlyFd(o.poolFd)
+	if err != nil {
+		return -1, 0, unix.EMFILE
+	}
+	return fd, 0, 0
 }
 
 // ---- liveness ----
@@ -422,6 +494,9 @@ func (m *Manager) live(g uint64) bool {
 			sent = m.adj[g]
 		}
 		for i, c := range m.alive {
+			if m.mixed && !m.counts(c, g) {
+				continue // another uid's word for a buffer it was never given
+			}
 			w := atomic.LoadUint64(&c.metas[g].Cnt)
 			if pass == 1 && w != snap[i] {
 				return true
@@ -442,8 +517,18 @@ func (m *Manager) live(g uint64) bool {
 
 func (m *Manager) refreshAlive() {
 	m.alive = m.alive[:0]
+	m.mixed = false
+	var first *component
 	for _, c := range m.comps {
-		if c != nil && c.alive {
+		if c == nil {
+			continue
+		}
+		// gone owners count too: their buffers' holders may be another uid
+		if first == nil {
+			first = c
+		}
+		m.mixed = m.mixed || c.uid != first.uid
+		if c.alive {
 			m.alive = append(m.alive, c)
 		}
 	}
@@ -550,12 +635,21 @@ func (m *Manager) create(c *component, npages uint32) (uint32, bool) {
 		c.freeIdx = append(c.freeIdx, idx)
 		return 0, false
 	}
+	if c.exporting {
+		fd, err := sealedMemfd(fmt.Sprintf("buf%d.%d", c.slot, idx), uint64(npages)*PageSize)
+		if err != nil {
+			c.freeExtent(off, npages)
+			c.freeIdx = append(c.freeIdx, idx)
+			return 0, false
+		}
+		c.bfd[idx] = fd
+	}
 	g := m.g(c.slot, idx)
 	d := loadDir(&m.dir[g])
 	if d.Gen == 0 {
 		d.Gen = 1 // no valid id is 0, so 0 can mean "none"
 	}
-	storeDir(&m.dir[g], Dir{PageOff: off, NPages: uint16(npages), Gen: d.Gen})
+	m.setDir(g, Dir{PageOff: off, NPages: uint16(npages), Gen: d.Gen})
 	c.bufs[idx] = buffer{pageOff: off, npages: uint16(npages), state: bufClient}
 	c.owned = append(c.owned, idx)
 	c.used += uint64(npages)
@@ -573,8 +667,18 @@ func (m *Manager) destroy(c *component, idx uint32, keepIdx bool) {
 	if gen == 0 {
 		gen = 1
 	}
-	storeDir(&m.dir[g], Dir{Gen: gen})
-	unix.Fallocate(c.poolFd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(b.pageOff)*PageSize, int64(b.npages)*PageSize)
+	m.dropGrants(g)
+	m.setDir(g, Dir{Gen: gen})
+	if fd, ok := c.bfd[idx]; ok {
+		unix.Close(fd) // holders keep their mappings of it; the index's next buffer is a new memfd
+		delete(c.bfd, idx)
+	} else {
+		unix.Fallocate(c.poolFd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(b.pageOff)*PageSize, int64(b.npages)*PageSize)
+	}
+	if b.xuid && c.metas != nil {
+		clearFlag(&c.metas[g].Cnt, FlagGranted)
+	}
+	b.xuid = false
 	c.freeExtent(b.pageOff, uint32(b.npages))
 	c.used -= uint64(b.npages)
 	c.reclaimed++
@@ -624,10 +728,15 @@ func (m *Manager) collect(c *component, k int) int {
 		}
 		g := m.g(c.slot, idx)
 		w := atomic.LoadUint64(&c.metas[g].Cnt)
-		if cnt(w, refShift) != 0 || cnt(w, sentShift) == 0 || atomic.LoadUint32(&c.metas[g].Next) != 0 {
+		if cnt(w, refShift) != 0 || (cnt(w, sentShift) == 0 && w&FlagGranted == 0) || atomic.LoadUint32(&c.metas[g].Next) != 0 {
 			continue // in use, never shared (free list or private), or on the free list
 		}
 		if m.live(g) || !m.resetCounts(g) {
+			continue
+		}
+		if b.xuid {
+			// another uid maps this memfd for good: never hand it back
+			defer m.destroy(c, idx, false)
 			continue
 		}
 		dead = append(dead, idx)
@@ -809,12 +918,16 @@ func (m *Manager) disconnect(c *component) {
 		}
 		for _, idx := range o.owned {
 			g := m.g(o.slot, idx)
+			if m.mixed && !m.counts(c, g) {
+				continue
+			}
 			w := atomic.LoadUint64(&c.metas[g].Cnt)
 			if d := int64(cnt(w, sentShift)) - int64(cnt(w, recvShift)); d != 0 {
 				m.adj[g] += d
 			}
 		}
 	}
+	m.dropHeld(c)
 	c.alive = false
 	m.refreshAlive()
 	unix.Munmap(c.meta)
@@ -857,6 +970,10 @@ func (m *Manager) release(c *component) {
 	if c.poolFd >= 0 {
 		unix.Close(c.poolFd)
 		c.poolFd = -1
+	}
+	for idx, fd := range c.bfd {
+		unix.Close(fd)
+		delete(c.bfd, idx)
 	}
 }
 

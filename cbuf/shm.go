@@ -63,3 +63,41 @@ func loadDir(d *Dir) Dir {
 func storeDir(d *Dir, v Dir) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(d)), uint64(v.PageOff)|uint64(v.NPages)<<32|uint64(v.Gen)<<48)
 }
+
+// seal fixes a memfd's size (and, with writes, forbids any new writable
+// mapping or write through any descriptor, while the manager's own mapping
+// stays writable) and makes its inode readable and writable by the
+// manager's uid only: a descriptor handed out read-only cannot be reopened
+// read-write through /proc/PID/fd by another uid, and no holder can shrink
+// it under the others' mappings (SIGBUS) or grow it.
+func seal(fd int, futureWrite bool, mode uint32) error {
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+	if futureWrite {
+		seals |= unix.F_SEAL_FUTURE_WRITE
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fmt.Errorf("seal memfd: %w", err)
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fmt.Errorf("chmod memfd: %w", err)
+	}
+	return nil
+}
+
+// sealedMemfd is memfd with sealing allowed, sized and sealed (not against
+// writes) at once.
+func sealedMemfd(name string, size uint64) (int, error) {
+	fd, err := unix.MemfdCreate("cbuf-"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	}
+	if err := seal(fd, false, 0o600); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}

@@ -11,6 +11,13 @@ type ComponentStats struct {
 	Slot         uint32  `json:"slot"`
 	Name         string  `json:"name"`
 	Pid          int32   `json:"pid"`
+	UID          uint32  `json:"uid"`
+	GID          uint32  `json:"gid"`
+	Exporting    bool    `json:"exporting"`
+	GrantsOut    int     `json:"grants_out"`  // live grants of its buffers to other uids
+	GrantsIn     int     `json:"grants_in"`   // buffers of other uids granted to it
+	RefusedMap   uint64  `json:"refused_map"` // MAP of a pool it has no right to (or none)
+	RefusedIDs   uint64  `json:"refused_ids"` // forged, stale or never-given ids
 	Alive        bool    `json:"alive"`
 	Priority     int     `json:"priority"`
 	QosTargetPct float64 `json:"qos_target_pct"`
@@ -41,6 +48,10 @@ type Stats struct {
 	UsedPages   uint64           `json:"used_pages"`
 	Orphans     int              `json:"orphan_buffers"`
 	Drops       uint64           `json:"malformed_requests"`
+	RefusedConn uint64           `json:"refused_connections"` // not in the allow-lists
+	RefusedMap  uint64           `json:"refused_map"`         // all components, gone ones included
+	RefusedIDs  uint64           `json:"refused_ids"`
+	Grants      int              `json:"grants"`
 	UptimeSec   float64          `json:"uptime_sec"`
 	Components  []ComponentStats `json:"components"`
 	Kernel      *KernelStats     `json:"kernel,omitempty"`
@@ -59,7 +70,13 @@ type KernelStats struct {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{Policy: m.opt.Policy, MemoryPages: m.opt.Memory / PageSize, Drops: m.drops.Load(), UptimeSec: time.Since(m.start).Seconds()}
+	s := Stats{Policy: m.opt.Policy, MemoryPages: m.opt.Memory / PageSize, Drops: m.drops.Load(), UptimeSec: time.Since(m.start).Seconds(),
+		RefusedConn: m.refusedConns.Load(), RefusedMap: m.refusedMap.Load(), RefusedIDs: m.refusedIDs.Load()}
+	out := map[uint32]int{}
+	for g, ps := range m.grants {
+		out[uint32(g/uint64(m.maxBufs))] += len(ps)
+		s.Grants += len(ps)
+	}
 	for _, c := range m.comps {
 		if c == nil {
 			continue
@@ -68,7 +85,9 @@ func (m *Manager) Stats() Stats {
 			QosTargetPct: float64(c.qosPPM) / 1e4, PoolPages: c.quota, UsedPages: c.used, Buffers: len(c.owned),
 			BlockedMs: float64(c.blockedNs) / 1e6, CollectMs: float64(c.collectNs) / 1e6,
 			BlockedPct: c.pol.lastFrac * 100, AllocsPerSec: c.pol.lastRate, Blocks: c.blocks,
-			Collections: c.collections, Collected: c.collected, Created: c.created, Reclaimed: c.reclaimed}
+			Collections: c.collections, Collected: c.collected, Created: c.created, Reclaimed: c.reclaimed,
+			UID: c.uid, GID: c.gid, Exporting: c.exporting, GrantsOut: out[c.slot], GrantsIn: len(c.held),
+			RefusedMap: c.refusedMap, RefusedIDs: c.refusedIDs}
 		s.UsedPages += c.used
 		if c.alive {
 			s.QuotaPages += c.quota

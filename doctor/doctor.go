@@ -8,8 +8,6 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cistern-ebpf/cistern/kernel"
 )
 
@@ -112,9 +110,7 @@ type Options struct {
 
 // Run performs every check. It leaves no namespace, link or pin behind.
 func Run(ctx context.Context, opt Options) *Report {
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	r := &Report{Kernel: unix.ByteSliceToString(uts.Release[:])}
+	r := &Report{Kernel: kernel.Release()}
 	step := func(s string) {
 		if opt.Progress != nil {
 			opt.Progress(s)

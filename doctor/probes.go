@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -129,10 +128,8 @@ func unsupported(name, feature string, err error) Check {
 	if effect := kernel.Effect(feature); effect != "" {
 		c.Detail += " — " + effect
 	}
-	for _, f := range kernel.Features() {
-		if f.Name == feature && f.Since != "" && errors.Is(kernel.Has(feature), kernel.ErrMissing) {
-			c.Fix = "Linux " + f.Since + " or newer"
-		}
+	if f, ok := kernel.Lookup(feature); ok && f.Since != "" && errors.Is(kernel.Has(feature), kernel.ErrMissing) {
+		c.Fix = "Linux " + f.Since + " or newer"
 	}
 	return c
 }
@@ -441,7 +438,8 @@ func structOpsCheck() Check {
 		how := "through a struct_ops link"
 		if len(legacy) > 0 {
 			defer kernel.UnregisterStructOps(objs.CisternProbeCc)
-			how = "by a struct_ops map update, as struct_ops links need Linux 6.4"
+			f, _ := kernel.Lookup("struct_ops_link")
+			how = "by a struct_ops map update, as struct_ops links need Linux " + f.Since
 		} else {
 			l, err := link.AttachStructOps(link.StructOpsOptions{Map: objs.CisternProbeCc})
 			if err != nil {
@@ -481,39 +479,21 @@ func featureChecks() []Check {
 }
 
 // kprobe and fentry are expected to fail on this class of kernel; Cistern
-// never depends on them. They are probed with minimal hand-built programs.
+// never depends on them (package kernel probes them).
 func kprobeCheck() Check {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.Kprobe, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-	})
-	if err == nil {
-		defer prog.Close()
-		var l link.Link
-		if l, err = link.Kprobe("do_sys_openat2", prog, nil); err == nil {
-			l.Close()
-			return Check{Name: "kprobe", Status: OK, Detail: "kprobes attach (Cistern does not need them)"}
-		}
+	if err := kernel.Kprobe(); err != nil {
+		return Check{Name: "kprobe", Status: Unsupported, Detail: firstLine(err) +
+			": kprobes are unavailable (CONFIG_KPROBES off); Cistern uses tracepoints, tp_btf and uprobes instead"}
 	}
-	return Check{Name: "kprobe", Status: Unsupported, Detail: firstLine(err) +
-		": kprobes are unavailable (CONFIG_KPROBES off); Cistern uses tracepoints, tp_btf and uprobes instead"}
+	return Check{Name: "kprobe", Status: OK, Detail: "kprobes attach (Cistern does not need them)"}
 }
 
 func fentryCheck() Check {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "do_sys_openat2", License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-	})
-	if err == nil {
-		defer prog.Close()
-		var l link.Link
-		if l, err = link.AttachTracing(link.TracingOptions{Program: prog}); err == nil {
-			l.Close()
-			return Check{Name: "fentry", Status: OK, Detail: "fentry attaches (Cistern does not need it)"}
-		}
+	if err := kernel.Fentry(); err != nil {
+		return Check{Name: "fentry", Status: Unsupported, Detail: firstLine(err) +
+			": fentry/fexit/fmod_ret/LSM are refused here; Cistern uses tracepoints, tp_btf and uprobes instead"}
 	}
-	return Check{Name: "fentry", Status: Unsupported, Detail: firstLine(err) +
-		": fentry/fexit/fmod_ret/LSM are refused here; Cistern uses tracepoints, tp_btf and uprobes instead"}
+	return Check{Name: "fentry", Status: OK, Detail: "fentry attaches (Cistern does not need it)"}
 }
 
 // selfFileOffset converts an address in this process's executable mapping

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -20,14 +19,14 @@ func systemChecks() []Check {
 	// says which system runs, degraded or not, on this kernel.
 	cs = append(cs, ok("kernel", "release "+kernel.Release()+" (features are probed one by one; see the systems below)"))
 
-	if spec, err := btf.LoadKernelSpec(); err != nil {
+	if spec, err := kernel.BTFSpec(); err != nil {
 		cs = append(cs, fail("btf", Missing, err, "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"))
 	} else {
 		n := 0
 		for range spec.All() {
 			n++
 		}
-		cs = append(cs, ok("btf", fmt.Sprintf("/sys/kernel/btf/vmlinux, %d types", n)))
+		cs = append(cs, ok("btf", fmt.Sprintf("%s, %d types", kernel.VmlinuxPath, n)))
 	}
 
 	cs = append(cs, mountCheck("tracefs", mounts.Tracefs))

@@ -156,7 +156,8 @@ type Cache struct {
 	buf      []byte
 }
 
-// runArgs mirrors struct evict_run_args.
+// runArgs mirrors struct evict_run_args (TestRunArgsLayout checks it
+// against every policy object's BTF).
 type runArgs struct {
 	Ret  int32
 	N    uint32

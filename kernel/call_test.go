@@ -1,4 +1,4 @@
-package kernel
+package kernel_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // addOne is what CISTERN_CALL(add_one, struct { __u64 x; __u32 y, ret; }, a)
@@ -23,7 +24,7 @@ func addOne(t *testing.T) *ebpf.Program {
 			asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
 			asm.Mov.Reg(asm.R4, asm.R2),
 			asm.Add.Imm(asm.R4, 16),
-			asm.Mov.Imm(asm.R0, xdpAborted),
+			asm.Mov.Imm(asm.R0, 0), // XDP_ABORTED
 			asm.JGT.Reg(asm.R4, asm.R3, "out"),
 			asm.LoadMem(asm.R5, asm.R2, 0, asm.DWord),
 			asm.Add.Imm(asm.R5, 1),
@@ -31,7 +32,7 @@ func addOne(t *testing.T) *ebpf.Program {
 			asm.LoadMem(asm.R5, asm.R2, 8, asm.Word),
 			asm.LSh.Imm32(asm.R5, 1),
 			asm.StoreMem(asm.R2, 12, asm.R5, asm.Word),
-			asm.Mov.Imm(asm.R0, xdpPass),
+			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
 			asm.Return().WithSymbol("out"),
 		},
 	})
@@ -48,7 +49,7 @@ func TestCall(t *testing.T) {
 		X      uint64
 		Y, Ret uint32
 	}{X: 41, Y: 21}
-	if err := Call(p, &a); err != nil {
+	if err := kernel.Call(p, &a); err != nil {
 		t.Fatal(err)
 	}
 	if a.X != 42 || a.Y != 21 || a.Ret != 42 {
@@ -57,18 +58,18 @@ func TestCall(t *testing.T) {
 
 	// 8 bytes, padded to 14 for the kernel: still short of the program's 16.
 	short := struct{ X uint64 }{1}
-	if err := Call(p, &short); !errors.Is(err, ErrCallArgs) {
-		t.Fatalf("short struct: %v, want ErrCallArgs", err)
+	if err := kernel.Call(p, &short); !errors.Is(err, kernel.ErrCallArgs) {
+		t.Fatalf("short struct: %v, want kernel.ErrCallArgs", err)
 	}
 	if short.X != 1 {
 		t.Fatalf("short struct changed to %d", short.X)
 	}
 
-	if err := Call(p, a); err == nil {
+	if err := kernel.Call(p, a); err == nil {
 		t.Fatal("a struct passed by value: no error")
 	}
-	var big [CallMaxArgs + 1]byte
-	if err := Call(p, &big); err == nil {
+	var big [kernel.CallMaxArgs + 1]byte
+	if err := kernel.Call(p, &big); err == nil {
 		t.Fatalf("%d bytes: no error", len(big))
 	}
 }

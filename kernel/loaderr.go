@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -67,9 +66,15 @@ func LoadError(what string, err error) error {
 			}
 			return '-'
 		}, strings.ToLower(what+"-"+r.Program))
-		f := filepath.Join(os.TempDir(), "cistern-verifier-"+name+".log")
-		if os.WriteFile(f, []byte(err.Error()+"\n\n"+log+"\n"), 0o644) == nil {
-			r.LogFile = f
+		// A fresh name, 0600 (CreateTemp): the log quotes the program's
+		// constants, and a fixed name in /tmp could be planted by another user.
+		if f, ferr := os.CreateTemp("", "cistern-verifier-"+name+"-*.log"); ferr == nil {
+			_, werr := f.WriteString(err.Error() + "\n\n" + log + "\n")
+			if f.Close() == nil && werr == nil {
+				r.LogFile = f.Name()
+			} else {
+				os.Remove(f.Name())
+			}
 		}
 	}
 	return r

@@ -32,6 +32,9 @@ func TestLoadErrorIsOneSentence(t *testing.T) {
 	if rerr != nil || !strings.Contains(string(b), "R2 !read_ok") {
 		t.Fatalf("log file %q: %v %q", r.LogFile, rerr, b)
 	}
+	if fi, err := os.Stat(r.LogFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("log file %q: mode %v, want 0600", r.LogFile, fi.Mode())
+	}
 	os.Remove(r.LogFile)
 	if !errors.Is(le, err) {
 		t.Fatal("the cause is not kept")

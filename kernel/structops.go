@@ -3,7 +3,6 @@ package kernel
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -13,26 +12,21 @@ import (
 // bpfFLink is BPF_F_LINK: a struct_ops map registered through a link.
 const bpfFLink = 1 << 13
 
-// StructOps: struct_ops maps (5.6), probed by creating an empty
-// tcp_congestion_ops map (nothing is registered until its value is set).
-var StructOps = sync.OnceValue(func() error {
-	return missing("struct_ops maps", "5.6", structOpsMap(0))
-})
+// probeStructOps creates an empty tcp_congestion_ops map (nothing is
+// registered until its value is set).
+func probeStructOps() error { return structOpsMap(0) }
 
-// StructOpsLink: struct_ops maps registered through a BPF link (6.4),
-// which unregister when the link closes. Without links a struct_ops map
-// registers when its value is written and unregisters when it is deleted
-// (see AdaptStructOps).
-var StructOpsLink = sync.OnceValue(func() error {
+// probeStructOpsLink creates one that asks for a link.
+func probeStructOpsLink() error {
 	if err := StructOps(); err != nil {
 		return err
 	}
 	err := structOpsMap(bpfFLink)
 	if errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("struct_ops links: %w (needs Linux 6.4 or newer)", ErrMissing)
+		return errTooOld
 	}
-	return missing("struct_ops links", "6.4", err)
-})
+	return err
+}
 
 func structOpsMap(flags uint32) error {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{

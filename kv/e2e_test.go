@@ -15,8 +15,8 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/tc"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
-	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // udpClient is the tests' memcached UDP client.
@@ -129,10 +129,10 @@ func TestEndToEndMemcached(t *testing.T) {
 		testEndToEnd(t, newKVEnvWith(t, "kve2en", Config{FillQuarantine: 5 * time.Millisecond}, XDPNative, true))
 	})
 	t.Run("cls_bpf", func(t *testing.T) {
-		t.Setenv(kernel.ForceClsBPFEnv, "1")
+		t.Setenv(tc.ForceClsBPFEnv, "1")
 		e := newKVEnv(t, "kve2ec", Config{FillQuarantine: 5 * time.Millisecond})
 		if !strings.HasPrefix(e.srv.TCMode, "cls_bpf") {
-			t.Fatalf("TCMode %q with %s=1", e.srv.TCMode, kernel.ForceClsBPFEnv)
+			t.Fatalf("TCMode %q with %s=1", e.srv.TCMode, tc.ForceClsBPFEnv)
 		}
 		in, eg := tcFilters(t, e.pair)
 		if len(in) != 1 || len(eg) != 1 || in[0] != "cistern:kv_ingress" || eg[0] != "cistern:kv_egress" {

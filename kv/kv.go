@@ -22,6 +22,8 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/internal/mounts"
+	"github.com/cistern-ebpf/cistern/internal/tc"
 	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pool"
 )
@@ -243,7 +245,7 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 
 // Attach puts the XDP program on ifindex, the big-reply path on its tc
 // ingress and the fill program on its tc egress (TCX links, or cls_bpf
-// filters where the kernel has no TCX: kernel.AttachTC, TCMode says which);
+// filters where the kernel has no TCX: tc.Attach, TCMode says which);
 // it runs in the interface's network namespace. mode is XDPAuto (generic on a veth, else
 // native when the driver supports it, else generic), XDPNative (no
 // fallback; on a veth the caller checks the peer first, see
@@ -295,12 +297,12 @@ func (s *Server) Attach(ifindex int, mode XDPMode) error {
 		return fmt.Errorf("attach XDP to %s: %w", li.Name, err)
 	}
 	s.links = append(s.links, l)
-	s.TCMode = kernel.TCMode()
+	s.TCMode = tc.Mode()
 	for _, t := range []struct {
 		prog *ebpf.Program
-		dir  kernel.TCDirection
-	}{{s.objs.KvIngress, kernel.Ingress}, {s.objs.KvEgress, kernel.Egress}} {
-		tl, err := kernel.AttachTC(t.prog, ifindex, t.dir)
+		dir  tc.Direction
+	}{{s.objs.KvIngress, tc.Ingress}, {s.objs.KvEgress, tc.Egress}} {
+		tl, err := tc.Attach(t.prog, ifindex, t.dir)
 		if err != nil {
 			s.detach()
 			return fmt.Errorf("attach tc %s program to %s (%s): %w", t.dir, li.Name, s.TCMode, err)
@@ -353,7 +355,7 @@ func (s *Server) Programs() (xdp, egress *ebpf.Program) { return s.objs.KvXdp, s
 
 // Pin pins the maps under dir so `cistern kv stats` can read them.
 func (s *Server) Pin(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mounts.PinDir(dir); err != nil {
 		return err
 	}
 	if s.driverMap == nil {

@@ -24,7 +24,8 @@ var StatNames = []string{
 }
 
 // entryRefOffset is where struct kv_body (and its pool_ref) starts in a
-// struct kv_entry: lock, dead, hash, birth.
+// struct kv_entry: lock, dead, hash, birth (TestEntryLayout checks this and
+// entryMaxBlocks against both objects' BTF).
 const entryRefOffset = 4 + 4 + 8 + 8
 
 // entryMaxBlocks derives the compile-time block cap from the size of a

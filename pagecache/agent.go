@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,11 @@ type Config struct {
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
 	AccessSample uint32
+	// Batch runs the agent's thread as SCHED_BATCH (still at nice -10): it
+	// keeps its large share of the CPU but does not preempt the thread
+	// running when it wakes; it runs when that thread's slice ends or it
+	// blocks.
+	Batch bool
 }
 
 // Agent runs a policy over the page cache of one directory in one cgroup.
@@ -50,6 +56,10 @@ type Agent struct {
 	failOpen, failFadvise, stillDirty    atomic.Uint64
 	stillWriteback, stillBusy, pressured atomic.Uint64
 	retried, cpuMicros                   atomic.Uint64
+	// fadvise(DONTNEED) calls and the wall time the agent spent in them: a
+	// range the kernel cannot drop at once (a folio still in a CPU's LRU
+	// batch, or held by a reader) makes it drain every CPU's batches.
+	fadvCalls, fadvNanos, fadvMaxNanos atomic.Uint64
 	tid                                  atomic.Int32 // Run's thread, while it runs
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
@@ -106,7 +116,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		capacity = a.limit / pageSize
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
-	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity)); err != nil {
+	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity), cfg.AccessSample); err != nil {
 		return nil, err
 	}
 	for _, pid := range cfg.ScanPIDs {
@@ -160,6 +170,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
 	defer thread.Urgent()()
+	if a.cfg.Batch {
+		// sched_setscheduler keeps the thread's nice value for fair policies.
+		if _, _, e := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 3 /* SCHED_BATCH */, uintptr(unsafe.Pointer(&[1]int32{}))); e != 0 {
+			return fmt.Errorf("SCHED_BATCH: %w", e)
+		}
+		defer unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&[1]int32{})))
+	}
 	// The tracker does not report the deletes this thread's own
 	// evictions cause: their folios already left the policy.
 	self := a.tr.coll.Variables["pc_self_tid"]
@@ -373,7 +390,15 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			j++
 		}
 		start := uint64(vs[i].Index)
-		if err := unix.Fadvise(fd, int64(start*pageSize), int64((end-start)*pageSize), unix.FADV_DONTNEED); err != nil {
+		t0 := time.Now()
+		err := unix.Fadvise(fd, int64(start*pageSize), int64((end-start)*pageSize), unix.FADV_DONTNEED)
+		d := uint64(time.Since(t0))
+		a.fadvCalls.Add(1)
+		a.fadvNanos.Add(d)
+		if d > a.fadvMaxNanos.Load() {
+			a.fadvMaxNanos.Store(d)
+		}
+		if err != nil {
 			a.failFadvise.Add(uint64(j - i))
 			i = j
 			continue
@@ -434,10 +459,12 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"not_evicted_open_failed": &a.failOpen, "not_evicted_fadvise_failed": &a.failFadvise,
 		"not_evicted_dirty": &a.stillDirty, "not_evicted_writeback": &a.stillWriteback,
 		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
-		"agent_cpu_us": &a.cpuMicros,
+		"agent_cpu_us": &a.cpuMicros, "fadvise_calls": &a.fadvCalls,
 	} {
 		st[k] = v.Load()
 	}
+	st["fadvise_us"] = a.fadvNanos.Load() / 1000
+	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
 	st["cgroup_limit_hits"] = a.cg.LimitHits()
 	return st, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // writeFiles writes n files of size bytes under dir, on disk and out of
@@ -71,6 +73,42 @@ func readInCgroup(t *testing.T, cg *Cgroup, files ...string) {
 	}
 }
 
+// globalSteals is the number of pages global reclaim has freed since boot
+// (/proc/vmstat pgsteal_kswapd, pgsteal_direct, pgsteal_khugepaged...):
+// reclaim of the whole machine, not of one cgroup for its limit.
+func globalSteals(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && strings.HasPrefix(f[0], "pgsteal_") && f[0] != "pgsteal_anon" && f[0] != "pgsteal_file" {
+			v, _ := strconv.ParseUint(f[1], 10, 64)
+			n += v
+		}
+	}
+	return n
+}
+
+// evictedByKernel is how many of path's pages the kernel reclaimed since
+// they were last cached: cachestat(2)'s nr_evicted counts the shadow
+// entries reclaim leaves, which truncation and fadvise(DONTNEED) do not.
+func evictedByKernel(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cs, err := cachestat(int(f.Fd()), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs.Evicted
+}
+
 // TestAgentEvictsMRUCandidates reads 64 MiB of files once, in order, inside
 // a 32 MiB cgroup with the MRU agent. MRU's victims are the folios added
 // last, so the first files stay cached and the later ones go: the
@@ -104,6 +142,7 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	stealBefore := globalSteals(t)
 	readInCgroup(t, a.Cgroup(), append([]string{outside}, files...)...)
 	time.Sleep(100 * time.Millisecond) // let the agent drain the ring buffer
 	cancel()
@@ -133,20 +172,53 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 			last += c
 		}
 	}
-	// The page cache itself, when the agent kept ahead of the kernel (on
-	// a busy machine the kernel may have had to reclaim, by its own LRU).
-	if hits := st["cgroup_limit_hits"]; hits == 0 {
-		if first != 12*256 {
-			t.Errorf("files 0-11: %d of %d pages cached: MRU keeps the first files", first, 12*256)
-		}
+	// The page cache itself. The kernel guarantees a cgroup's pages only
+	// against its own limit: when the agent keeps ahead of it
+	// (cgroup_limit_hits 0) nothing is reclaimed for the limit, but any
+	// reclaim of the whole machine still takes cold pages of every cgroup
+	// (without memory.min/low protection): kswapd, another task's direct
+	// reclaim, and proactive reclaim. The "outside file: 1022 of 1024"
+	// flake was the last: the development VMs run DAMON with a physical-
+	// address pageout scheme (kdamond.0, seen with bpftrace on
+	// mm_filemap_delete_from_page_cache: damon_pa_apply_scheme ->
+	// reclaim_pages), which no pgsteal_* counter in /proc/vmstat counts and
+	// which takes a few cold pages of the files read first. So a lost page
+	// is allowed only when the kernel reclaimed it: reclaim leaves a shadow
+	// entry that cachestat(2) reports as evicted, while the agent's
+	// fadvise(DONTNEED) (and the setup's DropFile) leaves none. Before 6.5
+	// (no cachestat, mincore counts) the contents must be exact unless the
+	// global reclaim counters moved.
+	steals := globalSteals(t) - stealBefore
+	if hits := st["cgroup_limit_hits"]; hits != 0 {
+		t.Logf("the kernel reclaimed for the limit %d times: files 0-11 %d pages cached, files 32-62 %d", hits, first, last)
+	} else {
 		if last > 31*256/4 {
 			t.Errorf("files 32-62: %d of %d pages cached: MRU evicts the latest folios", last, 31*256)
 		}
-		if c := cached(t, outside); c != 1024 {
-			t.Errorf("outside file: %d of 1024 pages cached: it must not be touched", c)
+		var firstEvicted uint64
+		for _, f := range files[:12] {
+			firstEvicted += evictedByKernel(t, f)
 		}
-	} else {
-		t.Logf("the kernel reclaimed %d times: files 0-11 %d pages cached, files 32-62 %d", hits, first, last)
+		outsideCached, outsideEvicted := cached(t, outside), evictedByKernel(t, outside)
+		lostFirst, lostOutside := 12*256-first, 1024-outsideCached
+		if lostFirst+lostOutside != 0 {
+			t.Logf("lost to the kernel's reclaim (not the limit's): files 0-11 %d pages (%d with a shadow entry), outside file %d (%d); global pgsteal %d",
+				lostFirst, firstEvicted, lostOutside, outsideEvicted, steals)
+		}
+		switch {
+		case kernel.Cachestat() == nil:
+			if lostFirst > firstEvicted {
+				t.Errorf("files 0-11: %d of %d pages cached, only %d reclaimed by the kernel: the agent dropped some, and MRU keeps the first files", first, 12*256, firstEvicted)
+			}
+			if lostOutside > outsideEvicted {
+				t.Errorf("outside file: %d of 1024 pages cached, only %d reclaimed by the kernel: the agent must not touch it", outsideCached, outsideEvicted)
+			}
+		case steals == 0 && lostFirst+lostOutside != 0:
+			t.Errorf("no reclaim on the machine, yet files 0-11 lost %d of %d pages and the outside file %d of 1024: MRU keeps the first files and never touches the outside one",
+				lostFirst, 12*256, lostOutside)
+		case lostFirst+lostOutside > steals:
+			t.Errorf("files 0-11 lost %d pages and the outside file %d: more than the %d global reclaim took", lostFirst, lostOutside, steals)
+		}
 	}
 	if st["victims"] == 0 || st["pages_evicted"] < 16*256 {
 		t.Errorf("agent evicted %d pages in %d victims", st["pages_evicted"], st["victims"])
@@ -357,5 +429,50 @@ func TestDirWatchReportsCreations(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Errorf("%s: close: %v", fs, err)
 		}
+	}
+}
+
+// TestAgentLHDKeepsReusedPages reads a hot file three times, then a scan
+// file once, in a 64 MiB cgroup with the LHD agent. Pages hit before have a
+// higher hit density than pages read once, so LHD's samples (32 random
+// resident slots per victim) take scan pages: the hot file stays.
+func TestAgentLHDKeepsReusedPages(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
+	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
+	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-lhd-%d", os.Getpid()),
+		Limit: 64 << 20, Headroom: 32 << 20, Policy: "lhd"})
+	defer stop()
+	readInCgroup(t, a.Cgroup(), hot, hot, hot)
+	readInCgroup(t, a.Cgroup(), scan)
+	time.Sleep(100 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := a.Stats()
+	t.Logf("stats: %v", st)
+	// acc_hits counts folios (a read is matched to the folios that start
+	// in it); the first read of each new folio is not a hit.
+	if st["acc_hits"] == 0 || st["first_reads"] == 0 {
+		t.Errorf("acc_hits %d, first_reads %d: want both", st["acc_hits"], st["first_reads"])
+	}
+	if st["pages_evicted"] < 50*256 {
+		t.Errorf("agent evicted only %d pages", st["pages_evicted"])
+	}
+	// Random samples may take a hot page now and then, and once LHD has
+	// rebuilt its table from what it saw (the hot pages were not hit again)
+	// it may rank some below the scan's; the kernel's own reclaim (a busy
+	// machine) may take more, and is counted. Without the first-read rule
+	// the agent took all 2048.
+	ev := a.evictedPages[1]
+	if ev > 2048/4 {
+		t.Errorf("the agent evicted %d of the hot file's 2048 pages (scan file: %d)", ev, a.evictedPages[2])
+	}
+	kernel := st["cgroup_limit_hits"] + st["removed"]
+	if c := cached(t, hot); c < 2048*3/4 && kernel == 0 {
+		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
+	} else {
+		t.Logf("hot file: %d of 2048 pages cached (agent evicted %d; kernel reclaims %d, removals %d)", c, ev, st["cgroup_limit_hits"], st["removed"])
 	}
 }

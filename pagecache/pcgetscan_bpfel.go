@@ -106,6 +106,7 @@ const (
 	pcGetscanMapEvictFree          = "evict_free"
 	pcGetscanMapEvictIndex         = "evict_index"
 	pcGetscanMapEvictNodes         = "evict_nodes"
+	pcGetscanMapEvictPslotPcnew    = "evict_pslot_pcnew"
 	pcGetscanMapEvictStats         = "evict_stats"
 	pcGetscanMapEvictVictims       = "evict_victims"
 	pcGetscanMapGetscanScanIds     = "getscan_scan_ids"
@@ -131,6 +132,7 @@ const (
 	pcGetscanVarGsHand             = "gs_hand"
 	pcGetscanVarGsScanQ            = "gs_scan_q"
 	pcGetscanVarGsWalked           = "gs_walked"
+	pcGetscanVarPcSkipFirstRead    = "pc_skip_first_read"
 )
 
 // loadPcGetscan returns the embedded CollectionSpec for pcGetscan.
@@ -185,19 +187,20 @@ type pcGetscanProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcGetscanMapSpecs struct {
-	EvictBatches   *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs      *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries   *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents    *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree      *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex     *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes     *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictStats     *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims   *ebpf.MapSpec `ebpf:"evict_victims"`
-	GetscanScanIds *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
-	PcApplyStats   *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches      *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut          *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
+	GetscanScanIds  *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
+	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcGetscanVariableSpecs contains global variables before they are loaded into the kernel.
@@ -219,6 +222,7 @@ type pcGetscanVariableSpecs struct {
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
+	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
 }
 
 // pcGetscanObjects contains all objects after they have been loaded into the kernel.
@@ -241,19 +245,20 @@ func (o *pcGetscanObjects) Close() error {
 //
 // It can be passed to loadPcGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcGetscanMaps struct {
-	EvictBatches   *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs      *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries   *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents    *ebpf.Map `ebpf:"evict_events"`
-	EvictFree      *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex     *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes     *ebpf.Map `ebpf:"evict_nodes"`
-	EvictStats     *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims   *ebpf.Map `ebpf:"evict_victims"`
-	GetscanScanIds *ebpf.Map `ebpf:"getscan_scan_ids"`
-	PcApplyStats   *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches      *ebpf.Map `ebpf:"pc_batches"`
-	PcOut          *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
+	EvictFree       *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
+	GetscanScanIds  *ebpf.Map `ebpf:"getscan_scan_ids"`
+	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
+	PcOut           *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcGetscanMaps) Close() error {
@@ -265,6 +270,7 @@ func (m *pcGetscanMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
+		m.EvictPslotPcnew,
 		m.EvictStats,
 		m.EvictVictims,
 		m.GetscanScanIds,
@@ -293,6 +299,7 @@ type pcGetscanVariables struct {
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
+	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
 }
 
 // pcGetscanPrograms contains all programs after they have been loaded into the kernel.

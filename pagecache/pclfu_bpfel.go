@@ -106,6 +106,7 @@ const (
 	pcLfuMapEvictFree          = "evict_free"
 	pcLfuMapEvictIndex         = "evict_index"
 	pcLfuMapEvictNodes         = "evict_nodes"
+	pcLfuMapEvictPslotPcnew    = "evict_pslot_pcnew"
 	pcLfuMapEvictStats         = "evict_stats"
 	pcLfuMapEvictVictims       = "evict_victims"
 	pcLfuMapPcApplyStats       = "pc_apply_stats"
@@ -126,6 +127,7 @@ const (
 	pcLfuVarEvictReportVictims = "evict_report_victims"
 	pcLfuVarEvictUsedBytes     = "evict_used_bytes"
 	pcLfuVarLfuQ               = "lfu_q"
+	pcLfuVarPcSkipFirstRead    = "pc_skip_first_read"
 )
 
 // loadPcLfu returns the embedded CollectionSpec for pcLfu.
@@ -180,18 +182,19 @@ type pcLfuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLfuMapSpecs struct {
-	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcLfuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -209,6 +212,7 @@ type pcLfuVariableSpecs struct {
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	LfuQ               *ebpf.VariableSpec `ebpf:"lfu_q"`
+	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
 }
 
 // pcLfuObjects contains all objects after they have been loaded into the kernel.
@@ -231,18 +235,19 @@ func (o *pcLfuObjects) Close() error {
 //
 // It can be passed to loadPcLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLfuMaps struct {
-	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
-	EvictFree    *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
-	PcOut        *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
+	EvictFree       *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
+	PcOut           *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcLfuMaps) Close() error {
@@ -254,6 +259,7 @@ func (m *pcLfuMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
+		m.EvictPslotPcnew,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,
@@ -277,6 +283,7 @@ type pcLfuVariables struct {
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 	LfuQ               *ebpf.Variable `ebpf:"lfu_q"`
+	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
 }
 
 // pcLfuPrograms contains all programs after they have been loaded into the kernel.

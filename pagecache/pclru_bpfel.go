@@ -106,6 +106,7 @@ const (
 	pcLruMapEvictFree          = "evict_free"
 	pcLruMapEvictIndex         = "evict_index"
 	pcLruMapEvictNodes         = "evict_nodes"
+	pcLruMapEvictPslotPcnew    = "evict_pslot_pcnew"
 	pcLruMapEvictStats         = "evict_stats"
 	pcLruMapEvictVictims       = "evict_victims"
 	pcLruMapPcApplyStats       = "pc_apply_stats"
@@ -125,6 +126,7 @@ const (
 	pcLruVarEvictNextUnused    = "evict_next_unused"
 	pcLruVarEvictReportVictims = "evict_report_victims"
 	pcLruVarEvictUsedBytes     = "evict_used_bytes"
+	pcLruVarPcSkipFirstRead    = "pc_skip_first_read"
 )
 
 // loadPcLru returns the embedded CollectionSpec for pcLru.
@@ -179,18 +181,19 @@ type pcLruProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLruMapSpecs struct {
-	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcLruVariableSpecs contains global variables before they are loaded into the kernel.
@@ -207,6 +210,7 @@ type pcLruVariableSpecs struct {
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
 }
 
 // pcLruObjects contains all objects after they have been loaded into the kernel.
@@ -229,18 +233,19 @@ func (o *pcLruObjects) Close() error {
 //
 // It can be passed to loadPcLruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLruMaps struct {
-	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
-	EvictFree    *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
-	PcOut        *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
+	EvictFree       *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
+	PcOut           *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcLruMaps) Close() error {
@@ -252,6 +257,7 @@ func (m *pcLruMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
+		m.EvictPslotPcnew,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,
@@ -274,6 +280,7 @@ type pcLruVariables struct {
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
 }
 
 // pcLruPrograms contains all programs after they have been loaded into the kernel.

@@ -106,6 +106,7 @@ const (
 	pcMruMapEvictFree          = "evict_free"
 	pcMruMapEvictIndex         = "evict_index"
 	pcMruMapEvictNodes         = "evict_nodes"
+	pcMruMapEvictPslotPcnew    = "evict_pslot_pcnew"
 	pcMruMapEvictStats         = "evict_stats"
 	pcMruMapEvictVictims       = "evict_victims"
 	pcMruMapPcApplyStats       = "pc_apply_stats"
@@ -125,6 +126,7 @@ const (
 	pcMruVarEvictNextUnused    = "evict_next_unused"
 	pcMruVarEvictReportVictims = "evict_report_victims"
 	pcMruVarEvictUsedBytes     = "evict_used_bytes"
+	pcMruVarPcSkipFirstRead    = "pc_skip_first_read"
 )
 
 // loadPcMru returns the embedded CollectionSpec for pcMru.
@@ -179,18 +181,19 @@ type pcMruProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcMruMapSpecs struct {
-	EvictBatches *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree    *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex   *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes   *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims *ebpf.MapSpec `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut        *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcMruVariableSpecs contains global variables before they are loaded into the kernel.
@@ -207,6 +210,7 @@ type pcMruVariableSpecs struct {
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
 }
 
 // pcMruObjects contains all objects after they have been loaded into the kernel.
@@ -229,18 +233,19 @@ func (o *pcMruObjects) Close() error {
 //
 // It can be passed to loadPcMruObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcMruMaps struct {
-	EvictBatches *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs    *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents  *ebpf.Map `ebpf:"evict_events"`
-	EvictFree    *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex   *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes   *ebpf.Map `ebpf:"evict_nodes"`
-	EvictStats   *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims *ebpf.Map `ebpf:"evict_victims"`
-	PcApplyStats *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches    *ebpf.Map `ebpf:"pc_batches"`
-	PcOut        *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
+	EvictFree       *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
+	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
+	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
+	PcOut           *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcMruMaps) Close() error {
@@ -252,6 +257,7 @@ func (m *pcMruMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
+		m.EvictPslotPcnew,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,
@@ -274,6 +280,7 @@ type pcMruVariables struct {
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
 }
 
 // pcMruPrograms contains all programs after they have been loaded into the kernel.

@@ -117,6 +117,7 @@ const (
 	pcS3fifoMapEvictNodes         = "evict_nodes"
 	pcS3fifoMapEvictPslotGhost    = "evict_pslot_ghost"
 	pcS3fifoMapEvictPslotGindex   = "evict_pslot_gindex"
+	pcS3fifoMapEvictPslotPcnew    = "evict_pslot_pcnew"
 	pcS3fifoMapEvictStats         = "evict_stats"
 	pcS3fifoMapEvictVictims       = "evict_victims"
 	pcS3fifoMapPcApplyStats       = "pc_apply_stats"
@@ -137,6 +138,7 @@ const (
 	pcS3fifoVarEvictReportVictims = "evict_report_victims"
 	pcS3fifoVarEvictUsedBytes     = "evict_used_bytes"
 	pcS3fifoVarMainQ              = "main_q"
+	pcS3fifoVarPcSkipFirstRead    = "pc_skip_first_read"
 	pcS3fifoVarSmallQ             = "small_q"
 )
 
@@ -201,6 +203,7 @@ type pcS3fifoMapSpecs struct {
 	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.MapSpec `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.MapSpec `ebpf:"evict_pslot_gindex"`
+	EvictPslotPcnew  *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
 	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
@@ -223,6 +226,7 @@ type pcS3fifoVariableSpecs struct {
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	MainQ              *ebpf.VariableSpec `ebpf:"main_q"`
+	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
 	SmallQ             *ebpf.VariableSpec `ebpf:"small_q"`
 }
 
@@ -255,6 +259,7 @@ type pcS3fifoMaps struct {
 	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.Map `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.Map `ebpf:"evict_pslot_gindex"`
+	EvictPslotPcnew  *ebpf.Map `ebpf:"evict_pslot_pcnew"`
 	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
@@ -273,6 +278,7 @@ func (m *pcS3fifoMaps) Close() error {
 		m.EvictNodes,
 		m.EvictPslotGhost,
 		m.EvictPslotGindex,
+		m.EvictPslotPcnew,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,
@@ -296,6 +302,7 @@ type pcS3fifoVariables struct {
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 	MainQ              *ebpf.Variable `ebpf:"main_q"`
+	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
 	SmallQ             *ebpf.Variable `ebpf:"small_q"`
 }
 

@@ -26,17 +26,21 @@ const (
 
 // policies maps a --policy name to its object with pc_apply, and whether
 // it uses accessed() (the tracker only reports reads when it does).
+// firstRead: the policy counts hits, so the read that brought a folio in
+// must not count as one (pc_skip_first_read, when every read is reported).
 var policies = map[string]struct {
-	load   func() (*ebpf.CollectionSpec, error)
-	access bool
+	load      func() (*ebpf.CollectionSpec, error)
+	access    bool
+	firstRead bool
 }{
-	"mru":      {loadPcMru, true},
-	"fifo":     {loadPcFifo, false},
-	"lru":      {loadPcLru, true},
-	"lfu":      {loadPcLfu, true},
-	"s3fifo":   {loadPcS3fifo, true},
-	"get-scan": {loadPcGetscan, true},
-	"none":     {loadPcNone, false},
+	"mru":      {loadPcMru, true, false},
+	"fifo":     {loadPcFifo, false, false},
+	"lru":      {loadPcLru, true, false},
+	"lfu":      {loadPcLfu, true, true},
+	"s3fifo":   {loadPcS3fifo, true, true},
+	"lhd":      {loadPcLhd, true, true},
+	"get-scan": {loadPcGetscan, true, false},
+	"none":     {loadPcNone, false, false},
 }
 
 // Policies lists the policy names the agent accepts ("none" decides nothing:
@@ -58,7 +62,7 @@ func UsesAccesses(name string) bool { return policies[name].access }
 func ValidPolicy(name string) bool { _, ok := policies[name]; return ok }
 
 // applyStatNames are pc_apply_stats, in enum pc_apply_stat order.
-var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full"}
+var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads"}
 
 // Event is one tracker event (struct pc_event).
 type Event struct {
@@ -86,8 +90,11 @@ type policy struct {
 	apply   *ebpf.Program
 	batches *ebpf.Map
 	out     *ebpf.Map
-	buf     []byte
-	obuf    []byte
+	// periodic is the policy's work off the hot path (LHD's density
+	// rebuild), run after the batches that changed the policy; nil if none.
+	periodic *ebpf.Program
+	buf      []byte
+	obuf     []byte
 }
 
 type runArgs struct {
@@ -97,8 +104,9 @@ type runArgs struct {
 	Pad  uint32
 }
 
-// openPolicy loads name with room for capacity folios and runs its init.
-func openPolicy(name string, capacity uint32) (*policy, error) {
+// openPolicy loads name with room for capacity folios and runs its init;
+// sample is the tracker's access sampling (0 or 1: every read).
+func openPolicy(name string, capacity uint32, sample uint32) (*policy, error) {
 	p, ok := policies[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (have %v)", name, Policies())
@@ -109,6 +117,11 @@ func openPolicy(name string, capacity uint32) (*policy, error) {
 	}
 	if err := (evict.Config{Policy: name, Capacity: capacity}).Apply(spec); err != nil {
 		return nil, err
+	}
+	if p.firstRead && sample <= 1 {
+		if err := spec.Variables["pc_skip_first_read"].Set(uint32(1)); err != nil {
+			return nil, err
+		}
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
@@ -126,8 +139,9 @@ func openPolicy(name string, capacity uint32) (*policy, error) {
 	return &policy{
 		name: name, coll: coll, apply: coll.Programs["pc_apply"],
 		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
-		buf:  make([]byte, 8+batchSize*eventSize),
-		obuf: make([]byte, 8+maxVictims*victimSize),
+		periodic: coll.Programs["evict_periodic"],
+		buf:      make([]byte, 8+batchSize*eventSize),
+		obuf:     make([]byte, 8+maxVictims*victimSize),
 	}, nil
 }
 
@@ -161,6 +175,14 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 	}
 	if a.Ret != 0 {
 		return nil, fmt.Errorf("pc_apply: error %d", a.Ret)
+	}
+	if p.periodic != nil && len(evs) > 0 {
+		// Cheap when there is nothing to do: LHD returns unless
+		// lhd_reconf_every accesses passed since its last rebuild.
+		var pa runArgs
+		if err := kernel.Call(p.periodic, &pa); err != nil {
+			return nil, fmt.Errorf("evict_periodic: %w", err)
+		}
 	}
 	if a.Got == 0 {
 		return nil, nil

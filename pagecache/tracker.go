@@ -39,7 +39,8 @@ type tracker struct {
 	nfiles, added, watchErrors atomic.Uint64
 }
 
-// fileKey mirrors struct pc_file_key.
+// fileKey mirrors struct pc_file_key (TestFileKeyLayout checks it against
+// the tracker object's BTF).
 type fileKey struct {
 	Ino uint64
 	Dev uint32

@@ -37,7 +37,7 @@ func TestReadSignals(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "w")
 			var fs unix.Statfs_t
 			if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC && !sys {
-				t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system")
+				t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
 			}
 			path := writeFiles(t, dir, 1, 64<<10)[0]
 			tr, err := openTracker(dir, 0, true, 1)
@@ -79,7 +79,7 @@ func TestReadSignals(t *testing.T) {
 // counts the same cached pages as cachestat(2), whole file and a range.
 func TestMincoreAgreesWithCachestat(t *testing.T) {
 	if kernel.Cachestat() != nil {
-		t.Skipf("no cachestat(2) to compare with: %v", kernel.Cachestat())
+		t.Skipf("no cachestat(2) to compare with: %v", kernel.Cachestat()) // not a missing tool: a kernel before 6.5
 	}
 	path := writeFiles(t, t.TempDir(), 1, 256<<10)[0]
 	f, err := os.Open(path)

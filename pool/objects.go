@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/kernel"
 )
 
@@ -170,7 +170,7 @@ func (o *Objects) pinned() map[string]*ebpf.Map {
 // Pin pins the pool's shared maps under dir (on a bpffs), so OpenPinned in
 // another process works on the same objects. Remove them with Unpin.
 func (o *Objects) Pin(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mounts.PinDir(dir); err != nil {
 		return fmt.Errorf("pool: pin: %w", err)
 	}
 	for name, m := range o.pinned() {

@@ -416,10 +416,7 @@ func TestScratchBusy(t *testing.T) {
 // folded 6 indices onto 4 slots and leaked blocks.
 func TestNonPowerOfTwoMaxBlocks(t *testing.T) {
 	testenv.RequireRoot(t)
-	clang, err := exec.LookPath("clang-19")
-	if err != nil {
-		t.Skip("skipped: needs clang-19 to build pool.bpf.c with CISTERN_POOL_MAX_BLOCKS=6 (make deps)")
-	}
+	clang := testenv.NeedTool(t, "clang-19", "clang-19") // builds pool.bpf.c with CISTERN_POOL_MAX_BLOCKS=6
 	obj := filepath.Join(t.TempDir(), "pool6.o")
 	// vmlinux.h first: the tree's copy exists only after `make generate`.
 	out, err := exec.Command(clang, "-O2", "-g", "-Wall", "-mcpu=v3", "-I"+testenv.VmlinuxInclude(t), "-I../bpf/include", "-target", "bpfel",

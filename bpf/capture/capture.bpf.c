@@ -6,7 +6,10 @@
  *   tls.bpf.h    libssl's SSL_read/SSL_write (uprobes);
  *   gotls.bpf.h  Go's crypto/tls (*Conn).Read/Write (uprobes at entry and
  *                at each RET);
- *   plain.bpf.h  socket syscalls (tracepoints), skipping TLS sockets.
+ *   plain.bpf.h  socket syscalls (tracepoints), skipping TLS sockets;
+ *   attach.bpf.h exec and libssl opens, announced to the agent so that it
+ *                attaches at once (and --hold-new), and unread TLS
+ *                connections, on the control ring cap_ctl.
  * The loader attaches what --transport asks for; the tracepoints are
  * attached in every case, since they are also what ties a TLS connection
  * to its socket (addresses). cap_want_tls / cap_want_plain (frozen .rodata)
@@ -24,6 +27,7 @@
 #include "cistern/accum.bpf.h"
 #include "select.bpf.h"
 #include "conn.bpf.h"
+#include "attach.bpf.h"
 #include "tls.bpf.h"
 #include "gotls.bpf.h"
 #include "plain.bpf.h"
@@ -45,4 +49,8 @@ static void cap_proc_gone(__u32 tgid)
 	bpf_for_each_map_elem(&ssl_conns, ssl_gone_cb, &tgid, 0);
 	bpf_for_each_map_elem(&go_conns, go_gone_cb, &tgid, 0);
 	bpf_for_each_map_elem(&plain_fds, plain_gone_cb, &tgid, 0);
+	bpf_for_each_map_elem(&cap_tls_fds, tls_gone_cb, &tgid, 0);
+	bpf_map_delete_elem(&cap_tls_procs, &tgid);
+	if (cap_hold)
+		bpf_map_delete_elem(&cap_held, &tgid);
 }

@@ -97,17 +97,60 @@ struct {
 	__type(value, struct cap_tls_call);
 } cap_in_tls SEC(".maps");
 
+/* tgid -> 1: a TLS probe (libssl or Go) has fired in the process, so its
+ * uprobes are in place: a hello on a new socket there starts a connection
+ * they will read from its first plaintext byte, even when the socket I/O
+ * ran on a thread that was not inside the call (a goroutine moved). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} cap_tls_procs SEC(".maps");
+
 struct cap_fd_key {
 	__u32 pid;
 	__u32 fd;
 };
 
+/* cap_tls_st.flags: how the socket's TLS stream was seen. */
+#define CAP_TLS_PROBED 1    /* a TLS probe was in a call on it: its plaintext is read */
+#define CAP_TLS_UNSEEN 2    /* its first TLS bytes passed with no TLS probe in a call */
+#define CAP_TLS_MIDSTREAM 4 /* and they were no hello: its handshake came before */
+
+/* A socket marked TLS. One that no probe read from its first TLS byte is
+ * announced as unread at its end (plain.bpf.h, attach.bpf.h): addresses
+ * and comm from when it was marked, bytes moved while no probe read it. */
+struct cap_tls_st {
+	__u64 file;
+	__u64 bytes[2]; /* by ACCUM_DIR_*, while not CAP_TLS_PROBED */
+	__u32 flags;
+	__u32 pad;
+	struct cap_addr a;
+	char comm[16];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct cap_fd_key);
-	__type(value, __u64);
+	__type(value, struct cap_tls_st);
 } cap_tls_fds SEC(".maps");
+
+/* Per-CPU scratch for a new cap_tls_st and a fresh address: 6.1's verifier
+ * bounds the stack of a whole call chain (cap_exit_io -> accum_write ...)
+ * at 512 bytes, and these would not fit beside the others. */
+struct cap_scratch {
+	struct cap_tls_st st;
+	struct cap_addr a;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cap_scratch);
+} cap_scratch SEC(".maps");
 
 struct cap_obj_key {
 	__u32 pid;

@@ -51,7 +51,8 @@ struct plain_args {
 	__u32 fd;
 	__u8 dir;
 	__u8 msg;
-	__u8 pad[2];
+	__u8 tls; /* a TLS socket no probe reads: only its bytes are counted */
+	__u8 pad;
 };
 
 /* (tgid, fd) -> connection id and the file it belongs to. */
@@ -102,32 +103,92 @@ static __always_inline struct plain_val *plain_conn(__u32 pid, __u32 fd, __u64 f
 	return bpf_map_lookup_elem(&plain_fds, &k);
 }
 
+/* The end of TLS socket k (close, exit, fd reused): one no probe read
+ * from its first TLS byte is announced (CAP_EV_UNREAD), then forgotten. */
+static __always_inline void cap_tls_gone(struct cap_fd_key *k, struct cap_tls_st *st)
+{
+	struct cap_ev *ev;
+
+	if (cap_want_tls && (!(st->flags & CAP_TLS_PROBED) || (st->flags & (CAP_TLS_UNSEEN | CAP_TLS_MIDSTREAM)))) {
+		ev = bpf_ringbuf_reserve(&cap_ctl, sizeof(*ev), 0);
+		if (ev) {
+			ev->type = CAP_EV_UNREAD;
+			ev->held = 0;
+			ev->flags = st->flags;
+			ev->pid = k->pid;
+			ev->ts = bpf_ktime_get_ns();
+			__builtin_memset(&ev->f, 0, sizeof(ev->f));
+			ev->fd = k->fd;
+			ev->pad = 0;
+			ev->bytes[0] = st->bytes[0];
+			ev->bytes[1] = st->bytes[1];
+			ev->a = st->a;
+			__builtin_memcpy(ev->comm, st->comm, sizeof(ev->comm));
+			ev->path[0] = 0;
+			bpf_ringbuf_submit(ev, 0);
+		} else {
+			cap_ctl_count_lost();
+		}
+	}
+	bpf_map_delete_elem(&cap_tls_fds, k);
+}
+
+static long tls_gone_cb(void *map, struct cap_fd_key *k, struct cap_tls_st *st, __u32 *tgid)
+{
+	if (k->pid == *tgid)
+		cap_tls_gone(k, st);
+	return 0;
+}
+
 /* Marks (pid, fd) on file as TLS and ends its plaintext stream; in (the
- * TLS call the thread is in, or NULL) learns the socket's addresses. */
+ * TLS call the thread is in, or NULL) learns the socket's addresses.
+ * flags: CAP_TLS_PROBED when a probe is in a call on it (in, or a Go Read),
+ * else CAP_TLS_UNSEEN (and CAP_TLS_MIDSTREAM when no hello was seen). */
 static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 sk,
-					 struct cap_tls_call *in)
+					 struct cap_tls_call *in, __u32 flags)
 {
 	struct cap_fd_key fk = { .pid = pid, .fd = fd };
 	struct cap_obj_key ok = { .pid = pid };
 	struct plain_val *v;
-	__u64 *mark = bpf_map_lookup_elem(&cap_tls_fds, &fk), *id;
+	struct cap_tls_st *st = bpf_map_lookup_elem(&cap_tls_fds, &fk);
+	struct cap_scratch *sc;
 	struct cap_conn_info *info;
-	struct cap_addr a = {};
+	__u64 *id;
+	__u32 zk = 0;
 
-	if (in)
+	if (in) {
 		ok.obj = in->key;
-	if (mark && *mark == file && (!in || bpf_map_lookup_elem(&cap_tls_sock, &ok)))
-		return; /* known */
-	bpf_map_update_elem(&cap_tls_fds, &fk, &file, BPF_ANY);
-	v = bpf_map_lookup_elem(&plain_fds, &fk);
-	if (v) {
-		accum_close(v->id);
-		bpf_map_delete_elem(&plain_fds, &fk);
+		flags |= CAP_TLS_PROBED;
+	}
+	if (st && st->file == file) {
+		st->flags |= flags & CAP_TLS_PROBED;
+		if (!in || bpf_map_lookup_elem(&cap_tls_sock, &ok))
+			return; /* known */
+	}
+	sc = bpf_map_lookup_elem(&cap_scratch, &zk);
+	if (!sc)
+		return;
+	cap_sock_addr(sk, &sc->a);
+	if (!st || st->file != file) {
+		if (st)
+			cap_tls_gone(&fk, st); /* the fd was reused */
+		sc->st.file = file;
+		sc->st.bytes[0] = 0;
+		sc->st.bytes[1] = 0;
+		sc->st.flags = flags;
+		sc->st.pad = 0;
+		sc->st.a = sc->a;
+		bpf_get_current_comm(sc->st.comm, sizeof(sc->st.comm));
+		bpf_map_update_elem(&cap_tls_fds, &fk, &sc->st, BPF_ANY);
+		v = bpf_map_lookup_elem(&plain_fds, &fk);
+		if (v) {
+			accum_close(v->id);
+			bpf_map_delete_elem(&plain_fds, &fk);
+		}
 	}
 	if (!in)
 		return;
-	cap_sock_addr(sk, &a);
-	bpf_map_update_elem(&cap_tls_sock, &ok, &a, BPF_ANY);
+	bpf_map_update_elem(&cap_tls_sock, &ok, &sc->a, BPF_ANY);
 	/* A TLS connection that already has records (a Go server reads before
 	 * it writes) gets its addresses now. */
 	if (in->library == CAP_LIB_GO)
@@ -138,13 +199,14 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 		return;
 	info = bpf_map_lookup_elem(&cap_info, id);
 	if (info && !info->a.family)
-		info->a = a;
+		info->a = sc->a;
 }
 
 static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg)
 {
-	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0, *mark;
+	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
+	struct cap_tls_st *mark;
 	struct plain_args a = { .buf = buf, .fd = (__u32)fd, .dir = dir, .msg = msg };
 	struct cap_fd_key fk = { .pid = pid, .fd = (__u32)fd };
 	struct cap_tls_call *in;
@@ -157,14 +219,21 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 	a.sk = sk;
 	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 	if (in && (in->library != CAP_LIB_GO || (dir == ACCUM_DIR_WRITE && !msg && cap_tls_rec(buf)))) {
-		cap_mark_tls(pid, (__u32)fd, a.file, sk, in);
+		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0);
 		return 0;
 	}
 	mark = bpf_map_lookup_elem(&cap_tls_fds, &fk);
 	if (mark) {
-		if (*mark == a.file)
-			return 0; /* TLS: the uprobes see its plaintext */
-		bpf_map_delete_elem(&cap_tls_fds, &fk); /* the fd was reused */
+		if (mark->file == a.file) {
+			/* TLS: the uprobes see its plaintext; while none does,
+			 * its bytes are counted for the unread record. */
+			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
+				return 0;
+			a.tls = 1;
+			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
+			return 0;
+		}
+		cap_tls_gone(&fk, mark); /* the fd was reused */
 	}
 	if (!cap_want_plain)
 		return 0;
@@ -189,6 +258,8 @@ static __always_inline int plain_exit(long ret)
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
 	struct plain_args *a;
 	struct plain_val *v;
+	struct cap_tls_st *st;
+	struct cap_tls_call *in;
 	struct cap_fd_key fk;
 	struct user_msghdr mh;
 	struct iovec iov;
@@ -199,6 +270,14 @@ static __always_inline int plain_exit(long ret)
 		return 0;
 	if (ret <= 0 || ret > 0x7fffffff)
 		goto out;
+	fk.pid = pid;
+	fk.fd = a->fd;
+	if (a->tls) {
+		st = bpf_map_lookup_elem(&cap_tls_fds, &fk);
+		if (st && st->file == a->file)
+			__sync_fetch_and_add(&st->bytes[a->dir & 1], ret);
+		goto out;
+	}
 	first = a->buf;
 	flen = ret;
 	if (a->msg) {
@@ -210,15 +289,29 @@ static __always_inline int plain_exit(long ret)
 			flen = iov.iov_len < flen ? iov.iov_len : flen;
 		}
 	}
-	fk.pid = pid;
-	fk.fd = a->fd;
 	v = bpf_map_lookup_elem(&plain_fds, &fk);
 	/* The first bytes of a connection the capture did not see begin (or
-	 * that is new) on a TLS record, or a hello early in the stream. */
-	if (first && (((!v || v->file != a->file) && cap_tls_rec(first)) ||
-		      ((!v || v->file != a->file || v->bytes < CAP_YOUNG) && cap_tls_hello(first, flen)))) {
-		cap_mark_tls(pid, a->fd, a->file, a->sk, 0);
-		goto out;
+	 * that is new) on a TLS record, or a hello early in the stream. A Go
+	 * Read in a call (cap_in_tls) reads it: probed, but not tied to the
+	 * call (its goroutine may have left the thread). */
+	if (first) {
+		__u32 fl = 0;
+
+		if ((!v || v->file != a->file || v->bytes < CAP_YOUNG) && cap_tls_hello(first, flen))
+			fl = CAP_TLS_UNSEEN;
+		else if ((!v || v->file != a->file) && cap_tls_rec(first))
+			fl = CAP_TLS_UNSEEN | CAP_TLS_MIDSTREAM;
+		if (fl) {
+			in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+			if (in && in->library == CAP_LIB_GO)
+				fl = (fl & ~CAP_TLS_UNSEEN) | CAP_TLS_PROBED;
+			/* A hello in a process whose probes have fired: they are
+			 * in place before its first plaintext byte. */
+			if (fl == CAP_TLS_UNSEEN && bpf_map_lookup_elem(&cap_tls_procs, &pid))
+				fl = 0;
+			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl);
+			goto out;
+		}
 	}
 	v = plain_conn(pid, a->fd, a->file, a->sk);
 	if (!v)
@@ -306,8 +399,10 @@ int cap_close(struct trace_event_raw_sys_enter *ctx)
 	__u64 pidtid = bpf_get_current_pid_tgid();
 	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = (__u32)ctx->args[0] };
 	struct plain_val *v;
+	struct cap_tls_st *st = bpf_map_lookup_elem(&cap_tls_fds, &k);
 
-	bpf_map_delete_elem(&cap_tls_fds, &k);
+	if (st)
+		cap_tls_gone(&k, st);
 	v = bpf_map_lookup_elem(&plain_fds, &k);
 	if (!v)
 		return 0;

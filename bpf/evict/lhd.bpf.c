@@ -32,6 +32,14 @@
 
 const volatile __u64 lhd_reconf_every = 1 << 16;
 
+/* Slots the samples are drawn from. Replay evicts only once every slot is
+ * used, so the whole table; the page-cache agent (pc_lhd.bpf.c) evicts long
+ * before its table (sized for the cgroup's limit) fills, and draws from the
+ * slots used so far instead, or most samples miss and the fallback evicts. */
+#ifndef LHD_SAMPLE_SPAN
+#define LHD_SAMPLE_SPAN evict_capacity
+#endif
+
 /* Per slot: the entry's access history. */
 struct lhd_tag {
 	__u32 ts;             /* access count at its last access */
@@ -184,10 +192,13 @@ struct lhd_pick {
 static long sample_cb(__u64 i, void *arg)
 {
 	struct lhd_pick *p = arg;
-	__u32 s = next_rand() % evict_capacity;
+	__u32 span = LHD_SAMPLE_SPAN, s;
 	struct lhd_tag *t;
 	__u64 r;
 
+	if (!span)
+		return 1;
+	s = next_rand() % span;
 	if (!evict_resident(s) || !(t = tag(s)))
 		return 0;
 	r = rank_of(s, t);

@@ -33,6 +33,24 @@ struct {
 	__type(value, __u64);
 } pc_apply_stats SEC(".maps");
 
+/* 1: the first read of a folio after its insertion is not an access. The
+ * tracker reports every buffered read, and the read that brought a folio in
+ * (or the first read of a readahead folio) is one of them, so every folio
+ * read once would look hit once: to LHD, a scan's pages became recent
+ * hitters and the hot set, older, went first; to S3-FIFO, no folio was a
+ * one-hit wonder. Set by the agent when every read is reported (with reads
+ * sampled, that first read is mostly not reported anyway). */
+const volatile __u32 pc_skip_first_read;
+
+/* Per slot, with pc_skip_first_read: 1 from insertion until the first read
+ * (sized with the policy's slots: package evict resizes evict_pslot_*). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_DEFAULT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} evict_pslot_pcnew SEC(".maps");
+
 static __always_inline void pc_stat(__u32 s, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&pc_apply_stats, &s);
@@ -94,12 +112,17 @@ static long pc_acc_step(__u64 i, void *arg)
 {
 	struct pc_acc_loop *l = arg;
 	__u64 k = l->key + i;
-	__u32 *sp = bpf_map_lookup_elem(&evict_index, &k);
+	__u32 *sp = bpf_map_lookup_elem(&evict_index, &k), *fresh;
 
-	if (sp) {
-		evict_policy_accessed(*sp);
-		l->hits++;
+	if (!sp)
+		return 0;
+	if (pc_skip_first_read && (fresh = bpf_map_lookup_elem(&evict_pslot_pcnew, sp)) && *fresh) {
+		*fresh = 0;
+		pc_stat(PC_A_FIRST_READS, 1);
+		return 0;
 	}
+	evict_policy_accessed(*sp);
+	l->hits++;
 	return 0;
 }
 
@@ -128,6 +151,12 @@ static long pc_apply_step(__u64 i, void *arg)
 #endif
 		pc_insert(key, 1U << (ev->order & 15));
 		pc_stat(PC_A_ADDED, 1);
+		if (pc_skip_first_read && (sp = bpf_map_lookup_elem(&evict_index, &key))) {
+			__u32 *fresh = bpf_map_lookup_elem(&evict_pslot_pcnew, sp);
+
+			if (fresh)
+				*fresh = 1;
+		}
 		break;
 	}
 	case PC_DEL:

@@ -1,5 +1,7 @@
 // Package otlp sends captured queries as OpenTelemetry spans (cistern
-// capture --otlp), following the database semantic conventions. Capture
+// capture --otlp), following the database semantic conventions. Query texts
+// leave sanitized (capture.Sanitize: literals as ?, no comments) and error
+// messages cut to their code, unless Options.QueryText is "raw". Capture
 // never waits for the collector: queries go through a bounded queue, and a
 // full queue drops and counts (Stats); spans the collector refused or never
 // got are counted too.
@@ -33,7 +35,17 @@ type Options struct {
 	Protocol string // grpc (default, port 4317) or http (4318)
 	Queue    int    // queries waiting for the exporter (default 4096)
 	Timeout  time.Duration
+	// QueryText: "sanitized" (default: db.query.text with its literals as
+	// ?, errors as their code) or "raw" (the statement and message as
+	// captured, secrets included).
+	QueryText string
 }
+
+// Query text modes (Options.QueryText, capture's --query-text).
+const (
+	TextSanitized = "sanitized"
+	TextRaw       = "raw"
+)
 
 // Stats count what happened to the queries handed to Send.
 type Stats struct {
@@ -53,6 +65,8 @@ type Exporter struct {
 	queued   atomic.Uint64
 	dropped  atomic.Uint64
 	counting *countingExporter
+	raw      bool
+	san      capture.Sanitizer // run's
 }
 
 // New connects lazily (no collector needed to start) and starts the
@@ -63,6 +77,14 @@ func New(opt Options) (*Exporter, error) {
 	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Second
+	}
+	raw := false
+	switch opt.QueryText {
+	case "", TextSanitized:
+	case TextRaw:
+		raw = true
+	default:
+		return nil, cli.Usagef("--otlp-query-text %q: want sanitized or raw", opt.QueryText)
 	}
 	host, insecure, err := endpoint(opt.Endpoint)
 	if err != nil {
@@ -92,7 +114,7 @@ func New(opt Options) (*Exporter, error) {
 	}
 	host2, _ := os.Hostname()
 	res := resource.NewSchemaless(attribute.String("service.name", "cistern-capture"), attribute.String("host.name", host2))
-	e := &Exporter{q: make(chan capture.Query, opt.Queue), counting: &countingExporter{SpanExporter: exp}}
+	e := &Exporter{q: make(chan capture.Query, opt.Queue), counting: &countingExporter{SpanExporter: exp}, raw: raw}
 	// Blocking: the SDK's own queue never drops uncounted; the one place a
 	// span can be dropped is e.q, counted.
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithResource(res),

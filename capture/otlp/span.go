@@ -42,13 +42,21 @@ func errorType(msg string) string {
 	return "error"
 }
 
-// Attributes are q's span attributes (OpenTelemetry database conventions).
+// Attributes are q's span attributes (OpenTelemetry database conventions),
+// q's text as it is (span sanitizes it first unless told otherwise), and
+// its fingerprint as cistern.query.fingerprint.
 func Attributes(q capture.Query) []attribute.KeyValue {
 	a := []attribute.KeyValue{
 		attribute.String("db.system.name", system(q.Protocol)),
 		attribute.String("db.query.text", q.Query),
 		attribute.Int64("db.response.returned_rows", q.Rows),
 		attribute.Int64("process.pid", int64(q.PID)),
+	}
+	if q.Fingerprint == 0 && q.Query != "" { // not from capture.Capture.Next
+		q.Fingerprint = capture.FingerprintOf(q.Protocol, q.Query)
+	}
+	if q.Fingerprint != 0 { // 0: no statement (an unread connection's record)
+		a = append(a, attribute.String("cistern.query.fingerprint", q.Fingerprint.String()))
 	}
 	if op := operation(q.Query); op != "" {
 		a = append(a, attribute.String("db.operation.name", op))
@@ -68,6 +76,13 @@ func Attributes(q capture.Query) []attribute.KeyValue {
 // span records q: start and end are the query's first byte and its
 // answer's last (capture's per-turn times).
 func (e *Exporter) span(q capture.Query) {
+	if !e.raw {
+		if q.Fingerprint == 0 && q.Query != "" {
+			q.Fingerprint = e.san.Fingerprint(q.Protocol, q.Query)
+		}
+		q.Query = string(e.san.Append(nil, q.Protocol, q.Query))
+		q.Error = capture.SanitizeError(q.Error)
+	}
 	start := q.Time
 	end := start.Add(time.Duration(q.LatencyUS * 1e3))
 	name := operation(q.Query)

@@ -62,7 +62,7 @@ func TestKernelComponent(t *testing.T) {
 	marker := filepath.Join(dir, "cbuf-kmarker")
 	b, err := os.ReadFile("/bin/true")
 	if err != nil {
-		t.Skip("no /bin/true to exec")
+		testenv.Missing(t, "/bin/true", "apt-get install coreutils")
 	}
 	if err := os.WriteFile(marker, b, 0o755); err != nil {
 		t.Fatal(err)
@@ -115,9 +115,7 @@ func TestKernelComponent(t *testing.T) {
 // The C library receives kernel buffers too.
 func TestKernelComponentC(t *testing.T) {
 	testenv.RequireRoot(t)
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("no C compiler (cc) on PATH: the C client test needs one")
-	}
+	testenv.NeedTool(t, "cc", "gcc")
 	dir := t.TempDir()
 	src, _ := os.ReadFile("../../lib/cbuf/test/peer.c")
 	peer, err := cbufsrc.Build(dir, "peer", map[string][]byte{"peer.c": src})

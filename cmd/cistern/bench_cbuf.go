@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	cbufbench "github.com/cistern-ebpf/cistern/bench/cbuf"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
 func newBenchCBufCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.CBufOptions
+	var opt cbufbench.Options
 	c := &cobra.Command{
 		Use:   "cbuf [--quick] [--json FILE] [--plot FILE.png]",
 		Short: "CBUF against malloc, pipes, sockets and iceoryx2; pool policies",
@@ -34,12 +35,13 @@ an in-process manager for each experiment:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.CBuf(ctx, opt)
+				return cbufbench.Run(ctx, opt)
 			})
 		},
 	}
 	bf.add(c)
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "experiments to run (default fast,rtt,gc,policy)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "experiments to run (default "+strings.Join(cbufbench.Parts, ",")+")")
 	c.Flags().BoolVar(&opt.NoIox2, "no-iceoryx2", false, "skip the iceoryx2 modes (no cargo or no crates.io)")
+	c.Flags().StringVar(&opt.Workload, "workload", "ipc", "ipc (the parts above) or web: cbufweb against nginx and Apache with FastCGI under wrk\n(parts servers, send, contention; examples/cbufweb)")
 	return c
 }

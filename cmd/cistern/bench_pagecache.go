@@ -2,19 +2,21 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	pagecachebench "github.com/cistern-ebpf/cistern/bench/pagecache"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 func newBenchPagecacheCmd() *cobra.Command {
 	var bf benchFlags
-	var opt bench.PagecacheOptions
+	var opt pagecachebench.Options
 	c := &cobra.Command{
-		Use:   "pagecache [--quick] [--json FILE] [--plot FILE.png]",
+		Use:   "pagecache [--quick] [--workload synthetic|rocksdb] [--json FILE] [--plot FILE.png]",
 		Short: "Page-cache agent against the kernel LRU",
 		Long: `Three parts, each against the kernel's own LRU in a memory cgroup:
 search:   10 ripgrep searches over the Linux source (Debian linux-source-6.1,
@@ -29,26 +31,50 @@ getscan:  a GET thread doing random 4 KiB preads over a hot file (9/16
           get_speedup >= 1.3 with scan throughput >= 0.7 of default).
 overhead: fio randread psync on a cached file, agent off vs on with the
           no-op policy (target cpu_per_io_overhead_pct <= 3).
+--workload rocksdb: RocksDB's own db_bench (Debian's rocksdb-tools) on a
+database 4x the cgroup's limit (4 GiB at 1 GiB; --quick 1 GiB at 256 MiB),
+built once into --cache-dir/rocksdb; block cache 8 MiB, reads by pread.
+Parts (--parts): reads (skewed readrandom, --read_random_exp_range=5, 4
+threads: default vs agent lfu, s3fifo, lhd; targets: best >= 1.2x ops/s
+and P99 <= 0.8x default, agent CPU <= 3% of a core per 10k reads/s),
+getscan (readrandom GETs beside a seekrandom scan process: default,
+agent_get_scan, fadvise_noreuse, fadvise_dontneed on the scan; targets GETs
+>= 1.5x, scan >= 0.8x), percgroup (rocksdb and the ripgrep search in two
+cgroups at once: default, global_lfu, global_mru, tailored = LFU + MRU;
+target each >= 1.2x its default and >= either global policy).
 Files are dropped from the page cache (fadvise DONTNEED) before each mode.
 Modes run interleaved for 5 rounds (--quick 3); ratios are medians of the
 rounds' ratios. The overhead target is the agent's own cost (BPF run time
 plus its thread's CPU) within each agent run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, p := range opt.Parts {
-				if p != "search" && p != "getscan" && p != "overhead" {
-					return cli.Usagef("--parts %q: want search, getscan, overhead", p)
+			switch opt.Workload {
+			case "", "synthetic":
+				opt.Workload = ""
+				for _, p := range opt.Parts {
+					if !slices.Contains(pagecachebench.Parts, p) {
+						return cli.Usagef("--parts %q: want %s", p, strings.Join(pagecachebench.Parts, ", "))
+					}
 				}
+			case "rocksdb":
+				for _, p := range opt.Parts {
+					if !slices.Contains(pagecachebench.RocksDBParts, p) {
+						return cli.Usagef("--parts %q: with --workload rocksdb want %s", p, strings.Join(pagecachebench.RocksDBParts, ", "))
+					}
+				}
+			default:
+				return cli.Usagef("--workload %q: want synthetic or rocksdb", opt.Workload)
 			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
-				return bench.Pagecache(ctx, opt)
+				return pagecachebench.Run(ctx, opt)
 			})
 		},
 	}
 	bf.add(c)
 	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default search,getscan,overhead)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default "+strings.Join(pagecachebench.Parts, ",")+"; rocksdb: "+strings.Join(pagecachebench.RocksDBParts, ",")+")")
+	c.Flags().StringVar(&opt.Workload, "workload", "synthetic", "synthetic (ripgrep, a GET thread, fio) or rocksdb (db_bench)")
 	c.Flags().BoolVar(&opt.GetScanRAMDisk, "getscan-ramdisk", false, "run getscan on a RAM-backed loop device (misses cost little: a diagnostic)")
 	return c
 }

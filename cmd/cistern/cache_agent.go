@@ -19,7 +19,7 @@ import (
 
 // agentPolicies are the --policy names of `cistern cache agent` ("none" is
 // the bench's no-op policy, accepted but not advertised).
-const agentPolicies = "mru|fifo|lru|lfu|s3fifo|get-scan"
+const agentPolicies = "mru|fifo|lru|lfu|s3fifo|lhd|get-scan"
 
 func newCacheAgentCmd() *cobra.Command {
 	var (

@@ -40,9 +40,13 @@ func newCaptureRunCmd() *cobra.Command {
 		metricsAt string
 		otlpAt    string
 		otlpProto string
+		textMode  string
+		otlpText  string
+		holdNew   bool
+		holdMax   time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture prints one record per query sent over every connection of the
 selected processes, TLS or not.
@@ -62,8 +66,23 @@ plaintext comes from the uprobes, so no query is captured twice.
 Selection: --pid P captures P and every process it has forked or forks
 (a PostgreSQL postmaster's backends; --children=false: P alone, with the
 uprobes' own per-process filter); --cgroup PATH the tasks of a cgroup-v2
-directory and its descendants; --all every process. Libraries and Go
-binaries that appear later are found by rescans.
+directory and its descendants; --all every process.
+
+Attachment: the kernel announces each file a selected process executes and
+each libssl.so* it opens that is not attached yet; the agent attaches at
+once (offsets cached by build id: another copy is attached without reading
+its symbols). Rescans of /proc stay as a safety net. --hold-new stops such a
+process in the kernel (SIGSTOP) until its uprobes are attached, --hold-max
+at most (then continued and counted as hold_timeouts); every held process is
+continued when the agent exits, even killed (a watchdog process does it).
+A held process's parent sees it stopped if it waits with WUNTRACED (an
+interactive shell's job control does).
+
+Unread connections: a TLS socket whose plaintext no probe read from its
+first TLS byte (a TLS stack without uprobes, a process whose library was
+attached too late) is counted (tls_connections_unread) and reported at its
+end as a record with "unread": true, unread_reason no_tls_probe or
+start_missed, its comm, pid, addresses and bytes_sent/bytes_received.
 
 Protocols: postgres (simple and extended), mysql (MySQL/MariaDB: COM_QUERY,
 COM_STMT_PREPARE/EXECUTE), raw (one record per request/response exchange:
@@ -82,13 +101,27 @@ Record (JSON keys; the table shows the same, in this order):
   library        openssl, go, or none (plain)
   conn           connection id (this capture's)
   protocol       postgres, mysql or raw
-  query          the statement text
+  query          the statement text (--query-text sanitized: its literals
+                 as ?, comments removed; see below)
+  fingerprint    16 hex digits, FNV-1a 64 of the sanitized text: equal for
+                 statements that differ only in their literals
   latency_us     from the query's first byte sent to its answer's last byte
   latency_exact  false when the value is a bound (the query written in
                  pieces, or its answer's end not a turn's end)
   rows           rows returned or affected (raw: answer bytes)
-  error          the server's error, empty if none
+  error          the server's error, empty if none (sanitized: its code,
+                 as ERROR 23505, without the message, which may quote values)
   user, database when the connection's start was seen
+  unread, unread_reason, bytes_sent, bytes_received
+                 only in unread records (above)
+
+Query text: the records hold every client's statements, passwords and
+values included. --out files are created mode 0600 (an existing file of
+ours is truncated and set to 0600; one of another user is refused).
+--query-text sanitized replaces literals (strings, numbers, IN lists,
+VALUES rows) by ? in the records; the default, raw, keeps the audit
+stream's text as sent. Spans sent with --otlp are sanitized unless
+--otlp-query-text raw. docs/capture.md has the rules.
 On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -122,6 +155,12 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			if format != "table" && format != "json" {
 				return cli.Usagef("--format %q: want table or json", format)
 			}
+			if textMode != otlp.TextRaw && textMode != otlp.TextSanitized {
+				return cli.Usagef("--query-text %q: want raw or sanitized", textMode)
+			}
+			if otlpText != otlp.TextRaw && otlpText != otlp.TextSanitized {
+				return cli.Usagef("--otlp-query-text %q: want sanitized or raw", otlpText)
+			}
 			cfg := accum.Config{FlushSize: flush, Latency: latency, RingSize: ring}
 			if err := cfg.Validate(); err != nil {
 				return cli.UsageError{Err: err}
@@ -135,7 +174,13 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 				}
 			}
 			opt := capture.Options{PID: pid, Children: pid != 0 && children, Cgroup: cgroup, All: all,
-				Protocol: protocol, Transport: transport, Side: side, Accum: cfg}
+				Protocol: protocol, Transport: transport, Side: side, Accum: cfg, HoldNew: holdNew, HoldMax: holdMax}
+			if holdNew && transport == capture.TransportPlain {
+				return cli.Usagef("--hold-new waits for TLS uprobes: not with --transport plain")
+			}
+			if holdMax <= 0 {
+				return cli.Usagef("--hold-max %v: want a positive duration", holdMax)
+			}
 			if cgroup != "" {
 				if _, err := capture.ResolveCgroup(cgroup); err != nil {
 					return cli.Usagef("--cgroup: %v", err)
@@ -143,7 +188,7 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			}
 			out := cmd.OutOrStdout()
 			if outPath != "" {
-				f, err := os.Create(outPath)
+				f, err := cli.CreatePrivate(outPath)
 				if err != nil {
 					return cli.Usagef("--out: %v", err)
 				}
@@ -157,7 +202,7 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			defer cp.Close()
 			var spans *otlp.Exporter
 			if otlpAt != "" {
-				if spans, err = otlp.New(otlp.Options{Endpoint: otlpAt, Protocol: otlpProto}); err != nil {
+				if spans, err = otlp.New(otlp.Options{Endpoint: otlpAt, Protocol: otlpProto, QueryText: otlpText}); err != nil {
 					return err
 				}
 				defer func() {
@@ -189,7 +234,7 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			if spans != nil {
 				send = spans.Send
 			}
-			return runCapture(out, cmd.ErrOrStderr(), cp, format, duration, send)
+			return runCapture(out, cmd.ErrOrStderr(), cp, format, textMode == otlp.TextSanitized, duration, send)
 		},
 	}
 	f := c.Flags()
@@ -201,10 +246,14 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.StringVar(&side, "side", "both", "client, server or both: which ends of the connections to report")
 	f.StringVar(&protocol, "protocol", "postgres", "wire protocol to parse: postgres, mysql (MySQL and MariaDB), or raw (request/response exchanges, unparsed)")
 	f.StringVar(&format, "format", "table", "output: table or json (one object per line)")
-	f.StringVar(&outPath, "out", "", "write the records to FILE instead of standard output")
+	f.StringVar(&outPath, "out", "", "write the records to FILE (created mode 0600) instead of standard output")
+	f.StringVar(&textMode, "query-text", otlp.TextRaw, "raw (the statements as sent) or sanitized (literals as ?, errors as their code) in the records printed or written")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus counters (channel and agent) at HOST:PORT/metrics")
 	f.StringVar(&otlpAt, "otlp", "", "send each query as an OpenTelemetry span to this collector (HOST:PORT or http(s)://HOST:PORT)")
 	f.StringVar(&otlpProto, "otlp-protocol", "grpc", "OTLP over grpc (port 4317) or http (4318)")
+	f.StringVar(&otlpText, "otlp-query-text", otlp.TextSanitized, "db.query.text of the spans: sanitized (literals as ?, errors as their code) or raw")
+	f.BoolVar(&holdNew, "hold-new", false, "stop a selected process that executes a file (or opens a libssl) not attached yet until its uprobes are attached")
+	f.DurationVar(&holdMax, "hold-max", capture.DefaultHoldMax, "with --hold-new: the longest a process is held (then continued, counted as hold_timeouts)")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
@@ -212,9 +261,9 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	return c
 }
 
-// runCapture prints each query and hands it to send (the OTLP exporter,
-// which never blocks).
-func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, duration time.Duration, send func(capture.Query)) error {
+// runCapture prints each query (its text sanitized if asked) and hands it
+// to send (the OTLP exporter, which never blocks and sanitizes on its own).
+func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, sanitize bool, duration time.Duration, send func(capture.Query)) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -227,10 +276,11 @@ func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, durat
 	var tw *tabwriter.Writer
 	if format == "table" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tPID\tTID\tCOMM\tSIDE\tLOCAL\tREMOTE\tTRANSPORT\tLIBRARY\tLATENCY_US\tROWS\tQUERY\tERROR")
+		fmt.Fprintln(tw, "TIME\tPID\tTID\tCOMM\tSIDE\tLOCAL\tREMOTE\tTRANSPORT\tLIBRARY\tLATENCY_US\tROWS\tFINGERPRINT\tQUERY\tERROR")
 		tw.Flush()
 	}
 	enc := json.NewEncoder(out)
+	var san capture.Sanitizer
 	n := 0
 	gone := false
 loop:
@@ -259,21 +309,34 @@ loop:
 			return err
 		}
 		for _, q := range qs {
-			n++
-			send(q)
+			if !q.Unread { // an unread connection is no query (no span)
+				n++
+				send(q)
+				if sanitize {
+					q.Query = string(san.Append(nil, q.Protocol, q.Query))
+					q.Error = capture.SanitizeError(q.Error)
+				}
+			}
 			if tw == nil {
 				if err := enc.Encode(q); err != nil {
 					return err
 				}
 				continue
 			}
+			if q.Unread {
+				fmt.Fprintf(tw, "%s\t%d\t-\t%s\t-\t%s\t%s\t%s\t-\t-\t-\t-\t(unread TLS connection: %s, %d bytes sent, %d received)\t\n",
+					q.Time.Format("15:04:05.000000"), q.PID, q.Comm, dash(q.Local), dash(q.Remote), q.Transport,
+					q.UnreadReason, q.BytesSent, q.BytesReceived)
+				tw.Flush()
+				continue
+			}
 			lat := fmt.Sprintf("%.0f", q.LatencyUS)
 			if !q.LatencyExact {
 				lat = "<=" + lat
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", q.Time.Format("15:04:05.000000"),
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Time.Format("15:04:05.000000"),
 				q.PID, q.TID, q.Comm, q.Side, dash(q.Local), dash(q.Remote), q.Transport, q.Library, lat, q.Rows,
-				oneLine(q.Query), q.Error)
+				q.Fingerprint, oneLine(q.Query), q.Error)
 			tw.Flush()
 		}
 	}
@@ -282,9 +345,10 @@ loop:
 		return err
 	}
 	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
-		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped\n",
+		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped; "+
+		"%d TLS connections unread; %d processes held past --hold-max\n",
 		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes())
+		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes(), cp.Unread(), cp.HoldTimeouts())
 	return nil
 }
 

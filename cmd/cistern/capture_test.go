@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -109,13 +110,14 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 			t.Fatalf("not JSON: %q: %v", line, err)
 		}
 		for _, k := range []string{"ts", "pid", "tid", "comm", "side", "local", "remote", "transport", "library",
-			"conn", "protocol", "query", "latency_us", "latency_exact", "rows", "error"} {
+			"conn", "protocol", "query", "fingerprint", "latency_us", "latency_exact", "rows", "error"} {
 			if _, ok := rec[k]; !ok {
 				t.Errorf("record %q has no %q", line, k)
 			}
 		}
 		if rec["query"] == q && rec["rows"] == 1.0 && rec["pid"] != float64(pid) && rec["user"] == "postgres" &&
-			rec["side"] == "server" && rec["comm"] == "postgres" && rec["local"] == pg.Addr() {
+			rec["side"] == "server" && rec["comm"] == "postgres" && rec["local"] == pg.Addr() &&
+			rec["fingerprint"] == capture.FingerprintOf("postgres", "SELECT ? + ? AS answer").String() {
 			found = true
 		}
 	}
@@ -124,5 +126,61 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 	}
 	if !strings.Contains(summary, "1 queries") || !strings.Contains(summary, "lost: 0 records") {
 		t.Errorf("summary %q", summary)
+	}
+	if fi, err := os.Stat(outPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--out file: %v, want mode 0600", fi.Mode())
+	}
+}
+
+// TestCaptureCLISanitizedTable: with --query-text sanitized, the table
+// shows the statements' shape and fingerprint, not their values, and the
+// error's code, not its message; --out over an existing world-readable
+// file leaves it 0600 with the new records only.
+func TestCaptureCLISanitizedTable(t *testing.T) {
+	testenv.RequireRoot(t)
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54356})
+	pid, err := pg.PID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildCLI(t)
+	outPath := filepath.Join(t.TempDir(), "queries.txt")
+	if err := os.WriteFile(outPath, []byte("stale contents of an earlier file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(bin, "capture", "--pid", strconv.Itoa(pid), "--query-text", "sanitized", "--duration", "4s", "--out", outPath)
+	errPipe, _ := c.StderrPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	sc := bufio.NewScanner(errPipe)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
+	}
+	const secret = "s3cret-value"
+	for _, q := range []string{"ALTER ROLE postgres PASSWORD '" + secret + "'", "SELECT * FROM nosuch WHERE x = '" + secret + "'"} {
+		pg.Psql(q) // the second fails: relation "nosuch" does not exist
+	}
+	for sc.Scan() {
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	if fi, _ := os.Stat(outPath); fi.Mode().Perm() != 0o600 || strings.Contains(text, "stale") {
+		t.Errorf("--out over an existing 0644 file: mode %v, contents %q", fi.Mode(), out)
+	}
+	if strings.Contains(text, secret) || strings.Contains(text, "does not exist") || strings.Contains(text, "nosuch\"") {
+		t.Errorf("the table shows a value or an error message:\n%s", out)
+	}
+	for _, want := range []string{"FINGERPRINT", "ALTER ROLE postgres PASSWORD ?", "SELECT * FROM nosuch WHERE x = ?  ERROR 42P01",
+		capture.FingerprintOf("postgres", "ALTER ROLE postgres PASSWORD 'other'").String()} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q in the table:\n%s", want, out)
+		}
 	}
 }

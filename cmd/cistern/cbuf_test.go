@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,6 +27,9 @@ func TestCBufCommands(t *testing.T) {
 		{"cbuf", "manager", "--socket", sock, "--memory", "1K"},
 		{"cbuf", "manager", "--socket", sock, "--policy", "fastest"},
 		{"cbuf", "manager", "--socket", sock, "--metrics", "nonsense"},
+		{"cbuf", "manager", "--socket", sock, "--group", "no-such-group-cistern"},
+		{"cbuf", "manager", "--socket", sock, "--allow-group", "no-such-group-cistern"},
+		{"cbuf", "manager", "--socket", sock, "--allow-uid", "-3"},
 		{"cbuf", "stats", "--bogus"},
 	} {
 		_, stderr, code := run(bin, args...)
@@ -87,7 +92,8 @@ func TestCBufCommands(t *testing.T) {
 		t.Fatalf("stats --json: %v\n%s", err, stdout)
 	}
 	if s.Policy != "qos" || s.MemoryPages != 2048 || len(s.Components) != 1 || s.Components[0].Name != "cli-test" ||
-		s.Components[0].QosTargetPct != 5 || s.Components[0].UsedPages == 0 || s.Components[0].Allocs != 1 {
+		s.Components[0].QosTargetPct != 5 || s.Components[0].UsedPages == 0 || s.Components[0].Allocs != 1 ||
+		s.Components[0].UID != uint32(os.Getuid()) || s.Components[0].Pid != int32(os.Getpid()) {
 		t.Fatalf("stats do not describe the one component: %+v", s)
 	}
 	resp, err := http.Get(metricsURL)
@@ -96,7 +102,12 @@ func TestCBufCommands(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), "cistern_cbuf_c0_allocs_total 1") || !strings.Contains(string(body), "cistern_cbuf_used_pages_total") {
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the manager's socket: %v %v, want mode 0600", st.Mode(), err)
+	}
+	if !strings.Contains(string(body), "cistern_cbuf_c0_allocs_total 1") || !strings.Contains(string(body), "cistern_cbuf_used_pages_total") ||
+		!strings.Contains(string(body), fmt.Sprintf("cistern_cbuf_c0_uid_total %d", os.Getuid())) ||
+		!strings.Contains(string(body), "cistern_cbuf_refused_connections_total 0") {
 		t.Errorf("metrics lack the component's counters:\n%s", body)
 	}
 	c.Free(id)

@@ -7,12 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/bench"
-	"github.com/cistern-ebpf/cistern/cache"
-	"github.com/cistern-ebpf/cistern/capture"
-
 	"github.com/spf13/cobra"
 
+	kvbench "github.com/cistern-ebpf/cistern/bench/kv"
+	"github.com/cistern-ebpf/cistern/cache"
+	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/doctor"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/servers"
@@ -79,7 +78,7 @@ func newDemoCmd() *cobra.Command {
 // pool's memory efficiency every second.
 func demoKV(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
-	rep, err := bench.KV(cmd.Context(), bench.KVOptions{
+	rep, err := kvbench.Run(cmd.Context(), kvbench.Options{
 		Quick: true, Keys: 5000, Phase: 3 * time.Second, Skews: []float64{0.99},
 		Modes: []string{"vanilla", "kerby"}, Clients: []string{"user-space"}, Rounds: 1,
 		Live:     func(line string) { fmt.Fprintln(out, "  "+line) },

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	cbufbench "github.com/cistern-ebpf/cistern/bench/cbuf"
 )
 
 // demoCBuf ping-pongs 64 KiB messages between two processes through CBUF
@@ -15,7 +15,7 @@ func demoCBuf(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
 	const pages = 16
 	fmt.Fprintf(out, "two processes exchange %d KiB messages 2000 times; a CBUF manager runs in this process\n", pages*4)
-	rtt, err := bench.CBufPingPong(cmd.Context(), pages, 2000)
+	rtt, err := cbufbench.PingPong(cmd.Context(), pages, 2000)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/bench"
+	pagecachebench "github.com/cistern-ebpf/cistern/bench/pagecache"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
@@ -19,7 +19,7 @@ func demoPagecache(cmd *cobra.Command) error {
 		fmt.Fprintln(out, "status: skipped: the Debian package linux-source-6.1 is not installed (make deps)")
 		return nil
 	}
-	rep, err := bench.Pagecache(cmd.Context(), bench.PagecacheOptions{
+	rep, err := pagecachebench.Run(cmd.Context(), pagecachebench.Options{
 		Quick: true, Parts: []string{"search"},
 		Progress: func(s string) { benchkit.Step("%s", s) },
 	})

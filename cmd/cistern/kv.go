@@ -16,8 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
-	"github.com/cistern-ebpf/cistern/bench"
-	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/internal/mounts"
@@ -289,36 +287,4 @@ func printKVCounters(cmd *cobra.Command, st kv.Stats) {
 	p := st.Pool
 	fmt.Fprintf(w, "kernel hit ratio %.3f; pool: %d objects, %d live blocks, %d payload bytes, memory efficiency %.3f, leaked blocks %d\n",
 		st.KernelHitRatio, p.Objects, p.LiveBlocks, p.PayloadBytes, p.MemoryEfficiency, p.LeakedBlocks)
-}
-
-const kvTraceHelp = `With --trace twitter it instead replays the Twitter trace (cluster 52) against
-Kerby-KV look-aside (GET; on a memcached miss, SET) once per eviction policy
-at one pool size (--pool-mb, default 4; quick: 1 MiB and the first 100,000
-requests, policies fifo, lru, s3fifo) and reports the kernel hit ratio per
-policy beside an offline replay with the same block budget.`
-
-var kvTraceName string
-
-func addKVTraceFlags(c *cobra.Command, o *bench.KVTraceOptions) {
-	f := c.Flags()
-	f.StringVar(&kvTraceName, "trace", "", "trace mode: twitter (the bundled cluster-52 trace)")
-	f.StringSliceVar(&o.Policies, "policies", nil, "trace mode: policies (default ring and every policy; ring is the built-in FIFO ring)")
-	f.Uint32Var(&o.PoolMB, "trace-pool-mb", 0, "trace mode: pool size in MiB (default 4, quick 1)")
-	f.IntVar(&o.Requests, "requests", 0, "trace mode: replay only the first N requests")
-}
-
-// kvTraceRunner returns the trace-mode run of bench kv, or nil without --trace.
-func kvTraceRunner(cmd *cobra.Command, bf *benchFlags, o *bench.KVTraceOptions) func() error {
-	if kvTraceName == "" {
-		return nil
-	}
-	return func() error {
-		if kvTraceName != "twitter" {
-			return cli.Usagef("--trace %q: only twitter is bundled", kvTraceName)
-		}
-		return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
-			o.Quick, o.PlotPath, o.Progress = bf.quick, bf.plotPath, progress
-			return bench.KVTrace(ctx, *o)
-		})
-	}
 }

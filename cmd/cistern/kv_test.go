@@ -22,8 +22,8 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/tc"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
-	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // syncBuf is a bytes.Buffer a running command writes while the test reads.
@@ -320,7 +320,7 @@ func serverFilters(t *testing.T, p *netenv.Pair) (names []string) {
 // left behind are removed by the next one.
 func TestKVServeClsBPF(t *testing.T) {
 	testenv.RequireRoot(t)
-	t.Setenv(kernel.ForceClsBPFEnv, "1") // inherited by serve
+	t.Setenv(tc.ForceClsBPFEnv, "1") // inherited by serve
 	bin := buildCLI(t)
 	pair := testenv.NetPair(t, "kvclsbpf")
 	testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
@@ -330,7 +330,7 @@ func TestKVServeClsBPF(t *testing.T) {
 	serveAndCheck := func() *kvServe {
 		t.Helper()
 		s := startKVServe(t, bin, pair)
-		if !strings.Contains(s.stdout.String(), "tc: cls_bpf (forced by "+kernel.ForceClsBPFEnv+"=1)") {
+		if !strings.Contains(s.stdout.String(), "tc: cls_bpf (forced by "+tc.ForceClsBPFEnv+"=1)") {
 			t.Errorf("serve does not say it attaches cls_bpf filters: %s", s.stdout.String())
 		}
 		if got := serverFilters(t, pair); fmt.Sprint(got) != fmt.Sprint(want) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/query"
 	"github.com/cistern-ebpf/cistern/query/exporter"
@@ -71,13 +72,14 @@ lists the tables and columns; docs/query.md has the details.`,
 			}
 			out := cmd.OutOrStdout()
 			if outPath != "" {
-				f, err := os.Create(outPath)
+				f, err := cli.CreatePrivate(outPath)
 				if err != nil {
 					return cli.Usagef("--out %s: %v", outPath, err)
 				}
 				defer f.Close()
 				out = f
 			}
+			benchkit.ChartMode = cli.PrivateMode // --plot: the events' data, like --out
 			opt := query.Options{Duration: duration, Mode: mode, Out: out, Format: format, Metrics: maddr, Plot: plotPath,
 				OnMetrics: func(a string) { fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", a) }}
 			if explain {
@@ -98,10 +100,10 @@ lists the tables and columns; docs/query.md has the details.`,
 	}
 	c.Flags().DurationVar(&duration, "duration", 0, "stop after this long (default: until Ctrl-C)")
 	c.Flags().StringVar(&format, "format", "table", "output format: table, json or csv")
-	c.Flags().StringVar(&outPath, "out", "", "write rows to this file instead of stdout")
+	c.Flags().StringVar(&outPath, "out", "", "write rows to this file (created mode 0600) instead of stdout")
 	c.Flags().BoolVar(&explain, "explain", false, "print the chosen plan, the alternatives, their costs and verifier outcomes (stderr)")
 	c.Flags().BoolVar(&schema, "schema", false, "print the tables and columns")
-	c.Flags().StringVar(&plotPath, "plot", "", "draw the first numeric aggregate per group to this PNG")
+	c.Flags().StringVar(&plotPath, "plot", "", "draw the first numeric aggregate per group to this PNG (mode 0600)")
 	c.Flags().StringVar(&maddr, "metrics", "", "serve the kernel counters for Prometheus at HOST:PORT")
 	c.Flags().StringVar(&serve, "serve", "", "run until stopped, serving the rows of each window as Prometheus series at HOST:PORT (see 'cistern exporter')")
 	c.Flags().StringVar(&name, "name", "q", "with --serve: the query's name in metric names")

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"math/rand"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,5 +103,32 @@ func TestDemoQuery(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestQueryFilesPrivate: --out's rows and --plot's chart hold what the
+// kernel events held (process names here): both are written 0600, --out
+// also over an existing world-readable file.
+func TestQueryFilesPrivate(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	out, plot := filepath.Join(dir, "rows.json"), filepath.Join(dir, "chart.png")
+	if err := os.WriteFile(out, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := run(bin, "query", "SELECT comm, COUNT(*) AS n FROM sched_switch GROUP BY comm", "--duration", "300ms",
+		"--format", "json", "--out", out, "--plot", plot)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, p := range []string{out, plot} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() == 0 {
+			t.Errorf("%s: %v, mode %v, want a non-empty 0600 file", p, err, fi.Mode())
+		}
+	}
+	if b, _ := os.ReadFile(out); strings.Contains(string(b), "stale") {
+		t.Errorf("--out kept the old contents: %q", b)
 	}
 }

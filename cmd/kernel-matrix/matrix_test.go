@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // The guest's script must parse, in both runs, and retry a failed step once.
@@ -25,10 +27,7 @@ func TestGuestScriptParses(t *testing.T) {
 // 5.10 (a real doctor.json from that kernel) kv and capture are out, cbuf
 // and query are in, and steps without a system are never "unavailable".
 func TestGuestUnavailable(t *testing.T) {
-	sh, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("busybox (the guest's shell) is not installed: make deps")
-	}
+	sh := testenv.NeedTool(t, "busybox", "busybox-static") // the guest's shell
 	var fn string
 	for _, l := range strings.Split(guestScript("/x", true, nil), "\n") {
 		if strings.HasPrefix(l, "unavailable()") {

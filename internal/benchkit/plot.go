@@ -245,6 +245,11 @@ func render(path string, p *plot.Plot, leg plot.Legend, names []string, fit func
 	return writePNG(path, vgimg.PngCanvas{Canvas: img})
 }
 
+// ChartMode is the mode charts are written with: 0644 for the benches'
+// figures. `cistern query --plot`, whose chart shows what kernel events
+// held (process names, pids, counts), sets cli.PrivateMode (0600).
+var ChartMode os.FileMode = 0o644
+
 func writePNG(path string, png vgimg.PngCanvas) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), ".benchkit-*.png")
 	if err != nil {
@@ -259,7 +264,7 @@ func writePNG(path string, png vgimg.PngCanvas) (err error) {
 		f.Close()
 		return fmt.Errorf("write chart %s: %w", path, err)
 	}
-	if err = errors.Join(f.Chmod(0o644), f.Close()); err != nil {
+	if err = errors.Join(f.Chmod(ChartMode), f.Close()); err != nil {
 		return fmt.Errorf("write chart %s: %w", path, err)
 	}
 	if err = os.Rename(f.Name(), path); err != nil {

@@ -23,9 +23,8 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Report collects the results of one bench run. Its methods are safe for
@@ -76,17 +75,7 @@ type TargetResult struct {
 
 // New starts a report for the named bench on the running kernel.
 func New(bench string, quick bool) *Report {
-	return &Report{bench: bench, kernel: kernelRelease(), quick: quick}
-}
-
-// kernelRelease is uname -r, or "unknown": a bench result without its kernel
-// is still worth writing.
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
+	return &Report{bench: bench, kernel: kernel.Release(), quick: quick}
 }
 
 // Bench returns the bench name.

@@ -9,7 +9,7 @@ import (
 // nil-pointer panic in the clean-up (the doctor hit it on 6.1 and 6.12).
 func TestNewPairFailureCleansUp(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for namespaces")
+		t.Skip("skipped: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for namespaces") // not a missing tool: run as root
 	}
 	p, err := NewPair("nfail", Options{Subnet: 250, MTU: 1 << 20}) // no veth takes a 1 MiB MTU
 	if err == nil {

@@ -13,16 +13,12 @@ import (
 func TestMariaDBTLS(t *testing.T) {
 	testenv.RequireRoot(t)
 	tc, err := servers.NewTLSCert()
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
+	if testenv.NotInstalled(t, err); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Remove)
 	m, err := servers.StartMariaDB(servers.MariaDBOptions{Port: 53307, TLS: tc})
-	if servers.IsNotInstalled(err) {
-		t.Skipf("skipped: %v", err)
-	} else if err != nil {
+	if testenv.NotInstalled(t, err); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Stop)

@@ -21,7 +21,7 @@ import (
 func NeedServers(t testing.TB) {
 	t.Helper()
 	if os.Getenv("CISTERN_SKIP_SERVERS") == "1" {
-		t.Skip("skipped: needs a real server; CISTERN_SKIP_SERVERS=1 (the fast kernel matrix) leaves server tests to the full run")
+		t.Skip("skipped: needs a real server; CISTERN_SKIP_SERVERS=1 (the fast kernel matrix) leaves server tests to the full run") // not a missing tool: chosen by the caller
 	}
 }
 
@@ -29,7 +29,10 @@ func NeedServers(t testing.TB) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); run sudo make test")
+		if RequireAll() {
+			t.Fatal("needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN), and CISTERN_REQUIRE_ALL=1 makes that a failure: run sudo make test")
+		}
+		t.Skip("skipped: needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); run sudo make test") // not a missing tool: root, failed above under CISTERN_REQUIRE_ALL
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Fatalf("remove memlock: %v", err)
@@ -67,9 +70,7 @@ func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 	NeedServers(t)
 	m, err := servers.StartMemcached(opt)
 	if err != nil {
-		if servers.IsNotInstalled(err) {
-			t.Skipf("skipped: %v", err)
-		}
+		NotInstalled(t, err)
 		t.Fatalf("memcached: %v", err)
 	}
 	t.Cleanup(func() { m.Stop() })
@@ -83,9 +84,7 @@ func Prometheus(t testing.TB, opt servers.PrometheusOptions) *servers.Prometheus
 	NeedServers(t)
 	p, err := servers.StartPrometheus(opt)
 	if err != nil {
-		if servers.IsNotInstalled(err) {
-			t.Skipf("skipped: %v", err)
-		}
+		NotInstalled(t, err)
 		t.Fatalf("prometheus: %v", err)
 	}
 	t.Cleanup(p.Stop)
@@ -99,9 +98,7 @@ func TLSCert(t testing.TB) *servers.TLSCert {
 	NeedServers(t)
 	tc, err := servers.NewTLSCert()
 	if err != nil {
-		if servers.IsNotInstalled(err) {
-			t.Skipf("skipped: %v", err)
-		}
+		NotInstalled(t, err)
 		t.Fatalf("tls certificate: %v", err)
 	}
 	t.Cleanup(tc.Remove)
@@ -114,9 +111,7 @@ func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 	NeedServers(t)
 	p, err := servers.StartPostgres(opt)
 	if err != nil {
-		if servers.IsNotInstalled(err) {
-			t.Skipf("skipped: %v", err)
-		}
+		NotInstalled(t, err)
 		t.Fatalf("postgres: %v", err)
 	}
 	t.Cleanup(func() { p.Stop() })

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // VmlinuxInclude returns a directory holding vmlinux.h dumped from the running
@@ -13,15 +15,12 @@ import (
 // `make generate`: a fresh clone has none.
 func VmlinuxInclude(t testing.TB) string {
 	t.Helper()
-	bpftool, err := exec.LookPath("bpftool")
-	if err != nil {
-		t.Skip("skipped: needs bpftool to write vmlinux.h (make deps)")
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skip("skipped: the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+	bpftool := NeedTool(t, "bpftool", "bpftool")
+	if err := kernel.BTF(); err != nil {
+		t.Skipf("skipped: %v", err) // not a missing tool: a kernel built without BTF
 	}
 	dir := t.TempDir()
-	out, err := exec.Command(bpftool, "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()
+	out, err := exec.Command(bpftool, "btf", "dump", "file", kernel.VmlinuxPath, "format", "c").Output()
 	if err != nil {
 		t.Fatalf("bpftool btf dump: %v", err)
 	}

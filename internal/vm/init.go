@@ -22,20 +22,23 @@ exec switch_root /newroot /bin/sh -c "$(cat /stage2 2>/dev/null || echo 'echo no
 `
 
 // stage2 runs in the host's file system (read-only, overlaid): the usual
-// mounts, loopback up, the script, its exit code, power off.
+// mounts, loopback up, the script, its exit code, power off. The scratch
+// disk is TMPDIR at /cistern-scratch, not /tmp: mounted on /tmp it hid a
+// clone of the repository under the host's /tmp (see GuestMounts).
 const stage2 = `mount -t proc proc /proc
 mount -t sysfs sys /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
-mount -t ext4 /dev/vda /tmp 2>/dev/null || mount -t tmpfs tmpfs /tmp
-chmod 1777 /tmp
+mkdir -p /cistern-scratch
+mount -t ext4 /dev/vda /cistern-scratch 2>/dev/null || mount -t tmpfs tmpfs /cistern-scratch
+chmod 1777 /cistern-scratch
 mount -t tmpfs tmpfs /run
 mkdir -p /run/netns /run/lock
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 ip link set lo up
 hostname cistern-vm
-export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CISTERN_VM=1
+export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CISTERN_VM=1 TMPDIR=/cistern-scratch
 cd /results
 echo "cistern-vm: running $(uname -r)"
 /bin/sh /results/run.sh > /dev/console 2>&1

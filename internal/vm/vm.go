@@ -106,13 +106,14 @@ func (k *Kernel) moduleOrder(names []string) ([]string, error) {
 	return order, nil
 }
 
-// Initramfs builds (once per kernel, cached beside it) the initramfs.
+// Initramfs builds (once per kernel and init version, cached beside it)
+// the initramfs. Its name carries a hash of the init scripts and modules,
+// so matrices of different trees (another branch's stage2) never boot
+// each other's.
 func (k *Kernel) Initramfs() (string, error) {
-	out := filepath.Join(k.Dir, "initramfs.cpio.gz")
-	if fi, err := os.Stat(out); err == nil {
-		if self, err := os.Stat(initScriptStamp(k)); err == nil && !self.ModTime().After(fi.ModTime()) {
-			return out, nil
-		}
+	out := filepath.Join(k.Dir, "initramfs-"+initHash()+".cpio.gz")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
 	}
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
@@ -152,27 +153,21 @@ func (k *Kernel) Initramfs() (string, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "stage2"), []byte(stage2), 0o644); err != nil {
 		return "", err
 	}
-	cmd := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+strconv.Quote(out+".tmp"))
+	cmd := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+strconv.Quote(out+".tmp"+strconv.Itoa(os.Getpid())))
 	cmd.Dir = tmp
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("vm: cpio: %v: %s", err, b)
 	}
-	return out, os.Rename(out+".tmp", out)
+	return out, os.Rename(out+".tmp"+strconv.Itoa(os.Getpid()), out)
 }
 
-// initScriptStamp is a file whose age tells whether a cached initramfs
-// predates the current init script: the script's hash names it.
-func initScriptStamp(k *Kernel) string {
-	h := 0
+// initHash names the init scripts and module list an initramfs holds.
+func initHash() string {
+	h := uint32(0)
 	for _, c := range initScript + stage2 + strings.Join(Modules, ",") {
-		h = h*31 + int(c)
+		h = h*31 + uint32(c)
 	}
-	p := filepath.Join(k.Dir, fmt.Sprintf("init-%x.stamp", uint32(h)))
-	if _, err := os.Stat(p); err != nil {
-		os.WriteFile(p, nil, 0o644)
-		os.Remove(filepath.Join(k.Dir, "initramfs.cpio.gz"))
-	}
-	return p
+	return fmt.Sprintf("%08x", h)
 }
 
 func decompressModule(src, dst string) error {
@@ -281,8 +276,9 @@ func (k *Kernel) Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 
-	// /tmp is an ext4 disk, as on a user's machine: files on tmpfs (shmem)
-	// never pass the filemap tracepoints the page-cache agent follows.
+	// TMPDIR (/cistern-scratch) is an ext4 disk, as /tmp is on a user's
+	// machine: files on tmpfs (shmem) never pass the filemap tracepoints
+	// the page-cache agent follows.
 	disk := filepath.Join(sock, "tmp.img")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", disk, "8G").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("vm: mkfs.ext4 for the guest's /tmp: %v: %s", err, out)
@@ -388,4 +384,23 @@ func (m *markWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return m.w.Write(p)
+}
+
+// GuestMounts are the guest's own file systems over the host's tree (see
+// stage2): below them the guest does not see the host's files.
+var GuestMounts = []string{"/proc", "/sys", "/dev", "/run", "/results", "/cistern-scratch"}
+
+// Visible says, in one sentence, why the guest cannot see the host's path
+// (a tree the matrix must test there), or returns nil.
+func Visible(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range GuestMounts {
+		if abs == m || strings.HasPrefix(abs, m+"/") {
+			return fmt.Errorf("%s is under %s, which the guest mounts for itself, so it cannot see this tree there: clone it elsewhere (any other directory, /tmp included)", abs, m)
+		}
+	}
+	return nil
 }

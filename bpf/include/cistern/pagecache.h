@@ -77,6 +77,7 @@ enum pc_apply_stat {
 	PC_A_ACC_HITS,     /* pages of reads found tracked */
 	PC_A_VICTIMS,      /* victims proposed to the agent */
 	PC_A_FULL,         /* victims made because the tracker was full */
+	PC_A_FIRST_READS,  /* first reads of new folios, not passed on as hits */
 	PC_A_MAX,
 };
 

@@ -47,6 +47,23 @@ int cbuf_agg_get(cbuf_t agg, int i, cbuf_t *id, uint32_t *off, uint32_t *len);
  * Take it with cbuf2buf like any received id. */
 int cbuf_kernel_recv(cbuf_t *id, int timeout_ms);
 
+/* Sharing across uids (docs/cbuf.md, "Threat model"). Components of one uid
+ * read each other's buffers as above. A component of another uid reads a
+ * buffer only once it was granted that buffer, and nothing else:
+ *  - the receiver tells the sender its token (cbuf_self), out of band;
+ *  - the owner calls cbuf_export once, before its first cbuf_alloc, so that
+ *    each of its buffers has its own memfd;
+ *  - cbuf_grant(id, peer) lets that component map buffer id read-only (the
+ *    caller must be able to read id itself); cbuf_send_to = grant + send.
+ * A granted buffer is never recycled: when it is dead everywhere it is
+ * destroyed and its index gets a new buffer. 0 or -errno: -ESRCH (no such
+ * peer), -EACCES (not the caller's to give), -EOPNOTSUPP (owner not
+ * exporting), -EBUSY (cbuf_export after an alloc). */
+uint64_t cbuf_self(void);
+int cbuf_export(void);
+int cbuf_grant(cbuf_t id, uint64_t peer);
+int cbuf_send_to(cbuf_t id, uint64_t peer);
+
 struct cbuf_stats {
 	uint64_t allocs, frees, sends, recvs, collects, blocked_ns;
 };

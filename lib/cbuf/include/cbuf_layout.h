@@ -9,11 +9,14 @@
  *  - meta:  memfd with a header, the collection ring and one cbuf_meta per
  *           global buffer index. Only its component and the manager map it,
  *           so no component can write another's counters.
- * and one global object:
+ * and one object per uid:
  *  - dir:   one cbuf_dir per global buffer index (offset, pages, generation),
- *           written by the manager only, mapped read-only by every client.
- *           It is the manager's validated view: sizes come from here, never
- *           from client-writable memory.
+ *           written by the manager only (sealed), mapped read-only by that
+ *           uid's clients: its own components' buffers, the kernel's and the
+ *           ones granted to it. It is the manager's validated view: sizes
+ *           come from here, never from client-writable memory.
+ * An exporting component's buffers (cbuf_export) live in one memfd each,
+ * mapped by the owner at their place in its pool and by grantees alone.
  */
 #ifndef CBUF_LAYOUT_H
 #define CBUF_LAYOUT_H
@@ -40,6 +43,7 @@
 #define CBUF_RECV1 (1ull << CBUF_RECV_SHIFT)
 #define CBUF_F_INCONSISTENT (1ull << (CBUF_FLAG_SHIFT + 0)) /* manager took it back from the free list */
 #define CBUF_F_RELINQUISH (1ull << (CBUF_FLAG_SHIFT + 1))   /* tell the manager when ref drops to 0 */
+#define CBUF_F_GRANTED (1ull << (CBUF_FLAG_SHIFT + 2))      /* granted to another uid: never recycled by the owner */
 #define CBUF_CNT(w, shift) ((uint32_t)(((w) >> (shift)) & 0xffffu))
 
 /* next: 0 = not on a free list; CBUF_NEXT_END = last on a free list;
@@ -84,6 +88,10 @@ struct cbuf_hdr {
 	uint32_t ring_tail;
 	uint32_t pad2[15];
 	uint32_t ring[CBUF_RING];
+	/* Components each slot has had (bumped by the manager at every HELLO):
+	 * a mapping of a slot's pool made under another epoch belongs to a
+	 * component that has left, and is dropped. */
+	uint32_t slot_epoch[CBUF_MAX_COMPONENTS];
 };
 
 /* Global buffer index and ids: id = gen << 48 | slot << 32 | index; gen is
@@ -111,13 +119,19 @@ struct cbuf_agg {
 
 /* Wire protocol on the manager's SOCK_SEQPACKET socket. */
 enum cbuf_op {
-	CBUF_OP_HELLO = 1,   /* arg: priority, arg2: qos target (ppm); reply fds: meta, pool, dir */
+	CBUF_OP_HELLO = 1,   /* arg: priority, arg2: qos target (ppm); reply arg: slot, arg2: token; fds: meta, pool, dir */
 	CBUF_OP_COLLECT = 2, /* arg: size class; reply: buffers pushed to the ring */
 	CBUF_OP_MAP = 3,     /* arg: slot; reply fd: that slot's pool, read-only */
 	CBUF_OP_RELINQUISH = 4, /* no reply: a relinquish-flagged buffer is free */
 	CBUF_OP_STATS = 5,   /* reply: JSON text after the header */
 	CBUF_OP_KRECV = 6,   /* arg: timeout ms; reply arg2: id of a buffer the kernel sent */
+	CBUF_OP_EXPORT = 7,  /* before the first alloc: one memfd per buffer, so buffers can be granted */
+	CBUF_OP_BUFFD = 8,   /* arg: index, arg2: gen; reply fd: own buffer, read-write (exporting owner) */
+	CBUF_OP_MAPBUF = 9,  /* arg2: id; reply fd: that buffer only, read-only; reply arg2: bytes */
+	CBUF_OP_GRANT = 10,  /* arg2: id, name[0..7]: the peer's token (HELLO's reply arg2) */
 };
+/* MAP of a pool whose buffers are mapped one by one (an exporting owner)
+ * replies -EXDEV: ask MAPBUF per buffer instead. */
 /* The kernel component (when the manager runs with --kernel) owns the last
  * slot; MAP of it replies arg2 = the bytes to map (its pool is smaller). */
 #define CBUF_KERNEL_SLOT (CBUF_MAX_COMPONENTS - 1)

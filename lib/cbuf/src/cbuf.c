@@ -29,6 +29,20 @@ struct cbuf_client {
 	unsigned char *pools[CBUF_MAX_COMPONENTS]; /* own pool read-write, others read-only */
 	size_t pool_len[CBUF_MAX_COMPONENTS];
 	pthread_mutex_t slow;                      /* socket and ring consumer */
+	uint64_t token;                            /* cbuf_self */
+	int exporting;
+	uint16_t *owngen;                          /* exporting: generation mapped at each own index */
+	struct xent *xb[CBUF_MAX_COMPONENTS];      /* pools mapped one buffer at a time */
+	uint8_t xmode[CBUF_MAX_COMPONENTS];        /* 1: that slot's pool is mapped buffer by buffer */
+	uint32_t map_epoch[CBUF_MAX_COMPONENTS];   /* hdr->slot_epoch when pools[]/xb[] were filled */
+};
+
+/* One buffer of a pool mapped buffer by buffer (another uid's, or an
+ * exporting owner's): its own read-only mapping. */
+struct xent {
+	unsigned char *p;
+	size_t len;
+	uint16_t gen; /* 0: none */
 };
 
 static struct cbuf_client C = {.sock = -1, .slow = PTHREAD_MUTEX_INITIALIZER};
@@ -197,6 +211,7 @@ int cbuf_connect(const char *path)
 	if (err)
 		goto fail;
 	C.slot = r.arg;
+	C.token = r.arg2;
 	/* meta first: its header says how large everything is */
 	struct cbuf_hdr h0;
 	if (pread(fds[0], &h0, sizeof(h0), 0) != sizeof(h0) || h0.magic != CBUF_MAGIC || h0.version != CBUF_VERSION) {
@@ -217,6 +232,7 @@ int cbuf_connect(const char *path)
 		goto fail;
 	}
 	C.meta = (struct cbuf_meta *)((char *)C.hdr + h0.meta_off);
+	C.map_epoch[C.slot] = LOAD(&C.hdr->slot_epoch[C.slot]);
 	return 0;
 fail:
 	for (int i = 0; i < 3; i++)
@@ -235,7 +251,20 @@ void cbuf_disconnect(void)
 		if (C.pools[i])
 			munmap(C.pools[i], C.pool_len[i]);
 		C.pools[i] = NULL;
+		if (C.xb[i]) {
+			for (uint32_t j = 0; j < C.max_bufs; j++)
+				if (C.xb[i][j].p)
+					munmap(C.xb[i][j].p, C.xb[i][j].len);
+			free(C.xb[i]);
+			C.xb[i] = NULL;
+		}
+		C.xmode[i] = 0;
+		C.map_epoch[i] = 0;
 	}
+	free(C.owngen);
+	C.owngen = NULL;
+	C.exporting = 0;
+	C.token = 0;
 	if (C.hdr)
 		munmap(C.hdr, C.meta_len);
 	if (C.dir)
@@ -243,6 +272,30 @@ void cbuf_disconnect(void)
 	C.hdr = NULL;
 	C.meta = NULL;
 	C.dir = NULL;
+}
+
+/* An exporting owner maps each new buffer (its own memfd) at its place in
+ * its pool the first time it allocates that generation of it. */
+static int map_own(uint32_t idx, const struct cbuf_dir *d)
+{
+	uint16_t gen = LOAD(&d->gen);
+	if (LOAD(&C.owngen[idx]) == gen)
+		return 0;
+	struct cbuf_msg m = {.op = CBUF_OP_BUFFD, .arg = idx, .arg2 = gen};
+	struct cbuf_reply r;
+	int fd = -1;
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, &fd, 1);
+	pthread_mutex_unlock(&C.slow);
+	if (err)
+		return err;
+	void *want = C.pools[C.slot] + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+	void *p = mmap(want, (size_t)LOAD(&d->npages) * CBUF_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -errno;
+	STORE(&C.owngen[idx], gen);
+	return 0;
 }
 
 void *cbuf_alloc(size_t size, cbuf_t *id)
@@ -274,6 +327,11 @@ void *cbuf_alloc(size_t size, cbuf_t *id)
 			continue;
 		}
 		const struct cbuf_dir *d = &C.dir[gidx(C.slot, (uint32_t)idx)];
+		if (C.exporting && map_own((uint32_t)idx, d)) {
+			SUB(&m->cnt, CBUF_REF1);
+			push_free((uint32_t)idx, k);
+			return NULL;
+		}
 		*id = CBUF_ID(LOAD(&d->gen), C.slot, (uint32_t)idx);
 		STAT(allocs);
 		return C.pools[C.slot] + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
@@ -307,7 +365,7 @@ void cbuf_free(cbuf_t id)
 	if (CBUF_CNT(w, CBUF_REF_SHIFT) != 1)
 		return;
 	if (CBUF_ID_SLOT(id) == C.slot && CBUF_CNT(w, CBUF_SENT_SHIFT) == 0 && CBUF_CNT(w, CBUF_RECV_SHIFT) == 0 &&
-	    !(w & (CBUF_F_RELINQUISH | CBUF_F_INCONSISTENT))) {
+	    !(w & (CBUF_F_RELINQUISH | CBUF_F_INCONSISTENT | CBUF_F_GRANTED))) {
 		/* never shared: reusable at once */
 		push_free(CBUF_ID_IDX(id), size_class((size_t)LOAD(&d->npages) * CBUF_PAGE));
 		return;
@@ -329,27 +387,92 @@ void cbuf_send(cbuf_t id)
 	STAT(sends);
 }
 
-static unsigned char *pool_of(uint32_t slot)
+/* Where buffer id (entry d) is mapped here: in its owner's pool (same uid,
+ * mapped whole on first use), or in its own read-only mapping, asked from
+ * the manager the first time this generation of it arrives. */
+static unsigned char *addr_slow(cbuf_t id, const struct cbuf_dir *d)
 {
-	unsigned char *p = LOAD(&C.pools[slot]);
-	if (p)
-		return p;
+	uint32_t slot = CBUF_ID_SLOT(id), idx = CBUF_ID_IDX(id);
+	uint16_t gen = CBUF_ID_GEN(id);
+	unsigned char *p = NULL;
 	pthread_mutex_lock(&C.slow);
-	if (!(p = C.pools[slot])) {
+	uint32_t ep = LOAD(&C.hdr->slot_epoch[slot]);
+	if (slot != C.slot && C.map_epoch[slot] != ep) {
+		/* the slot has a new component: every buffer of the one mapped
+		 * before is dead (a slot is reused only then) */
+		if ((p = C.pools[slot])) {
+			STORE(&C.pools[slot], NULL);
+			munmap(p, C.pool_len[slot]);
+			p = NULL;
+		}
+		if (C.xb[slot])
+			for (uint32_t j = 0; j < C.max_bufs; j++) {
+				struct xent *e = &C.xb[slot][j];
+				STORE(&e->gen, 0);
+				if (e->p)
+					munmap(e->p, e->len);
+				e->p = NULL;
+			}
+		C.xmode[slot] = 0;
+		STORE(&C.map_epoch[slot], ep);
+	}
+	if (!C.pools[slot] && !C.xmode[slot]) {
 		struct cbuf_msg m = {.op = CBUF_OP_MAP, .arg = slot};
 		struct cbuf_reply r;
 		int fd;
-		size_t len = 0;
-		if (xchg(&m, &r, &fd, 1) == 0) {
-			len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
+		int err = xchg(&m, &r, &fd, 1);
+		if (err == 0) {
+			size_t len = r.arg2 ? (size_t)r.arg2 : C.pool_bytes;
 			if ((p = map_fd(fd, len, PROT_READ))) {
 				C.pool_len[slot] = len;
 				STORE(&C.pools[slot], p);
+			}
+		} else if (err == -EXDEV) {
+			if (!C.xb[slot])
+				STORE(&C.xb[slot], calloc(C.max_bufs, sizeof(struct xent)));
+			C.xmode[slot] = C.xb[slot] != NULL;
+		}
+	}
+	if ((p = C.pools[slot])) {
+		p += (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+	} else if (C.xmode[slot]) {
+		struct xent *e = &C.xb[slot][idx];
+		if (LOAD(&e->gen) == gen) {
+			p = e->p;
+		} else {
+			struct cbuf_msg m = {.op = CBUF_OP_MAPBUF, .arg2 = id};
+			struct cbuf_reply r;
+			int fd;
+			if (xchg(&m, &r, &fd, 1) == 0 && (p = map_fd(fd, (size_t)r.arg2, PROT_READ))) {
+				/* the old generation at this index is dead everywhere */
+				STORE(&e->gen, 0);
+				if (e->p)
+					munmap(e->p, e->len);
+				e->p = p;
+				e->len = (size_t)r.arg2;
+				STORE(&e->gen, gen);
 			}
 		}
 	}
 	pthread_mutex_unlock(&C.slow);
 	return p;
+}
+
+static inline unsigned char *addr_of(cbuf_t id, const struct cbuf_dir *d)
+{
+	uint32_t slot = CBUF_ID_SLOT(id);
+	if (LOAD(&C.hdr->slot_epoch[slot]) != LOAD(&C.map_epoch[slot]))
+		return addr_slow(id, d);
+	unsigned char *p = LOAD(&C.pools[slot]);
+	if (p)
+		return p + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+	struct xent *x = LOAD(&C.xb[slot]);
+	if (x) {
+		struct xent *e = &x[CBUF_ID_IDX(id)];
+		if (LOAD(&e->gen) == CBUF_ID_GEN(id) && e->p)
+			return e->p;
+	}
+	return addr_slow(id, d);
 }
 
 void *cbuf2buf(cbuf_t id, size_t size)
@@ -358,8 +481,8 @@ void *cbuf2buf(cbuf_t id, size_t size)
 	struct cbuf_meta *m = meta_of(id, &d);
 	if (!m || size == 0 || size > (size_t)LOAD(&d->npages) * CBUF_PAGE)
 		return NULL;
-	unsigned char *base = pool_of(CBUF_ID_SLOT(id));
-	if (!base)
+	unsigned char *p = addr_of(id, d);
+	if (!p)
 		return NULL;
 	ADD(&m->cnt, CBUF_REF1 | CBUF_RECV1);
 	/* the index may have been reused between the check and the count */
@@ -368,7 +491,7 @@ void *cbuf2buf(cbuf_t id, size_t size)
 		return NULL;
 	}
 	STAT(recvs);
-	return base + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+	return p;
 }
 
 /* Address of a buffer the caller already holds, without counting a
@@ -379,8 +502,7 @@ __attribute__((visibility("hidden"))) void *cbuf__peek(cbuf_t id, size_t size)
 	struct cbuf_meta *m = meta_of(id, &d);
 	if (!m || size > (size_t)LOAD(&d->npages) * CBUF_PAGE)
 		return NULL;
-	unsigned char *base = pool_of(CBUF_ID_SLOT(id));
-	return base ? base + (size_t)LOAD(&d->page_off) * CBUF_PAGE : NULL;
+	return addr_of(id, d);
 }
 
 size_t cbuf_size(cbuf_t id)
@@ -414,4 +536,53 @@ void cbuf_get_stats(struct cbuf_stats *s)
 	s->recvs = LOAD(&C.hdr->recvs);
 	s->collects = LOAD(&C.hdr->collects);
 	s->blocked_ns = LOAD(&C.hdr->blocked_ns);
+}
+
+uint64_t cbuf_self(void)
+{
+	return C.hdr ? C.token : 0;
+}
+
+int cbuf_export(void)
+{
+	if (!C.hdr)
+		return -ENOTCONN;
+	if (C.exporting)
+		return 0;
+	uint16_t *g = calloc(C.max_bufs, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	struct cbuf_msg m = {.op = CBUF_OP_EXPORT};
+	struct cbuf_reply r;
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, NULL, 0);
+	pthread_mutex_unlock(&C.slow);
+	if (err) {
+		free(g);
+		return err;
+	}
+	C.owngen = g;
+	STORE(&C.exporting, 1);
+	return 0;
+}
+
+int cbuf_grant(cbuf_t id, uint64_t peer)
+{
+	if (!C.hdr)
+		return -ENOTCONN;
+	struct cbuf_msg m = {.op = CBUF_OP_GRANT, .arg2 = id};
+	memcpy(m.name, &peer, sizeof(peer));
+	struct cbuf_reply r;
+	pthread_mutex_lock(&C.slow);
+	int err = xchg(&m, &r, NULL, 0);
+	pthread_mutex_unlock(&C.slow);
+	return err;
+}
+
+int cbuf_send_to(cbuf_t id, uint64_t peer)
+{
+	int err = cbuf_grant(id, peer);
+	if (!err)
+		cbuf_send(id);
+	return err;
 }

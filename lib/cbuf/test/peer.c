@@ -18,6 +18,11 @@
  *   peer SOCK krecv N         receive N buffers from the kernel component,
  *                             print "kernel ok K" (K readable exec records)
  *   peer SOCK layout          print the shared layout's offsets and sizes
+ *   peer SOCK secret TEXT     alloc 4 KiB, write TEXT, never send it; print
+ *                             the id, wait for EOF on stdin
+ *   peer SOCK sendx N SIZE    cbuf_export, then as send but with
+ *                             cbuf_send_to(id, $CBUF_PEER) (a token)
+ *   peer SOCK recvx SIZE      print "token T" (cbuf_self), then as recv
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
 #include <errno.h>
 #include <inttypes.h>
@@ -105,7 +110,7 @@ int main(int argc, char **argv)
 		SZ(cbuf_dir); OFF(cbuf_dir, page_off); OFF(cbuf_dir, npages); OFF(cbuf_dir, gen);
 		SZ(cbuf_hdr); OFF(cbuf_hdr, slot); OFF(cbuf_hdr, max_bufs); OFF(cbuf_hdr, pool_bytes); OFF(cbuf_hdr, meta_off);
 		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, ring_head);
-		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring);
+		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring); OFF(cbuf_hdr, slot_epoch);
 		SZ(cbuf_agg); OFF(cbuf_agg, n); OFF(cbuf_agg, cap); SZ(cbuf_agg_ent); OFF(cbuf_agg_ent, off); OFF(cbuf_agg_ent, len);
 		SZ(cbuf_msg); OFF(cbuf_msg, arg2); OFF(cbuf_msg, name); SZ(cbuf_reply);
 		printf("CBUF_F_INCONSISTENT %llu\nCBUF_F_RELINQUISH %llu\nCBUF_RECV1 %llu\nCBUF_SENT1 %llu\n",
@@ -141,6 +146,10 @@ int main(int argc, char **argv)
 		while (fread(b, 1, sizeof(b), stdin) > 0)
 			;
 		return 0;
+	}
+	if (!strcmp(argv[2], "recvx") && argc == 4) {
+		printf("token %" PRIu64 "\n", cbuf_self());
+		argv[2] = "recv";
 	}
 	if (!strcmp(argv[2], "recv") && argc == 4) {
 		size_t size = strtoul(argv[3], NULL, 0);
@@ -241,6 +250,49 @@ int main(int argc, char **argv)
 				cbuf_free(id);
 		}
 		printf("kernel ok %d\n", ok);
+		return 0;
+	}
+	if (!strcmp(argv[2], "secret") && argc == 4) {
+		cbuf_t id;
+		char *p = cbuf_alloc(4096, &id);
+		if (!p)
+			return 1;
+		strcpy(p, argv[3]);
+		printf("%" PRIu64 "\n", id);
+		char c[16];
+		while (fread(c, 1, sizeof(c), stdin) > 0)
+			;
+		cbuf_free(id);
+		return 0;
+	}
+	if (!strcmp(argv[2], "sendx") && argc == 5) {
+		int n = atoi(argv[3]);
+		size_t size = strtoul(argv[4], NULL, 0);
+		const char *pe = getenv("CBUF_PEER");
+		uint64_t peer = pe ? strtoull(pe, NULL, 0) : 0;
+		if ((err = cbuf_export())) {
+			fprintf(stderr, "cbuf_export: %s\n", strerror(-err));
+			return 1;
+		}
+		for (int i = 0; i < n; i++) {
+			cbuf_t id;
+			uint64_t *p = cbuf_alloc(size, &id);
+			if (!p) {
+				fprintf(stderr, "cbuf_alloc failed\n");
+				return 1;
+			}
+			uint64_t nonce = ((uint64_t)rand() << 32) ^ (uint64_t)i;
+			fill(p, size, nonce);
+			if ((err = cbuf_send_to(id, peer))) {
+				fprintf(stderr, "cbuf_send_to: %s\n", strerror(-err));
+				return 1;
+			}
+			printf("%" PRIu64 " %" PRIu64 "\n", id, nonce);
+			cbuf_free(id);
+		}
+		char b[16];
+		while (fread(b, 1, sizeof(b), stdin) > 0)
+			;
 		return 0;
 	}
 	if (!strcmp(argv[2], "big") && argc == 5) {

@@ -1,0 +1,450 @@
+package capture
+
+import (
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/accum"
+)
+
+// Attaching on exec and on library load (bpf/capture/attach.bpf.h): the
+// kernel announces, on the control ring, each file a selected process
+// executes or each libssl.so* it opens that the agent has not dealt with
+// yet (cap_seen); the control goroutine attaches the uprobes at once and
+// marks the file seen. What was learnt of a file is kept by its build id
+// (Go's, or the GNU one), so another copy of a binary or library is
+// attached without reading its symbols again. The /proc rescans of
+// rescan() stay as a safety net (a full control ring, a kernel without the
+// programs).
+//
+// --hold-new: the kernel stops the announcing process (SIGSTOP) and the
+// control goroutine continues it (SIGCONT) once its file is attached, or
+// after HoldMax (counted as hold_timeouts). A watchdog process continues
+// every process still held if the agent exits or dies (watchdog.go).
+
+// DefaultHoldMax is the longest a process is held by --hold-new.
+const DefaultHoldMax = 200 * time.Millisecond
+
+// Control events (CAP_EV_*) and unread flags (CAP_TLS_*).
+const (
+	evExec   = 1
+	evLib    = 2
+	evUnread = 3
+
+	tlsProbed    = 1
+	tlsUnseen    = 2
+	tlsMidstream = 4
+)
+
+// Reasons of an unread record (Query.UnreadReason).
+const (
+	UnreadNoProbe     = "no_tls_probe" // no TLS probe ever read it
+	UnreadStartMissed = "start_missed" // read, but not from its first TLS byte
+)
+
+// AttachSample is one file attached from a control event: how long from
+// the kernel's event (exec, or the library's open) to the uprobes in place.
+type AttachSample struct {
+	Kind    string // "go" or "openssl"
+	Latency time.Duration
+	Cached  bool // the file's offsets came from the build-id cache
+	Held    bool
+}
+
+// kernelFile is the kernel's identity of a file (cap_file).
+type kernelFile = capCapFile
+
+// userFile turns the kernel's dev_t (major << 20 | minor) into stat's.
+func userFile(k kernelFile) libFile {
+	return libFile{dev: unix.Mkdev(uint32(k.Dev>>20), uint32(k.Dev&0xfffff)), ino: k.Ino}
+}
+
+// buildID is the file's Go build id or GNU build id ("" if none): copies
+// of one build share it.
+func buildID(f *elf.File) string {
+	for _, s := range []struct{ sec, kind string }{{".note.go.buildid", "go:"}, {".note.gnu.build-id", "gnu:"}} {
+		sec := f.Section(s.sec)
+		if sec == nil {
+			continue
+		}
+		b, err := sec.Data()
+		if err != nil || len(b) < 16 {
+			continue
+		}
+		// An ELF note: namesz, descsz, type, name (padded to 4), desc.
+		namesz := int(f.ByteOrder.Uint32(b[0:4]))
+		descsz := int(f.ByteOrder.Uint32(b[4:8]))
+		off := 12 + (namesz+3)&^3
+		if off+descsz > len(b) || descsz == 0 {
+			continue
+		}
+		return s.kind + hex.EncodeToString(b[off:off+descsz])
+	}
+	return ""
+}
+
+// sslSyms are the libssl functions the uprobes go on, by file offset.
+type sslSyms map[string]uint64
+
+var sslNames = []string{"SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex", "SSL_free",
+	"SSL_connect", "SSL_accept", "SSL_do_handshake"}
+
+// findSSLSyms reads the file offsets of sslNames from a libssl's dynamic
+// symbols.
+func findSSLSyms(f *elf.File) (sslSyms, error) {
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, n := range sslNames {
+		want[n] = true
+	}
+	out := sslSyms{}
+	for _, s := range syms {
+		if !want[s.Name] || s.Value == 0 || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			continue
+		}
+		off, err := fileOffset(f, s.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[s.Name] = off
+	}
+	if out["SSL_write"] == 0 || out["SSL_read"] == 0 {
+		return nil, errors.New("no SSL_write/SSL_read")
+	}
+	return out, nil
+}
+
+// sslOffsets finds (or takes from the build-id cache) lib's offsets.
+// Called with c.mu held.
+func (c *Capture) sslOffsets(lib string) (sslSyms, bool, error) {
+	f, err := elf.Open(lib)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	id := buildID(f)
+	if s, ok := c.sslCache[id]; ok && id != "" {
+		return s, true, nil
+	}
+	s, err := findSSLSyms(f)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", lib, err)
+	}
+	if id != "" {
+		c.sslCache[id] = s
+	}
+	return s, false, nil
+}
+
+// goOffsets is findGoTLS through the build-id cache. Called with c.mu held.
+func (c *Capture) goOffsets(path string) (*goTLS, bool, error) {
+	var id string
+	if f, err := elf.Open(path); err == nil {
+		id = buildID(f)
+		f.Close()
+	}
+	if g, ok := c.goCache[id]; ok && id != "" {
+		if g == nil {
+			return nil, true, errNotGoTLS
+		}
+		return g, true, nil
+	}
+	g, err := findGoTLS(path)
+	if id != "" && (err == nil || errors.Is(err, errNotGoTLS)) {
+		c.goCache[id] = g // nil: not Go with crypto/tls
+	}
+	return g, false, err
+}
+
+// startControl reads the control ring in a goroutine of its own.
+func (c *Capture) startControl() error {
+	rd, err := ringbuf.NewReader(c.objs.CapCtl)
+	if err != nil {
+		return fmt.Errorf("control ring: %w", err)
+	}
+	c.ctl = rd
+	c.ctlDone = make(chan struct{})
+	go func() {
+		defer close(c.ctlDone)
+		// A thread of its own at the pump's raised priority (accum.Pump):
+		// on a loaded machine the attachment waits for a CPU otherwise,
+		// and a client's first query wins the race (or a held process
+		// waits). The thread stays locked and is discarded at the end.
+		runtime.LockOSThread()
+		nice := c.Opt.Pump.Nice
+		if nice == 0 {
+			nice = accum.DefaultPumpNice
+		}
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+		var rec ringbuf.Record
+		for {
+			if err := rd.ReadInto(&rec); err != nil {
+				return // closed
+			}
+			var ev capCapEv
+			if len(rec.RawSample) < int(unsafe.Sizeof(ev)) {
+				continue
+			}
+			ev = *(*capCapEv)(unsafe.Pointer(&rec.RawSample[0]))
+			c.nCtlEvents.Add(1)
+			switch ev.Type {
+			case evExec, evLib:
+				c.onFile(&ev)
+			case evUnread:
+				c.onUnread(&ev)
+			}
+		}
+	}()
+	if c.Opt.HoldNew {
+		c.holdStop = make(chan struct{})
+		c.holdDone = make(chan struct{})
+		go c.holdTimer()
+	}
+	return nil
+}
+
+// onFile attaches the uprobes to the file of an exec or libssl open, marks
+// it seen in the kernel, and continues the process if it was held.
+func (c *Capture) onFile(ev *capCapEv) {
+	id := userFile(ev.F)
+	kind := "go"
+	if ev.Type == evLib {
+		kind = "openssl"
+	}
+	var paths []string
+	evPath := cString(ev.Path[:])
+	if ev.Type == evExec {
+		paths = append(paths, fmt.Sprintf("/proc/%d/exe", ev.Pid))
+	}
+	if strings.HasPrefix(evPath, "/") {
+		paths = append(paths, fmt.Sprintf("/proc/%d/root%s", ev.Pid, evPath), evPath)
+	} else if evPath != "" {
+		paths = append(paths, filepath.Join(fmt.Sprintf("/proc/%d/cwd", ev.Pid), evPath))
+	}
+	c.mu.Lock()
+	attached, cached, dealt := false, false, false
+	if c.closing {
+		paths = nil
+	}
+	// The path whose file is the kernel's (device, inode); else the first
+	// that exists: on overlayfs, stat shows the overlay's device, not the
+	// one the kernel saw.
+	path, pid := "", libFile{}
+	for _, p := range paths {
+		if got, ok := libFileOf(p); ok && (got == id || path == "") {
+			path, pid = p, got
+			if got == id {
+				break
+			}
+		}
+	}
+	if path != "" {
+		dealt = true
+		var err error
+		if ev.Type == evExec {
+			attached, cached, err = c.lookGo(path, pid)
+		} else {
+			attached, cached, err = c.lookSSL(path, pid)
+		}
+		if err != nil {
+			c.nLibErrors.Add(1)
+			c.lastErr.Store(err.Error())
+		}
+	}
+	c.mu.Unlock()
+	if dealt {
+		_ = c.objs.CapSeen.Put(ev.F, uint8(1))
+	}
+	if attached {
+		lat := time.Duration(monotonicNS() - int64(ev.Ts))
+		c.samplesMu.Lock()
+		if len(c.samples) < 1<<16 {
+			c.samples = append(c.samples, AttachSample{Kind: kind, Latency: lat, Cached: cached, Held: ev.Held != 0})
+		}
+		c.samplesMu.Unlock()
+	}
+	if ev.Held != 0 && !c.Opt.keepHeld {
+		c.release(ev.Pid, false)
+	}
+}
+
+// lookGo attaches the Go TLS uprobes to the executable at path (file id)
+// unless looked at before. Called with c.mu held.
+func (c *Capture) lookGo(path string, id libFile) (attached, cached bool, err error) {
+	if c.goBins[id] {
+		return false, false, nil
+	}
+	c.goBins[id] = true // attached, not Go, or failed: not retried
+	g, cached, err := c.goOffsets(path)
+	if errors.Is(err, errNotGoTLS) {
+		return false, cached, nil
+	}
+	if err == nil {
+		err = c.attachGo(path, g)
+	}
+	if err != nil {
+		return false, cached, err
+	}
+	c.nGoBins.Add(1)
+	return true, cached, nil
+}
+
+// lookSSL attaches the libssl uprobes to the library at path (file id)
+// unless attached before. Called with c.mu held.
+func (c *Capture) lookSSL(path string, id libFile) (attached, cached bool, err error) {
+	if c.libs[id] {
+		return false, false, nil
+	}
+	c.libs[id] = true
+	syms, cached, err := c.sslOffsets(path)
+	if err == nil {
+		err = c.attachTLS(path, syms)
+	}
+	if err != nil {
+		return false, cached, err
+	}
+	c.nLibs.Add(1)
+	if c.LibSSL == "" {
+		c.LibSSL = path
+	}
+	return true, cached, nil
+}
+
+// release continues held process pid if it is still held (the entry in
+// cap_held is the token: whoever deletes it sends the SIGCONT).
+func (c *Capture) release(pid uint32, timeout bool) {
+	if err := c.objs.CapHeld.Delete(pid); err != nil {
+		return
+	}
+	_ = unix.Kill(int(pid), unix.SIGCONT)
+	if timeout {
+		c.nHoldTimeouts.Add(1)
+	}
+}
+
+// holdTimer continues processes held longer than HoldMax.
+func (c *Capture) holdTimer() {
+	defer close(c.holdDone)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.holdStop:
+			return
+		case <-t.C:
+		}
+		now := monotonicNS()
+		var pid uint32
+		var since uint64
+		var late []uint32
+		it := c.objs.CapHeld.Iterate()
+		for it.Next(&pid, &since) {
+			if now-int64(since) > int64(c.Opt.HoldMax) {
+				late = append(late, pid)
+			}
+		}
+		for _, p := range late {
+			c.release(p, true)
+		}
+	}
+}
+
+// releaseAll continues every held process (at Close).
+func (c *Capture) releaseAll() {
+	if c.objs == nil || c.objs.CapHeld == nil {
+		return
+	}
+	var pid uint32
+	var since uint64
+	var all []uint32
+	it := c.objs.CapHeld.Iterate()
+	for it.Next(&pid, &since) {
+		all = append(all, pid)
+	}
+	for _, p := range all {
+		c.release(p, false)
+	}
+}
+
+// onUnread queues the record of a TLS connection no probe read from its
+// start.
+func (c *Capture) onUnread(ev *capCapEv) {
+	c.nUnread.Add(1)
+	q := Query{
+		Time: time.Unix(0, int64(ev.Ts)+c.clock), PID: ev.Pid, Comm: cString(ev.Comm[:]),
+		Transport: TransportTLS, Library: "unknown", Protocol: c.Opt.Protocol, Error: "",
+		Unread: true, UnreadReason: UnreadNoProbe, BytesSent: ev.Bytes[0], BytesReceived: ev.Bytes[1],
+	}
+	if ev.Flags&tlsProbed != 0 {
+		q.UnreadReason = UnreadStartMissed
+	}
+	if ev.A.Family != 0 {
+		q.Local = sockAddr(ev.A.Family, ev.A.Laddr, ev.A.Lport)
+		q.Remote = sockAddr(ev.A.Family, ev.A.Raddr, ev.A.Rport)
+	}
+	c.unreadMu.Lock()
+	c.unread = append(c.unread, q)
+	c.unreadMu.Unlock()
+	select {
+	case c.unreadWake <- struct{}{}:
+	default:
+	}
+}
+
+// takeUnread appends the queued unread records to out.
+func (c *Capture) takeUnread(out []Query) []Query {
+	c.unreadMu.Lock()
+	defer c.unreadMu.Unlock()
+	out = append(out, c.unread...) // no side: shown whatever --side says
+	c.unread = c.unread[:0]
+	return out
+}
+
+// AttachSamples are the exec-to-attached latencies measured so far.
+func (c *Capture) AttachSamples() []AttachSample {
+	c.samplesMu.Lock()
+	defer c.samplesMu.Unlock()
+	return append([]AttachSample(nil), c.samples...)
+}
+
+// attachEvents attaches the exec and libssl-open programs (after the
+// watchdog is running: a held process must never outlive the agent held).
+func (c *Capture) attachEvents() error {
+	l, err := link.AttachTracing(link.TracingOptions{Program: c.objs.CapExec})
+	if err != nil {
+		return fmt.Errorf("attach exec announcements: %w", err)
+	}
+	c.links = append(c.links, l)
+	for _, a := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sys_exit_openat", c.objs.CapLibOpened}, {"sys_enter_openat", c.objs.CapLibOpen}} {
+		l, err := link.Tracepoint("syscalls", a.name, a.prog, nil)
+		if err != nil {
+			return fmt.Errorf("attach library-open announcements (syscalls/%s): %w", a.name, err)
+		}
+		c.links = append(c.links, l)
+	}
+	return nil
+}
+
+func monotonicNS() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}

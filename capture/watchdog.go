@@ -1,0 +1,129 @@
+package capture
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// The --hold-new watchdog: a process of its own (this executable again,
+// started with watchdogEnv set, caught by init below), holding the cap_held
+// map and the read end of a pipe whose write end only the agent holds.
+// When the pipe ends (the agent closed the capture, exited, crashed or was
+// killed) it continues every process still in cap_held, three times over
+// 0.6 s (a program still attached in the last moments of a dying agent may
+// hold one more). While the agent lives it continues any process held
+// longer than twice HoldMax plus a second (the agent's own timer does it
+// at HoldMax; this is for an agent that is alive but stuck). It ignores
+// the terminal's signals and runs in a session of its own, so a Ctrl-C
+// meant for the agent does not end it first.
+
+const watchdogEnv = "CISTERN_CAPTURE_WATCHDOG"
+
+func init() {
+	if v := os.Getenv(watchdogEnv); v != "" {
+		os.Exit(runWatchdog(v))
+	}
+}
+
+type watchdog struct {
+	cmd  *exec.Cmd
+	pipe *os.File
+	done chan struct{}
+}
+
+func startWatchdog(held *ebpf.Map, holdMax time.Duration) (*watchdog, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("hold watchdog: %w", err)
+	}
+	nfd, err := unix.FcntlInt(uintptr(held.FD()), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("hold watchdog: %w", err)
+	}
+	mf := os.NewFile(uintptr(nfd), "cap_held")
+	defer mf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := exec.Command(self)
+	cmd.Env = []string{watchdogEnv + "=" + strconv.FormatInt(int64(holdMax), 10)}
+	cmd.ExtraFiles = []*os.File{mf, r} // fds 3 and 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("hold watchdog: %w", err)
+	}
+	wd := &watchdog{cmd: cmd, pipe: w, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(wd.done) }()
+	return wd, nil
+}
+
+// stop ends the watchdog (after its last sweep) and reaps it.
+func (wd *watchdog) stop() {
+	wd.pipe.Close()
+	select {
+	case <-wd.done:
+	case <-time.After(3 * time.Second):
+		wd.cmd.Process.Kill()
+		<-wd.done
+	}
+}
+
+func runWatchdog(arg string) int {
+	signal.Ignore(unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE)
+	holdMax, _ := strconv.ParseInt(arg, 10, 64)
+	m, err := ebpf.NewMapFromFD(3)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cistern capture watchdog: %v\n", err)
+		return 1
+	}
+	gone := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.NewFile(4, "agent"))
+		close(gone)
+	}()
+	sweep := func(olderThan int64) {
+		now := monotonicNS()
+		var pid uint32
+		var since uint64
+		var due []uint32
+		it := m.Iterate()
+		for it.Next(&pid, &since) {
+			if olderThan < 0 || now-int64(since) > olderThan {
+				due = append(due, pid)
+			}
+		}
+		for _, p := range due {
+			if m.Delete(p) == nil {
+				unix.Kill(int(p), unix.SIGCONT)
+			}
+		}
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			sweep(2*holdMax + int64(time.Second))
+			continue
+		case <-gone:
+		}
+		break
+	}
+	for _, d := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
+		time.Sleep(d)
+		sweep(-1)
+	}
+	return 0
+}
