@@ -202,7 +202,9 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("web_wrk", fmt.Sprintf("-t%d -c%d -d%ds --latency (keep-alive)", webThreads, webConns, int(dur.Seconds())))
 	rep.SetConfig("web_rounds", rounds)
+	rep.SetConfig("web_warmup_s", 1)
 	rep.SetConfig("web_sizes", webSizes)
+	rep.SetConfig("web_cbufweb_pairs", 2)
 	rep.SetConfig("web_fcgi_processes", 2)
 	rep.SetConfig("web_nginx_workers", 2)
 	rep.SetConfig("web_apache_children", 2)
@@ -224,7 +226,10 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	o := func() cbufweb.Options { return cbufweb.Options{Group: true, ManagerArgv: mgr} }
+	// two processes serve in each: cbufweb's two front end + content pairs,
+	// nginx's two workers, Apache's two children, each baseline's two
+	// FastCGI processes
+	o := func() cbufweb.Options { return cbufweb.Options{Group: true, ManagerArgv: mgr, Pairs: 2} }
 	if part["servers"] {
 		if err := start("cbufweb", webSizes, func() (*cbufweb.Server, error) { return cbufweb.StartCBufWeb(sctx, bins, o()) }); err != nil {
 			return err
@@ -281,7 +286,13 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	}
 	err := benchkit.Interleave(ctx, rounds, cells, opt.Progress, func(ctx context.Context, round int, mode string) error {
 		c := byName[mode]
-		r, err := runWrk(ctx, c.s.srv, fmt.Sprintf("%s/gen?size=%d&seed=%d", c.s.srv.URL, c.size, round), dur)
+		url := fmt.Sprintf("%s/gen?size=%d&seed=%d", c.s.srv.URL, c.size, round)
+		// one unmeasured second first: every server starts the round warm
+		// (cbufweb's pools were resized by the policy while it idled)
+		if _, err := runWrk(ctx, c.s.srv, url, time.Second); err != nil {
+			return err
+		}
+		r, err := runWrk(ctx, c.s.srv, url, dur)
 		if err != nil {
 			return err
 		}
