@@ -65,7 +65,7 @@
 #define IN_MAX 16384   /* request head + body; more is a 413 */
 #define MAX_CONNS 4096 /* by fd */
 #define PEND 65536     /* sequence -> connection table */
-#define HELD_MAX 16
+#define HELD_MAX 64
 
 #define REQ_MAGIC 0x51524257u /* "WBRQ" */
 #define F_CRASH 1u            /* content: die while filling the body (tests) */
@@ -665,6 +665,7 @@ struct conn {
 		int nids;
 	} held[HELD_MAX];
 	int nheld;
+	int hold_this; /* this response goes out by zerocopy/splice and is held */
 	int pipe[2];
 };
 
@@ -734,6 +735,8 @@ static void conn_close(int ep, struct conn *c)
 
 static int conn_write(int ep, struct conn *c);
 static void conn_parse(int ep, struct conn *c);
+static void zc_reap(struct conn *c);
+static void zc_errqueue(struct conn *c);
 
 /* A response without body (errors, health). */
 static void respond_simple(int ep, struct conn *c, int st, const char *body, int close_after)
@@ -767,6 +770,16 @@ static void respond_body(int ep, struct conn *c, const struct web_msg *m, const 
 			c->iov[c->niov++] = (struct iovec){(void *)ptrs[i], lens[i]};
 	c->iovpos = 0;
 	c->state = S_WRITE;
+	/* zerocopy and splice leave the body's pages referenced by the kernel
+	 * after the call: the CBUFs are held until it lets go; with too many
+	 * held already this body is copied (writev) instead of waiting */
+	if (send_mode != SEND_WRITEV) {
+		if (send_mode == SEND_ZEROCOPY)
+			zc_errqueue(c);
+		else
+			zc_reap(c);
+	}
+	c->hold_this = send_mode != SEND_WRITEV && c->nheld < HELD_MAX;
 	M.st200++;
 	M.bytes += c->head ? 0 : m->size;
 	conn_write(ep, c);
@@ -816,7 +829,7 @@ static void zc_errqueue(struct conn *c)
  * a pipe (vmsplice + splice). */
 static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 {
-	if (send_mode == SEND_WRITEV || n == 0)
+	if (!c->hold_this || n == 0)
 		return writev(c->fd, iov, n);
 	if (send_mode == SEND_ZEROCOPY) {
 		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -860,15 +873,7 @@ static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 static void after_response(int ep, struct conn *c)
 {
 	if (c->nids || c->agg) {
-		if (send_mode != SEND_WRITEV) {
-			while (c->nheld == HELD_MAX) { /* the kernel still holds them all: wait */
-				struct pollfd pf = {.fd = c->fd, .events = 0};
-				poll(&pf, 1, 10);
-				if (send_mode == SEND_ZEROCOPY)
-					zc_errqueue(c);
-				else
-					zc_reap(c);
-			}
+		if (c->hold_this) {
 			struct held *h = &c->held[c->nheld++];
 			h->upto = c->zc_sent;
 			h->agg = c->agg;
@@ -880,6 +885,7 @@ static void after_response(int ep, struct conn *c)
 	}
 	c->agg = 0;
 	c->nids = 0;
+	c->hold_this = 0;
 	c->state = S_READ;
 	if (!c->keep) {
 		conn_close(ep, c);
