@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -14,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/accum"
 )
 
 // Attaching on exec and on library load (bpf/capture/attach.bpf.h): the
@@ -168,12 +171,6 @@ func (c *Capture) goOffsets(path string) (*goTLS, bool, error) {
 	return g, false, err
 }
 
-// sameFile: path is the file id (it may have gone, or been replaced).
-func sameFile(path string, id libFile) bool {
-	got, ok := libFileOf(path)
-	return ok && got == id
-}
-
 // startControl reads the control ring in a goroutine of its own.
 func (c *Capture) startControl() error {
 	rd, err := ringbuf.NewReader(c.objs.CapCtl)
@@ -184,6 +181,16 @@ func (c *Capture) startControl() error {
 	c.ctlDone = make(chan struct{})
 	go func() {
 		defer close(c.ctlDone)
+		// A thread of its own at the pump's raised priority (accum.Pump):
+		// on a loaded machine the attachment waits for a CPU otherwise,
+		// and a client's first query wins the race (or a held process
+		// waits). The thread stays locked and is discarded at the end.
+		runtime.LockOSThread()
+		nice := c.Opt.Pump.Nice
+		if nice == 0 {
+			nice = accum.DefaultPumpNice
+		}
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
 		var rec ringbuf.Record
 		for {
 			if err := rd.ReadInto(&rec); err != nil {
@@ -234,22 +241,30 @@ func (c *Capture) onFile(ev *capCapEv) {
 	if c.closing {
 		paths = nil
 	}
+	// The path whose file is the kernel's (device, inode); else the first
+	// that exists: on overlayfs, stat shows the overlay's device, not the
+	// one the kernel saw.
+	path, pid := "", libFile{}
 	for _, p := range paths {
-		if !sameFile(p, id) {
-			continue
+		if got, ok := libFileOf(p); ok && (got == id || path == "") {
+			path, pid = p, got
+			if got == id {
+				break
+			}
 		}
+	}
+	if path != "" {
 		dealt = true
 		var err error
 		if ev.Type == evExec {
-			attached, cached, err = c.lookGo(p, id)
+			attached, cached, err = c.lookGo(path, pid)
 		} else {
-			attached, cached, err = c.lookSSL(p, id)
+			attached, cached, err = c.lookSSL(path, pid)
 		}
 		if err != nil {
 			c.nLibErrors.Add(1)
 			c.lastErr.Store(err.Error())
 		}
-		break
 	}
 	c.mu.Unlock()
 	if dealt {

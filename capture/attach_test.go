@@ -188,7 +188,8 @@ func TestAttachOnExecGo(t *testing.T) {
 			first := filepath.Join(dir, "pgc-first")
 			copyFile(t, bin, first, 0o755) // a file no capture has seen
 			cg, into := testCgroup(t)
-			c, err := Open(Options{Cgroup: cg, HoldNew: hold})
+			// An emulated guest runs 10-30x slower: the hold widens with it.
+			c, err := Open(Options{Cgroup: cg, HoldNew: hold, HoldMax: DefaultHoldMax * testenv.TimeScale()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,7 +265,8 @@ func TestAttachOnLibraryLoad(t *testing.T) {
 	for _, hold := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
 			cg, into := testCgroup(t)
-			c, err := Open(Options{Cgroup: cg, HoldNew: hold})
+			// An emulated guest runs 10-30x slower: the hold widens with it.
+			c, err := Open(Options{Cgroup: cg, HoldNew: hold, HoldMax: DefaultHoldMax * testenv.TimeScale()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,6 +34,11 @@ func TestCaptureBothTransports(t *testing.T) {
 	t.Run("all", func(t *testing.T) {
 		checkBoth(t, pg, Options{All: true}, []string{SideClient, SideServer})
 	})
+	// --hold-new: every psql is a new process, held at its exec until its
+	// files are looked at; nothing changes in what is captured.
+	t.Run("all-hold", func(t *testing.T) {
+		checkBoth(t, pg, Options{All: true, HoldNew: true}, []string{SideClient, SideServer})
+	})
 	t.Run("side-filter", func(t *testing.T) {
 		checkBoth(t, pg, Options{All: true, Side: SideClient}, []string{SideClient})
 	})

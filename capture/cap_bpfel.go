@@ -168,6 +168,7 @@ const (
 	capMapCapSeen             = "cap_seen"
 	capMapCapSelFull          = "cap_sel_full"
 	capMapCapTlsFds           = "cap_tls_fds"
+	capMapCapTlsProcs         = "cap_tls_procs"
 	capMapCapTlsSock          = "cap_tls_sock"
 	capMapGoConns             = "go_conns"
 	capMapGoReads             = "go_reads"
@@ -188,6 +189,7 @@ const (
 	capProgCapExitProc        = "cap_exit_proc"
 	capProgCapFork            = "cap_fork"
 	capProgCapGoClose         = "cap_go_close"
+	capProgCapGoHandshake     = "cap_go_handshake"
 	capProgCapGoRead          = "cap_go_read"
 	capProgCapGoReadRet       = "cap_go_read_ret"
 	capProgCapGoWrite         = "cap_go_write"
@@ -272,6 +274,7 @@ type capProgramSpecs struct {
 	CapExitProc        *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.ProgramSpec `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.ProgramSpec `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.ProgramSpec `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.ProgramSpec `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.ProgramSpec `ebpf:"cap_go_write"`
@@ -312,6 +315,7 @@ type capMapSpecs struct {
 	CapSeen        *ebpf.MapSpec `ebpf:"cap_seen"`
 	CapSelFull     *ebpf.MapSpec `ebpf:"cap_sel_full"`
 	CapTlsFds      *ebpf.MapSpec `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.MapSpec `ebpf:"cap_tls_procs"`
 	CapTlsSock     *ebpf.MapSpec `ebpf:"cap_tls_sock"`
 	GoConns        *ebpf.MapSpec `ebpf:"go_conns"`
 	GoReads        *ebpf.MapSpec `ebpf:"go_reads"`
@@ -378,6 +382,7 @@ type capMaps struct {
 	CapSeen        *ebpf.Map `ebpf:"cap_seen"`
 	CapSelFull     *ebpf.Map `ebpf:"cap_sel_full"`
 	CapTlsFds      *ebpf.Map `ebpf:"cap_tls_fds"`
+	CapTlsProcs    *ebpf.Map `ebpf:"cap_tls_procs"`
 	CapTlsSock     *ebpf.Map `ebpf:"cap_tls_sock"`
 	GoConns        *ebpf.Map `ebpf:"go_conns"`
 	GoReads        *ebpf.Map `ebpf:"go_reads"`
@@ -408,6 +413,7 @@ func (m *capMaps) Close() error {
 		m.CapSeen,
 		m.CapSelFull,
 		m.CapTlsFds,
+		m.CapTlsProcs,
 		m.CapTlsSock,
 		m.GoConns,
 		m.GoReads,
@@ -453,6 +459,7 @@ type capPrograms struct {
 	CapExitProc        *ebpf.Program `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.Program `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.Program `ebpf:"cap_go_close"`
+	CapGoHandshake     *ebpf.Program `ebpf:"cap_go_handshake"`
 	CapGoRead          *ebpf.Program `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.Program `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.Program `ebpf:"cap_go_write"`
@@ -485,6 +492,7 @@ func (p *capPrograms) Close() error {
 		p.CapExitProc,
 		p.CapFork,
 		p.CapGoClose,
+		p.CapGoHandshake,
 		p.CapGoRead,
 		p.CapGoReadRet,
 		p.CapGoWrite,

@@ -26,6 +26,10 @@ const (
 	goTLSWrite = "crypto/tls.(*Conn).Write"
 	goTLSRead  = "crypto/tls.(*Conn).Read"
 	goTLSClose = "crypto/tls.(*Conn).Close"
+	// Every handshake goes through it (Handshake, HandshakeContext, and
+	// the first Read or Write): its socket I/O is inside a TLS call even
+	// when a program (pgx) hands the handshake to Handshake() itself.
+	goTLSHandshake = "crypto/tls.(*Conn).handshakeContext"
 )
 
 // errNotGoTLS: the file is not a Go program that links crypto/tls.
@@ -36,6 +40,8 @@ var errNotGoTLS = errors.New("not a Go program with crypto/tls")
 type goTLS struct {
 	version             string
 	write, read, close  uint64 // 0: close not found
+	handshake           uint64 // 0: not found (optional)
+	handshakeRets       []uint64
 	writeRets, readRets []uint64
 	fromPclntab         bool // symbols from .gopclntab (a stripped binary)
 }
@@ -87,32 +93,47 @@ func findGoTLS(path string) (*goTLS, error) {
 		{goTLSWrite, &g.write, &g.writeRets},
 		{goTLSRead, &g.read, &g.readRets},
 		{goTLSClose, &g.close, nil},
+		{goTLSHandshake, &g.handshake, &g.handshakeRets},
 	} {
 		sym, ok := funcs[fn.name]
 		if !ok || sym.entry == 0 {
-			continue // Close: optional (connections also end with their process)
+			continue // Close, handshakeContext: optional (connections also end with their process)
 		}
-		if *fn.off, err = fileOffset(f, sym.entry); err != nil {
+		if err := placeProbe(f, text, sym, fn.off, fn.rets); err != nil {
+			if fn.name == goTLSHandshake { // optional: without it, as before
+				g.handshake, g.handshakeRets = 0, nil
+				continue
+			}
 			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
-		}
-		if fn.rets == nil {
-			continue
-		}
-		if sym.end <= sym.entry || sym.entry < text.Addr || sym.end > text.Addr+text.Size {
-			return nil, fmt.Errorf("%s: %s: bounds %#x-%#x outside .text", path, fn.name, sym.entry, sym.end)
-		}
-		code := make([]byte, sym.end-sym.entry)
-		if _, err := text.ReadAt(code, int64(sym.entry-text.Addr)); err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
-		}
-		if *fn.rets, err = retOffsets(code); err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, fn.name, err)
-		}
-		if len(*fn.rets) == 0 {
-			return nil, fmt.Errorf("%s: %s: no RET instruction found", path, fn.name)
 		}
 	}
 	return g, nil
+}
+
+// placeProbe sets *off to the file offset of sym's entry and, if rets is
+// not nil, *rets to the offsets of its RET instructions.
+func placeProbe(f *elf.File, text *elf.Section, sym goFunc, off *uint64, rets *[]uint64) error {
+	var err error
+	if *off, err = fileOffset(f, sym.entry); err != nil {
+		return err
+	}
+	if rets == nil {
+		return nil
+	}
+	if sym.end <= sym.entry || sym.entry < text.Addr || sym.end > text.Addr+text.Size {
+		return fmt.Errorf("bounds %#x-%#x outside .text", sym.entry, sym.end)
+	}
+	code := make([]byte, sym.end-sym.entry)
+	if _, err := text.ReadAt(code, int64(sym.entry-text.Addr)); err != nil {
+		return err
+	}
+	if *rets, err = retOffsets(code); err != nil {
+		return err
+	}
+	if len(*rets) == 0 {
+		return errors.New("no RET instruction found")
+	}
+	return nil
 }
 
 func goSymbols(f *elf.File) (map[string]goFunc, error) {
@@ -123,7 +144,7 @@ func goSymbols(f *elf.File) (map[string]goFunc, error) {
 	out := map[string]goFunc{}
 	for _, s := range syms {
 		switch s.Name {
-		case goTLSWrite, goTLSRead, goTLSClose:
+		case goTLSWrite, goTLSRead, goTLSClose, goTLSHandshake:
 			out[s.Name] = goFunc{s.Value, s.Value + s.Size}
 		}
 	}
@@ -146,7 +167,7 @@ func goPclntab(f *elf.File) (map[string]goFunc, error) {
 		return nil, fmt.Errorf(".gopclntab: %w", err)
 	}
 	out := map[string]goFunc{}
-	for _, name := range []string{goTLSWrite, goTLSRead, goTLSClose} {
+	for _, name := range []string{goTLSWrite, goTLSRead, goTLSClose, goTLSHandshake} {
 		if fn := tab.LookupFunc(name); fn != nil {
 			out[name] = goFunc{fn.Entry, fn.End}
 		}
@@ -220,6 +241,12 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 		prog string
 	}
 	probes := []probe{{g.write, "write"}, {g.read, "read"}}
+	if g.handshake != 0 {
+		probes = append(probes, probe{g.handshake, "handshake"})
+		for _, r := range g.handshakeRets {
+			probes = append(probes, probe{g.handshake + r, "write_ret"})
+		}
+	}
 	if g.close != 0 {
 		probes = append(probes, probe{g.close, "close"})
 	}
@@ -230,7 +257,7 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 		probes = append(probes, probe{g.read + r, "read_ret"})
 	}
 	progs := map[string]*ebpf.Program{"write": c.objs.CapGoWrite, "read": c.objs.CapGoRead, "close": c.objs.CapGoClose,
-		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet}
+		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet, "handshake": c.objs.CapGoHandshake}
 	var links []link.Link
 	for _, p := range probes {
 		l, err := ex.Uprobe("", progs[p.prog], &link.UprobeOptions{Address: p.addr, PID: c.uprobeOpts.PID})

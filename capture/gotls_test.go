@@ -60,6 +60,9 @@ func TestFindGoTLS(t *testing.T) {
 	if g.write == 0 || g.read == 0 || len(g.writeRets) == 0 || len(g.readRets) == 0 {
 		t.Fatalf("unstripped: %+v", g)
 	}
+	if g.handshake == 0 || len(g.handshakeRets) == 0 || len(s.handshakeRets) != len(g.handshakeRets) {
+		t.Errorf("handshakeContext: unstripped %#x %v, stripped %#x %v", g.handshake, g.handshakeRets, s.handshake, s.handshakeRets)
+	}
 	if len(s.writeRets) != len(g.writeRets) || len(s.readRets) != len(g.readRets) {
 		t.Errorf("RETs differ between the builds: %v/%v and %v/%v", g.writeRets, g.readRets, s.writeRets, s.readRets)
 	}

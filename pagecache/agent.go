@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,11 @@ type Config struct {
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
 	AccessSample uint32
+	// Batch runs the agent's thread as SCHED_BATCH (still at nice -10): it
+	// keeps its large share of the CPU but does not preempt the thread
+	// running when it wakes; it runs when that thread's slice ends or it
+	// blocks.
+	Batch bool
 }
 
 // Agent runs a policy over the page cache of one directory in one cgroup.
@@ -164,6 +170,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
 	defer thread.Urgent()()
+	if a.cfg.Batch {
+		// sched_setscheduler keeps the thread's nice value for fair policies.
+		if _, _, e := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 3 /* SCHED_BATCH */, uintptr(unsafe.Pointer(&[1]int32{}))); e != 0 {
+			return fmt.Errorf("SCHED_BATCH: %w", e)
+		}
+		defer unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&[1]int32{})))
+	}
 	// The tracker does not report the deletes this thread's own
 	// evictions cause: their folios already left the policy.
 	self := a.tr.coll.Variables["pc_self_tid"]

@@ -38,6 +38,12 @@ type Options struct {
 	// ChurnRing: the churn mode's ring size (0: the capture default, which
 	// is what the mode is meant to judge).
 	ChurnRing uint32
+	// HoldNew: the accumulated and churn modes' captures run with
+	// --hold-new (capture.Options.HoldNew).
+	HoldNew bool
+	// AttachExecs: the attach mode's execs of each kind over all rounds
+	// (0: attachExecs, 200).
+	AttachExecs int
 }
 
 // Modes are the modes, in order. The plain names use a 256 KiB ring.
@@ -46,7 +52,7 @@ type Options struct {
 // churn: short-lived TLS connections, big answers, every capture default
 // (churn.go).
 var Modes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
-	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn"}
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn", "attach"}
 
 // quickModes are --quick's modes: three rounds of every mode would take
 // minutes, so the 4 MiB twins only where a target needs them.
@@ -144,9 +150,18 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	base := map[string]float64{}      // this round's untraced tps per workload
 	sum := map[string]float64{}       // per mode: queries missed and events lost, all rounds
 	var churn churnTotals
+	var attach attachTotals
 	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
+		if mode == "attach" { // exec-to-attached latency (attach.go)
+			r, err := runAttach(ctx, attachPerRound(opt.AttachExecs, opt.Rounds))
+			if err != nil {
+				return err
+			}
+			attach.add(rep, r)
+			return nil
+		}
 		if mode == "churn" { // its own workload and server, one more mode of the round
-			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing)
+			r, err := runChurn(ctx, cert, opt.Port+7, opt.ChurnRing, opt.HoldNew)
 			if err != nil {
 				return err
 			}
@@ -199,6 +214,25 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	if churn.rounds > 0 {
 		churn.targets(rep)
+	}
+	if attach.rounds > 0 {
+		attach.report(rep)
+		// The attach figures in a table of their own, beside the others'.
+		var others []string
+		for _, m := range opt.Modes {
+			if m != "attach" {
+				others = append(others, m)
+			}
+		}
+		rep.Section("modes", others, []string{"tps", "probe_effect_pct", "queries_captured", "lost_events",
+			"ring_bytes_per_payload_byte", "agent_cpu_pct", "queries_issued", "queries_captured_client"})
+		rep.Section("attach: exec (or libssl open) to uprobes attached, ms; start to exit, ms", []string{"attach"},
+			[]string{"go_attach_ms_p50_all", "go_attach_ms_p99_all", "openssl_attach_ms_p50_all", "openssl_attach_ms_p99_all",
+				"go_start_ms_untraced", "go_start_ms_hold", "go_hold_added_ms", "openssl_start_ms_untraced",
+				"openssl_start_ms_hold", "openssl_hold_added_ms", "hold_timeouts", "agent_cpu_pct"})
+	}
+	if opt.HoldNew {
+		rep.SetConfig("hold_new", true)
 	}
 	get := func(mode, k string) (float64, bool) {
 		v, ok := rep.Get(mode, k)
@@ -323,7 +357,7 @@ func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
 			r.kill()
 			return nil, err
 		}
-		for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
+		for deadline := time.Now().Add(2 * time.Second); !stopped(pid); {
 			if time.Now().After(deadline) {
 				r.kill()
 				return nil, fmt.Errorf("%s did not stop", name)
@@ -341,6 +375,12 @@ func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
 }
 
 // hasSocket tells whether pid has a socket open.
+// stopped: pid is in state T (stopped by a signal).
+func stopped(pid int) bool {
+	f := benchkit.ProcStat(pid)
+	return len(f) > 0 && f[0] == "T"
+}
+
 func hasSocket(pid int) bool {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, _ := os.ReadDir(dir)
@@ -371,18 +411,6 @@ func (r *pgbenchRun) result(err error) (sent, tps float64, e error) {
 	sent, _ = strconv.ParseFloat(m[1], 64)
 	tps, _ = strconv.ParseFloat(t[1], 64)
 	return sent, tps, nil
-}
-
-func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
 }
 
 func runCaptureMode(ctx context.Context, pg *servers.Postgres, mb *mariadbBench, mode string, opt Options) (captureResult, error) {
@@ -445,7 +473,8 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 	if err != nil {
 		return captureResult{}, err
 	}
-	c, err := capture.Open(capture.Options{PID: pb.cmd.Process.Pid, Transport: capture.TransportTLS, Accum: accum.Config{RingSize: ring}})
+	c, err := capture.Open(capture.Options{PID: pb.cmd.Process.Pid, Transport: capture.TransportTLS, Accum: accum.Config{RingSize: ring},
+		HoldNew: opt.HoldNew})
 	if err != nil {
 		pb.kill()
 		return captureResult{}, err

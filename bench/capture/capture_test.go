@@ -3,6 +3,7 @@ package capturebench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,10 +12,17 @@ import (
 
 // TestCaptureBenchRuns drives a miniature capture bench end to end and checks
 // what it reports (not how fast: performance lives in `cistern bench capture`).
+// With and without --hold-new (the accumulated mode's capture).
 func TestCaptureBenchRuns(t *testing.T) {
 	testenv.RequireRoot(t)
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) { checkBenchRuns(t, hold) })
+	}
+}
+
+func checkBenchRuns(t *testing.T, hold bool) {
 	rep, err := Run(context.Background(), Options{
-		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341,
+		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341, HoldNew: hold,
 	})
 	testenv.NotInstalled(t, err)
 	if err != nil {
@@ -88,9 +96,16 @@ func TestCaptureBenchSysbench(t *testing.T) {
 // TestCaptureBenchChurn runs the churn mode (160 short TLS connections,
 // answers up to 1 MiB, capture defaults) and checks it is reported whole:
 // every query issued and captured on both sides, nothing lost.
+// With and without --hold-new (each psql is a new process of the cgroup).
 func TestCaptureBenchChurn(t *testing.T) {
 	testenv.RequireRoot(t)
-	rep, err := Run(context.Background(), Options{Modes: []string{"churn"}, Rounds: 1, Port: 54355})
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) { checkBenchChurn(t, hold) })
+	}
+}
+
+func checkBenchChurn(t *testing.T, hold bool) {
+	rep, err := Run(context.Background(), Options{Modes: []string{"churn"}, Rounds: 1, Port: 54355, HoldNew: hold})
 	testenv.NotInstalled(t, err)
 	if err != nil {
 		t.Fatal(err)
@@ -116,4 +131,41 @@ func TestCaptureBenchChurn(t *testing.T) {
 	if v, ok := c["queries_captured_client"]; ok && v != c["queries_issued"] {
 		t.Errorf("client side: captured %v of %v", v, c["queries_issued"])
 	}
+}
+
+// TestCaptureBenchAttach runs the attach mode briefly: every exec of a new
+// Go program or libssl copy is attached (a latency per exec), and the
+// figures are reported.
+func TestCaptureBenchAttach(t *testing.T) {
+	testenv.RequireRoot(t)
+	rep, err := Run(context.Background(), Options{Modes: []string{"attach"}, Rounds: 1, AttachExecs: 20, Port: 54356})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]float64 `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	a := doc.Modes["attach"]
+	t.Logf("attach: %v", a)
+	if a["go_execs"] != 20 || a["openssl_execs"] != 20 {
+		t.Errorf("attached %v Go and %v openssl execs, want 20 each", a["go_execs"], a["openssl_execs"])
+	}
+	for _, k := range []string{"go_attach_ms_p50_all", "go_attach_ms_p99_all", "openssl_attach_ms_p50_all",
+		"openssl_attach_ms_p99_all", "go_start_ms_untraced", "go_start_ms_hold", "openssl_hold_added_ms", "agent_cpu_pct"} {
+		if _, ok := a[k]; !ok {
+			t.Errorf("attach has no %s", k)
+		}
+	}
+	if a["go_attach_ms_p50_all"] <= 0 || a["go_attach_ms_p99_all"] < a["go_attach_ms_p50_all"] {
+		t.Errorf("Go latencies: median %v p99 %v", a["go_attach_ms_p50_all"], a["go_attach_ms_p99_all"])
+	}
+	// Held past --hold-max: counted, and a figure of the load (not checked).
+	t.Logf("%v processes held past --hold-max", a["hold_timeouts"])
 }

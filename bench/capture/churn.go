@@ -42,7 +42,7 @@ type churnResult struct {
 	stats                  accum.Stats
 }
 
-func runChurn(ctx context.Context, cert *servers.TLSCert, port int, ring uint32) (churnResult, error) {
+func runChurn(ctx context.Context, cert *servers.TLSCert, port int, ring uint32, hold bool) (churnResult, error) {
 	var r churnResult
 	pg, err := servers.StartPostgres(servers.PostgresOptions{Port: port, Conf: cert.PostgresConf()})
 	if err != nil {
@@ -74,7 +74,7 @@ func runChurn(ctx context.Context, cert *servers.TLSCert, port int, ring uint32)
 		}
 	}
 	opt.Accum.RingSize = ring // 0: the default
-	opt.Accum.RingSize = ring // 0: the default
+	opt.HoldNew = hold
 	c, err := capture.Open(opt)
 	if err != nil {
 		return r, err

@@ -5,10 +5,14 @@
 // Workload: PostgreSQL over TLS on loopback (internal/servers), pgbench -S
 // at full rate (capture.go); MariaDB over TLS with sysbench
 // oltp_point_select (mariadb.go); TLS connections that open and close
-// (churn.go).
+// (churn.go); execs of new copies of a Go program and of libssl, timed
+// from the kernel's exec (or open) to the uprobes attached, with and
+// without --hold-new (attach.go).
 //
 // Modes: Modes, in order (untraced, naive, accumulated, each traced mode
-// also with a 4 MiB ring (_4m), bpftrace, the sysbench modes and churn).
+// also with a 4 MiB ring (_4m), bpftrace, the sysbench modes, churn and
+// attach). Options.HoldNew runs the accumulated and churn captures with
+// --hold-new.
 //
 // Targets (the end of Run and churnTotals.targets): accumulated captures
 // every query and loses no event; its ring carries <= 1.2 bytes per

@@ -97,6 +97,17 @@ struct {
 	__type(value, struct cap_tls_call);
 } cap_in_tls SEC(".maps");
 
+/* tgid -> 1: a TLS probe (libssl or Go) has fired in the process, so its
+ * uprobes are in place: a hello on a new socket there starts a connection
+ * they will read from its first plaintext byte, even when the socket I/O
+ * ran on a thread that was not inside the call (a goroutine moved). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} cap_tls_procs SEC(".maps");
+
 struct cap_fd_key {
 	__u32 pid;
 	__u32 fd;

@@ -16,6 +16,7 @@
  *    The key is the goroutine, not the thread: a Read waiting for data
  *    parks its goroutine, which may resume on another thread.
  *  - Close: (*Conn).Close ends the connection.
+ *  - handshakeContext: inside a TLS call (cap_in_tls) from entry to RET.
  * A connection is (pid, *tls.Conn). cap_in_tls marks the thread as inside
  * a Go TLS call (library go), so plain.bpf.h ties the socket it writes TLS
  * records to with the connection.
@@ -109,6 +110,17 @@ int cap_go_read_ret(struct pt_regs *ctx)
 				    ACCUM_META(ACCUM_DIR_READ, cap_proto, 1));
 	}
 	bpf_map_delete_elem(&go_reads, &k);
+	return 0;
+}
+
+/* (*Conn).handshakeContext: its socket I/O is inside a TLS call (a program
+ * may call Handshake() itself, before any Write); its RETs leave
+ * (cap_go_write_ret). */
+SEC("uprobe")
+int cap_go_handshake(struct pt_regs *ctx)
+{
+	if (cap_selected(bpf_get_current_pid_tgid() >> 32))
+		cap_tls_enter(ctx->ax, CAP_LIB_GO);
 	return 0;
 }
 

@@ -305,6 +305,10 @@ static __always_inline int plain_exit(long ret)
 			in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 			if (in && in->library == CAP_LIB_GO)
 				fl = (fl & ~CAP_TLS_UNSEEN) | CAP_TLS_PROBED;
+			/* A hello in a process whose probes have fired: they are
+			 * in place before its first plaintext byte. */
+			if (fl == CAP_TLS_UNSEEN && bpf_map_lookup_elem(&cap_tls_procs, &pid))
+				fl = 0;
 			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl);
 			goto out;
 		}

@@ -73,10 +73,14 @@ static long ssl_gone_cb(void *map, struct cap_obj_key *k, __u64 *id, __u32 *tgid
 
 static __always_inline void cap_tls_enter(__u64 obj, __u8 library)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 pidtid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pidtid, tgid = pidtid >> 32;
 	struct cap_tls_call in = { .key = obj, .library = library };
+	__u8 one = 1;
 
 	bpf_map_update_elem(&cap_in_tls, &tid, &in, BPF_ANY);
+	if (!bpf_map_lookup_elem(&cap_tls_procs, &tgid))
+		bpf_map_update_elem(&cap_tls_procs, &tgid, &one, BPF_ANY);
 }
 
 static __always_inline void cap_tls_leave(void)

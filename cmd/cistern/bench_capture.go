@@ -23,7 +23,11 @@ rate. Modes, side by side in one run: untraced (baseline), naive (one fixed
 traced mode with 256 KiB and 4 MiB (_4m) rings, and bpftrace counting the
 same uprobes (skipped with a note when bpftrace is missing). The sysbench
 modes run MariaDB over TLS with sysbench oltp_point_select (prepared
-statements), untraced and captured with --protocol mysql.`,
+statements), untraced and captured with --protocol mysql. churn: 160 short
+TLS connections with big answers, both sides captured by cgroup. attach:
+exec (or libssl open) to uprobes attached, median and p99 over 200 execs of
+new copies of a Go program and of a libssl, and the start-up time
+--hold-new adds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
@@ -36,6 +40,7 @@ statements), untraced and captured with --protocol mysql.`,
 	c.Flags().DurationVar(&opt.Duration, "duration", 0, "pgbench run per mode (default 15s, quick 5s)")
 	c.Flags().IntVar(&opt.Clients, "clients", 0, "pgbench clients and threads (default 2)")
 	c.Flags().Uint32Var(&opt.ChurnRing, "churn-ring-size", 0, "churn mode: ring buffer bytes (default: cistern capture's default)")
+	c.Flags().BoolVar(&opt.HoldNew, "hold-new", false, "accumulated and churn modes: capture with --hold-new")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(capturebench.Modes, ",")+")")
 	return c
 }

@@ -324,7 +324,7 @@ loop:
 				continue
 			}
 			if q.Unread {
-				fmt.Fprintf(tw, "%s\t%d\t-\t%s\t-\t%s\t%s\t%s\t-\t-\t-\t(unread TLS connection: %s, %d bytes sent, %d received)\t\n",
+				fmt.Fprintf(tw, "%s\t%d\t-\t%s\t-\t%s\t%s\t%s\t-\t-\t-\t-\t(unread TLS connection: %s, %d bytes sent, %d received)\t\n",
 					q.Time.Format("15:04:05.000000"), q.PID, q.Comm, dash(q.Local), dash(q.Remote), q.Transport,
 					q.UnreadReason, q.BytesSent, q.BytesReceived)
 				tw.Flush()
