@@ -843,7 +843,17 @@ static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 			return -1;
 		fcntl(c->pipe[1], F_SETPIPE_SZ, 1 << 20);
 	}
-	ssize_t in = vmsplice(c->pipe[1], iov, (unsigned long)n, 0);
+	/* whatever an earlier call left in the pipe never reached the socket
+	 * (the iovec was advanced only by what did): drop it */
+	int left = 0;
+	if (ioctl(c->pipe[0], FIONREAD, &left) == 0 && left > 0) {
+		char sink[65536];
+		while (read(c->pipe[0], sink, sizeof(sink)) > 0)
+			;
+	}
+	/* non-blocking: a body larger than the pipe goes in parts (a blocking
+	 * vmsplice would wait for room only this thread can make) */
+	ssize_t in = vmsplice(c->pipe[1], iov, (unsigned long)n, SPLICE_F_NONBLOCK);
 	if (in <= 0)
 		return in;
 	ssize_t out = 0;
