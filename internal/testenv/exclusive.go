@@ -69,7 +69,7 @@ func Exclusive(t testing.TB, r Resource) {
 // subcommand loading BPF, an agent, a server) to say it is ready. base is
 // the bound on an idle machine; it is widened by TimeScale and by the load
 // average per CPU (loading and verifying BPF is CPU-bound: with 3 runnable
-// tasks per core it takes ~3x as long), at most 6x on top of TimeScale.
+// tasks per core it takes ~3x as long), at most 10x on top of TimeScale.
 func StartTimeout(base time.Duration) time.Duration {
 	f := 1.0
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -80,8 +80,8 @@ func StartTimeout(base time.Duration) time.Duration {
 			}
 		}
 	}
-	if f > 6 {
-		f = 6
+	if f > 10 {
+		f = 10
 	}
 	return time.Duration(float64(base)*f) * TimeScale()
 }
