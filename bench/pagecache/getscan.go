@@ -164,7 +164,7 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if mode == "agent_get_scan" {
 			// One read in 16 is reported: GETs are too many to report
 			// each, and LFU needs proportions, not every count.
-			if a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, Policy: "get-scan", AccessSample: 16, Headroom: limit / 4, Batch: os.Getenv("CISTERN_AGENT_BATCH") == "1"}); err != nil {
+			if a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, Policy: "get-scan", AccessSample: 16, Headroom: limit / 4}); err != nil {
 				return err
 			}
 			cg = a.Cgroup()
