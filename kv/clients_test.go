@@ -3,7 +3,6 @@ package kv
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,15 +18,7 @@ import (
 // runs is not installed.
 func needTool(t *testing.T, tool, pkg string) string {
 	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err != nil {
-		msg := fmt.Sprintf("%s not installed (Debian package %s; make deps installs it)", tool, pkg)
-		if os.Getenv("CISTERN_REQUIRE_ALL") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return testenv.NeedTool(t, tool, pkg)
 }
 
 var capableLine = regexp.MustCompile(`^(\S.*?)\s+\[(pass|FAIL|skip)\]`)
