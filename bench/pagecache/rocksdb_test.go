@@ -2,7 +2,6 @@ package pagecachebench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ func cachedPages(t *testing.T, files []string) (n uint64) {
 		err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
 		f.Close()
 		if err != nil {
-			t.Skipf("bench/pagecache: cachestat: %v", err) // not a missing tool: a kernel before 6.5
+			t.Skipf("bench/pagecache: cachestat: %v", err) // not a missing tool: cachestat(2) is a kernel feature (6.5)
 		}
 		n += cs.Cache
 	}
@@ -40,9 +39,7 @@ func cachedPages(t *testing.T, files []string) (n uint64) {
 // nothing.
 func TestScanFadviseShim(t *testing.T) {
 	testenv.RequireRoot(t)
-	if _, err := servers.DBBenchPath(); err != nil {
-		testenv.Missing(t, "db_bench", fmt.Sprint(err))
-	}
+	testenv.NeedTool(t, "db_bench", "rocksdb-tools")
 	testenv.NeedTool(t, "gcc", "gcc")
 	ctx := context.Background()
 	dir := t.TempDir()
