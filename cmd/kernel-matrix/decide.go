@@ -109,7 +109,10 @@ func decide(r *kernelResult) {
 		}
 		if sys == "evict" {
 			for k, v := range r.Replay {
-				if strings.HasPrefix(v, "DIFFERS") {
+				switch {
+				case strings.HasPrefix(v, "DIFFERS: guest not run"): // the guest stopped first
+					errs = append(errs, "replay "+k+": did not run")
+				case strings.HasPrefix(v, "DIFFERS"):
 					why = append(why, "replay "+k+" "+v)
 				}
 			}

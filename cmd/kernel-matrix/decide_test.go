@@ -159,6 +159,26 @@ func TestDecideVerdicts(t *testing.T) {
 			}
 		})
 	}
+	t.Run("replays", func(t *testing.T) {
+		host := map[string]string{"lru/10000": "0.775078", "s3fifo/10000": "0.799801", "lhd/1000": "0.654612", "get-scan/1000000/bytes": "0.724439"}
+		r := &kernelResult{Kernel: "6.1", Objects: map[string]string{}, Steps: map[string]stepResult{}, Systems: map[string]cell{}, Replay: map[string]string{}}
+		dir := t.TempDir()
+		for _, f := range []string{"evict", "cache"} {
+			write(t, filepath.Join(dir, f+".rc"), "0\n")
+		}
+		write(t, filepath.Join(dir, "replay-lru.json"), `{"hit_ratio": 0.775078}`)
+		write(t, filepath.Join(dir, "replay-lhd.json"), `{"hit_ratio": 0.654612}`)
+		write(t, filepath.Join(dir, "replay-get-scan-bytes.json"), `{"hit_ratio": 0.724439}`)
+		collect(r, recordedRoot, dir, false, host) // s3fifo's replay never ran
+		if c := r.Systems["evict"]; c.Status != "ERROR" || c.Why != "matrix error: replay s3fifo/10000: did not run" {
+			t.Errorf("evict with one replay not run: %+v", c)
+		}
+		write(t, filepath.Join(dir, "replay-s3fifo.json"), `{"hit_ratio": 0.8}`)
+		collect(r, recordedRoot, dir, false, host)
+		if c := r.Systems["evict"]; c.Status != "FAIL" || !strings.Contains(c.Why, "replay s3fifo/10000 DIFFERS: guest 0.800000, host 0.799801") {
+			t.Errorf("evict with a replay that differs: %+v", c)
+		}
+	})
 	t.Run("load-all could not start", func(t *testing.T) {
 		r := guestRun(t, func(dir string) {
 			os.Remove(filepath.Join(dir, "loadall.out"))
