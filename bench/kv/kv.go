@@ -138,7 +138,7 @@ type kvBench struct {
 	clients map[float64]*loadgen.Client
 	zipf    zipfTable // the TCP client's key popularity
 	phase   string    // for the live line
-	cur     string // the mode running, for the live line
+	cur     string    // the mode running, for the live line
 }
 
 // Run runs the Kerby-KV benchmark and returns its report. Modes run
