@@ -59,6 +59,8 @@ type attachResult struct {
 	holdTimeouts      float64
 	unread, cpuPct    float64
 	execSecs          float64 // the captured variant's execs
+	attachErrors      float64
+	lastError         string
 	goCached, goFirst float64 // Go attachments from the cache, and not
 }
 
@@ -257,6 +259,10 @@ func runAttach(ctx context.Context, n int) (attachResult, error) {
 		cn, _ := c.Counters()
 		r.holdTimeouts += float64(cn["hold_timeouts"])
 		r.unread += float64(cn["tls_connections_unread"])
+		r.attachErrors += float64(cn["library_attach_errors"])
+		if e := c.LastAttachError(); e != "" {
+			r.lastError = e
+		}
 		if variant == "capture" {
 			r.cpuPct = (benchkit.SelfCPU() - cpu0).Seconds() / time.Since(t0).Seconds() * 100
 			r.execSecs = time.Since(t0).Seconds()
@@ -303,6 +309,10 @@ func (t *attachTotals) add(rep *benchkit.Report, r attachResult) {
 		s(kind+"_hold_added_ms", benchkit.Median(r.start[kind+" hold"])-none)
 	}
 	s("hold_timeouts", r.holdTimeouts)
+	s("attach_errors", r.attachErrors)
+	if r.lastError != "" {
+		rep.Note("attach: last attach error: " + r.lastError)
+	}
 	s("agent_cpu_pct", r.cpuPct)
 }
 
