@@ -442,9 +442,10 @@ func closing(ts []token, i int) int {
 }
 
 // list appends the comma-separated elements of ts, each collapsed, leaving
-// out an element equal to the previous one (and its comma).
+// out an element equal to the previous one (and its comma). Elements are
+// collapsed in place in out and compared there: no allocation.
 func list(out, ts []token) []token {
-	var prev []token
+	prev, prevEnd := -1, -1 // the previous element kept, out[prev:prevEnd]
 	start, depth := 0, 0
 	for j := 0; j <= len(ts); j++ {
 		if j < len(ts) {
@@ -459,13 +460,16 @@ func list(out, ts []token) []token {
 				continue
 			}
 		}
-		el := collapse(nil, ts[start:j])
-		if prev == nil || !sameTokens(el, prev) {
-			if prev != nil {
-				out = append(out, ts[start-1]) // the comma
-			}
-			out = append(out, el...)
-			prev = el
+		mark := len(out)
+		if prev >= 0 {
+			out = append(out, ts[start-1]) // the comma
+		}
+		el := len(out)
+		out = collapse(out, ts[start:j])
+		if prev >= 0 && sameTokens(out[el:], out[prev:prevEnd]) {
+			out = out[:mark]
+		} else {
+			prev, prevEnd = el, len(out)
 		}
 		start = j + 1
 	}
@@ -475,19 +479,22 @@ func list(out, ts []token) []token {
 // rows appends the VALUES rows starting at ts[i], leaving out a row equal
 // to the previous one; it returns the index after the last row.
 func rows(out *[]token, ts []token, i int) int {
-	var prev []token
+	prev, prevEnd := -1, -1
 	for i < len(ts) && ts[i].is("(") {
 		j := closing(ts, i)
 		if j < 0 {
 			break
 		}
-		row := collapse(nil, ts[i:j+1])
-		if prev == nil || !sameTokens(row, prev) {
-			if prev != nil {
-				*out = append(*out, ts[i-1]) // the comma
-			}
-			*out = append(*out, row...)
-			prev = row
+		mark := len(*out)
+		if prev >= 0 {
+			*out = append(*out, ts[i-1]) // the comma
+		}
+		row := len(*out)
+		*out = collapse(*out, ts[i:j+1])
+		if prev >= 0 && sameTokens((*out)[row:], (*out)[prev:prevEnd]) {
+			*out = (*out)[:mark]
+		} else {
+			prev, prevEnd = row, len(*out)
 		}
 		i = j + 1
 		if i+1 < len(ts) && ts[i].is(",") && ts[i+1].is("(") {

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 const nobody = 65534
@@ -31,7 +33,7 @@ const nobody = 65534
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("cbuf isolation tests run children as nobody: run as root")
+		t.Skip("cbuf isolation tests run children as nobody: run as root") // not a missing tool: root
 	}
 }
 
@@ -501,7 +503,7 @@ func TestIsolationKilledReceiverDropsGrants(t *testing.T) {
 	}
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
-	waitFor(t, "the killed receiver's grants to go", 5*time.Second, func() bool { return m.Stats().Grants == 0 })
+	waitFor(t, "the killed receiver's grants to go", 5*time.Second*testenv.TimeScale(), func() bool { return m.Stats().Grants == 0 })
 	a.Free(id)
 	g := m.g(id.Slot(), id.Index())
 	m.mu.Lock()

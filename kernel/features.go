@@ -156,30 +156,27 @@ func Has(name string) error {
 
 // probeKprobe attaches a minimal kprobe to do_sys_openat2.
 func probeKprobe() error {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.Kprobe, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	return tryAttach(&ebpf.ProgramSpec{Type: ebpf.Kprobe}, func(p *ebpf.Program) (link.Link, error) {
+		return link.Kprobe("do_sys_openat2", p, nil)
 	})
-	if err == nil {
-		defer prog.Close()
-		var l link.Link
-		if l, err = link.Kprobe("do_sys_openat2", prog, nil); err == nil {
-			return l.Close()
-		}
-	}
-	return fmt.Errorf("%w: %v", ErrMissing, err)
 }
 
 // probeFentry attaches a minimal fentry program to do_sys_openat2.
 func probeFentry() error {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "do_sys_openat2", License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-	})
+	return tryAttach(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "do_sys_openat2"},
+		func(p *ebpf.Program) (link.Link, error) { return link.AttachTracing(link.TracingOptions{Program: p}) })
+}
+
+// tryAttach loads spec as a program that returns 0 and attaches it: any
+// failure is the kernel's lack (ErrMissing, with its reason).
+func tryAttach(spec *ebpf.ProgramSpec, attach func(*ebpf.Program) (link.Link, error)) error {
+	spec.License = "GPL"
+	spec.Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	prog, err := ebpf.NewProgram(spec)
 	if err == nil {
 		defer prog.Close()
 		var l link.Link
-		if l, err = link.AttachTracing(link.TracingOptions{Program: prog}); err == nil {
+		if l, err = attach(prog); err == nil {
 			return l.Close()
 		}
 	}

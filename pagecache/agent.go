@@ -54,6 +54,9 @@ type Agent struct {
 	// range the kernel cannot drop at once (a folio still in a CPU's LRU
 	// batch, or held by a reader) makes it drain every CPU's batches.
 	fadvCalls, fadvNanos, fadvMaxNanos atomic.Uint64
+	// The agent thread's context switches while Run ran: voluntary ones
+	// are its wakeups (each may preempt a workload thread).
+	wakeups, preempted atomic.Uint64
 	tid                                  atomic.Int32 // Run's thread, while it runs
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
@@ -175,11 +178,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.tid.Store(0)
 	var ru0 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	v0, n0 := ru0.Nvcsw, ru0.Nivcsw
 	defer func() { // the agent's own CPU time, for the benches
 		var ru unix.Rusage
 		if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
 			d := ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
 			a.cpuMicros.Add(uint64(max(d, 0) / 1000))
+			a.wakeups.Add(uint64(max(ru.Nvcsw-v0, 0)))
+			a.preempted.Add(uint64(max(ru.Nivcsw-n0, 0)))
 		}
 	}()
 	idle := false
@@ -447,6 +453,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"not_evicted_dirty": &a.stillDirty, "not_evicted_writeback": &a.stillWriteback,
 		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
 		"agent_cpu_us": &a.cpuMicros, "fadvise_calls": &a.fadvCalls,
+		"agent_wakeups": &a.wakeups, "agent_preempted": &a.preempted,
 	} {
 		st[k] = v.Load()
 	}

@@ -357,7 +357,7 @@ func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
 			r.kill()
 			return nil, err
 		}
-		for deadline := time.Now().Add(2 * time.Second); procState(pid) != 'T'; {
+		for deadline := time.Now().Add(2 * time.Second); !stopped(pid); {
 			if time.Now().After(deadline) {
 				r.kill()
 				return nil, fmt.Errorf("%s did not stop", name)
@@ -375,6 +375,12 @@ func startStopped(mk func() *exec.Cmd, stop bool) (*pgbenchRun, error) {
 }
 
 // hasSocket tells whether pid has a socket open.
+// stopped: pid is in state T (stopped by a signal).
+func stopped(pid int) bool {
+	f := benchkit.ProcStat(pid)
+	return len(f) > 0 && f[0] == "T"
+}
+
 func hasSocket(pid int) bool {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, _ := os.ReadDir(dir)
@@ -405,18 +411,6 @@ func (r *pgbenchRun) result(err error) (sent, tps float64, e error) {
 	sent, _ = strconv.ParseFloat(m[1], 64)
 	tps, _ = strconv.ParseFloat(t[1], 64)
 	return sent, tps, nil
-}
-
-func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
 }
 
 func runCaptureMode(ctx context.Context, pg *servers.Postgres, mb *mariadbBench, mode string, opt Options) (captureResult, error) {

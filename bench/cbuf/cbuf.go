@@ -26,7 +26,8 @@ type Options struct {
 	PlotPath string
 	Progress func(string)
 	NoIox2   bool     // skip iceoryx2 (no cargo, no network)
-	Parts    []string // fast, rtt, gc, policy, grant (default all)
+	Parts    []string // fast, rtt, gc, policy, grant (default all); web: servers, send, contention
+	Workload string   // "" or ipc: the parts above; web: web.go
 }
 
 var cbufPages = []int{1, 4, 16, 64}
@@ -37,8 +38,16 @@ var Parts = []string{"fast", "rtt", "gc", "policy", "grant"}
 // Run runs the CBUF experiments of issue #7: fast-path cost beside
 // malloc, round trips against pipes, sockets and iceoryx2, allocation cost
 // against pool size with collection, and the pool policies; and #29's
-// first receipt of a buffer across uids (grant).
+// first receipt of a buffer across uids (grant). Workload web runs the web
+// server experiments instead (web.go).
 func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
+	switch opt.Workload {
+	case "", "ipc":
+	case "web":
+		return Web(ctx, opt)
+	default:
+		return nil, fmt.Errorf("unknown workload %q (have ipc, web)", opt.Workload)
+	}
 	if opt.Progress == nil {
 		opt.Progress = func(string) {}
 	}

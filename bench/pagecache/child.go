@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +43,12 @@ type pcChildResult struct {
 	P99us   float64 // get: 99th percentile pread latency
 	MeanUs  float64 // get: mean pread latency (of the sample)
 	CPUs    float64 // the child's CPU seconds (user + system) in the run
-	Err     string
+	// get: the GET threads' involuntary context switches and time spent
+	// runnable but waiting for a CPU (schedstat), over the run: what
+	// preemption (by the agent's thread among others) cost the GETs.
+	Preempts  uint64
+	RunqWaitS float64
+	Err       string
 }
 
 func init() {
@@ -103,6 +110,16 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				runtime.LockOSThread() // the thread's own counters below
+				defer runtime.UnlockOSThread()
+				pre0, wait0 := threadSched()
+				defer func() {
+					pre1, wait1 := threadSched()
+					mu.Lock()
+					res.Preempts += pre1 - pre0
+					res.RunqWaitS += (wait1 - wait0).Seconds()
+					mu.Unlock()
+				}()
 				r := rand.New(rand.NewPCG(spec.Seed, uint64(t)))
 				b := make([]byte, 4096)
 				pages := size / 4096
@@ -164,4 +181,23 @@ func runPCChild(spec pcChildSpec, res *pcChildResult) error {
 	res.Seconds = time.Since(start).Seconds()
 	res.CPUs = (benchkit.SelfCPU() - cpu0).Seconds()
 	return nil
+}
+
+// threadSched is the calling thread's involuntary context switches and its
+// time waiting on a run queue (the second field of schedstat).
+func threadSched() (preempts uint64, runqWait time.Duration) {
+	if b, err := os.ReadFile("/proc/thread-self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "nonvoluntary_ctxt_switches:"); ok {
+				preempts, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/thread-self/schedstat"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			runqWait = time.Duration(ns)
+		}
+	}
+	return preempts, runqWait
 }

@@ -5,13 +5,17 @@
 // a cgroup limited to 70% of the tree (pagecache.go); getscan, a GET
 // thread doing random 4 KiB preads over a hot file while a scanner reads a
 // large file, in a child process (getscan.go, child.go, ramdisk.go);
-// overhead, fio randread on a cached file (overhead.go).
+// overhead, fio randread on a cached file (overhead.go). --workload rocksdb
+// runs RocksDBParts instead on RocksDB's db_bench (rocksdb.go): skewed
+// reads, GET-SCAN, and two cgroups with policies of their own.
 //
-// Modes: searchModes, getScanModes and overheadModes (modes.go); report
-// rows are PART/MODE.
+// Modes: searchModes, getScanModes, overheadModes and the rdb*Modes
+// (modes.go); report rows are PART/MODE.
 //
 // Targets: search_speedup_mru >= 1.5; get_speedup >= 1.3 with
-// scan_vs_default >= 0.7; cpu_per_io_overhead_pct <= 3.
+// scan_vs_default >= 0.7; cpu_per_io_overhead_pct <= 3; rocksdb: the
+// rocksdb_* and percgroup_* targets in rocksdb.go.
 //
-// Plot: every part's metrics relative to its default mode (pcPlot).
+// Plot: every part's metrics relative to its default mode (pcPlot; rocksdb,
+// its own bars in rocksdb.go).
 package pagecachebench

@@ -181,6 +181,8 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			rep.Sample(m, "scan_mb_per_sec", r[2])
 			rep.Sample(m, "get_mean_us", r[3])
 			rep.Sample(m, "get_process_cpus", r[4])
+			rep.Sample(m, "get_preempts_per_1k", r[5])
+			rep.Sample(m, "get_runq_wait_us_per_get", r[6])
 			if a != nil {
 				pcAgentStats(rep, m, a)
 			}
@@ -206,8 +208,8 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 
 // runGetScan returns GET ops/s, GET p99 (µs), scan MB/s, the mean GET (µs)
 // and the GET process's CPU (cores).
-func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration) ([5]float64, error) {
-	var out [5]float64
+func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration) ([7]float64, error) {
+	var out [7]float64
 	advice := map[string]string{"fadvise_noreuse": "noreuse", "fadvise_dontneed": "dontneed"}[mode]
 	get, err := startPCChild(ctx, pcChildSpec{Role: "get", Cgroup: cgPath, File: hotPath, Threads: threads, Duration: dur, Seed: 42})
 	if err != nil {
@@ -239,5 +241,9 @@ func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, ho
 	out[2] = float64(sr.Ops) / sr.Seconds / 1e6
 	out[3] = gr.MeanUs
 	out[4] = gr.CPUs / gr.Seconds
+	if gr.Ops > 0 {
+		out[5] = float64(gr.Preempts) / float64(gr.Ops) * 1000
+		out[6] = gr.RunqWaitS * 1e6 / float64(gr.Ops)
+	}
 	return out, nil
 }

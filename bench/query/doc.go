@@ -5,7 +5,8 @@
 // Workload: fio, 4 KiB random reads with ioengine=psync on a 64 MiB file
 // in the page cache, in its own cgroup (fio.go), untraced and under two
 // queries: q1, the maximum latency per pid and syscall per 1 s window; q2,
-// every syscall's latency written to a file.
+// every syscall's latency written to a file. --workload rocksdb runs
+// RocksDB's db_bench readrandom instead (rocksdb.go).
 //
 // Modes: Modes (hand_written, optimizer, mvsf_only, bpftrace), each filtered
 // to fio's cgroup; untraced always runs (modes.go starts each, engine.go

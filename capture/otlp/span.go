@@ -52,10 +52,12 @@ func Attributes(q capture.Query) []attribute.KeyValue {
 		attribute.Int64("db.response.returned_rows", q.Rows),
 		attribute.Int64("process.pid", int64(q.PID)),
 	}
-	if q.Fingerprint == 0 { // not from capture.Capture.Next
+	if q.Fingerprint == 0 && q.Query != "" { // not from capture.Capture.Next
 		q.Fingerprint = capture.FingerprintOf(q.Protocol, q.Query)
 	}
-	a = append(a, attribute.String("cistern.query.fingerprint", q.Fingerprint.String()))
+	if q.Fingerprint != 0 { // 0: no statement (an unread connection's record)
+		a = append(a, attribute.String("cistern.query.fingerprint", q.Fingerprint.String()))
+	}
 	if op := operation(q.Query); op != "" {
 		a = append(a, attribute.String("db.operation.name", op))
 	}
@@ -75,7 +77,7 @@ func Attributes(q capture.Query) []attribute.KeyValue {
 // answer's last (capture's per-turn times).
 func (e *Exporter) span(q capture.Query) {
 	if !e.raw {
-		if q.Fingerprint == 0 {
+		if q.Fingerprint == 0 && q.Query != "" {
 			q.Fingerprint = e.san.Fingerprint(q.Protocol, q.Query)
 		}
 		q.Query = string(e.san.Append(nil, q.Protocol, q.Query))

@@ -42,5 +42,6 @@ an in-process manager for each experiment:
 	bf.add(c)
 	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "experiments to run (default "+strings.Join(cbufbench.Parts, ",")+")")
 	c.Flags().BoolVar(&opt.NoIox2, "no-iceoryx2", false, "skip the iceoryx2 modes (no cargo or no crates.io)")
+	c.Flags().StringVar(&opt.Workload, "workload", "ipc", "ipc (the parts above) or web: cbufweb against nginx and Apache with FastCGI under wrk\n(parts servers, send, contention; examples/cbufweb)")
 	return c
 }

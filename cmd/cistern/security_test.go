@@ -1,8 +1,13 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -58,5 +63,61 @@ func TestListenDefaults(t *testing.T) {
 	})
 	if n == 0 {
 		t.Error("no command has a listening default: the walk found nothing to check (exporter --listen has one)")
+	}
+}
+
+// TestNoWorldReadableOutput: the packages behind the daemons create no file
+// another user could read: os.Create (0666 before the umask) is not used,
+// and os.WriteFile and os.OpenFile give 0600 or less (0: a file that must
+// exist, such as a cgroup's control files). Captured data goes through
+// cli.CreatePrivate.
+func TestNoWorldReadableOutput(t *testing.T) {
+	dirs := []string{".", "../../capture", "../../capture/otlp", "../../query", "../../query/exec", "../../query/exporter",
+		"../../cbuf", "../../cbuf/kcomp", "../../kv", "../../pagecache", "../../pool", "../../kernel", "../../internal/metrics"}
+	checked := 0
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			ast.Inspect(f, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); !ok || id.Name != "os" {
+					return true
+				}
+				where := fset.Position(call.Pos())
+				switch sel.Sel.Name {
+				case "Create":
+					t.Errorf("%s: os.Create makes 0666 files: use cli.CreatePrivate", where)
+				case "WriteFile", "OpenFile":
+					lit, ok := call.Args[2].(*ast.BasicLit)
+					if !ok {
+						t.Errorf("%s: os.%s with a mode that is not a literal: want 0600 or less, visibly", where, sel.Sel.Name)
+						break
+					}
+					if mode, err := strconv.ParseUint(strings.Replace(lit.Value, "0o", "0", 1), 0, 32); err != nil || mode&0o077 != 0 {
+						t.Errorf("%s: os.%s with mode %s: want 0600 or less", where, sel.Sel.Name, lit.Value)
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked < 50 {
+		t.Errorf("checked %d files: the walk missed the sources", checked)
 	}
 }

@@ -20,17 +20,23 @@ func SelfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// ProcCPU is pid's utime+stime (0 if it is gone).
-func ProcCPU(pid int) time.Duration {
+// ProcStat is the fields of /proc/PID/stat after the command's name: the
+// state first (nil if pid is gone).
+func ProcStat(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
-		return 0
+		return nil
 	}
-	f := strings.Fields(string(b[i+2:]))
+	return strings.Fields(string(b[i+2:]))
+}
+
+// ProcCPU is pid's utime+stime (0 if it is gone).
+func ProcCPU(pid int) time.Duration {
+	f := ProcStat(pid)
 	if len(f) < 13 {
 		return 0
 	}
