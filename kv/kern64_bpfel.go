@@ -24,7 +24,6 @@ const (
 	kern64MapKvFifo             = "kv_fifo"
 	kern64MapKvScratchMap       = "kv_scratch_map"
 	kern64MapKvSocks            = "kv_socks"
-	kern64MapKvStage            = "kv_stage"
 	kern64MapKvStats            = "kv_stats"
 	kern64MapKvTcpFlows         = "kv_tcp_flows"
 	kern64MapKvTickets          = "kv_tickets"
@@ -120,7 +119,6 @@ type kern64MapSpecs struct {
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
 	KvSocks      *ebpf.MapSpec `ebpf:"kv_socks"`
-	KvStage      *ebpf.MapSpec `ebpf:"kv_stage"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
@@ -178,7 +176,6 @@ type kern64Maps struct {
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
 	KvSocks      *ebpf.Map `ebpf:"kv_socks"`
-	KvStage      *ebpf.Map `ebpf:"kv_stage"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
@@ -201,7 +198,6 @@ func (m *kern64Maps) Close() error {
 		m.KvFifo,
 		m.KvScratchMap,
 		m.KvSocks,
-		m.KvStage,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,

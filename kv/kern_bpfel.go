@@ -24,7 +24,6 @@ const (
 	kernMapKvFifo             = "kv_fifo"
 	kernMapKvScratchMap       = "kv_scratch_map"
 	kernMapKvSocks            = "kv_socks"
-	kernMapKvStage            = "kv_stage"
 	kernMapKvStats            = "kv_stats"
 	kernMapKvTcpFlows         = "kv_tcp_flows"
 	kernMapKvTickets          = "kv_tickets"
@@ -120,7 +119,6 @@ type kernMapSpecs struct {
 	KvFifo       *ebpf.MapSpec `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.MapSpec `ebpf:"kv_scratch_map"`
 	KvSocks      *ebpf.MapSpec `ebpf:"kv_socks"`
-	KvStage      *ebpf.MapSpec `ebpf:"kv_stage"`
 	KvStats      *ebpf.MapSpec `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.MapSpec `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.MapSpec `ebpf:"kv_tickets"`
@@ -178,7 +176,6 @@ type kernMaps struct {
 	KvFifo       *ebpf.Map `ebpf:"kv_fifo"`
 	KvScratchMap *ebpf.Map `ebpf:"kv_scratch_map"`
 	KvSocks      *ebpf.Map `ebpf:"kv_socks"`
-	KvStage      *ebpf.Map `ebpf:"kv_stage"`
 	KvStats      *ebpf.Map `ebpf:"kv_stats"`
 	KvTcpFlows   *ebpf.Map `ebpf:"kv_tcp_flows"`
 	KvTickets    *ebpf.Map `ebpf:"kv_tickets"`
@@ -201,7 +198,6 @@ func (m *kernMaps) Close() error {
 		m.KvFifo,
 		m.KvScratchMap,
 		m.KvSocks,
-		m.KvStage,
 		m.KvStats,
 		m.KvTcpFlows,
 		m.KvTickets,

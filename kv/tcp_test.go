@@ -104,7 +104,9 @@ func TestTCPGomemcache(t *testing.T) {
 	mc.DialContext = e.dialer()
 	mc.Timeout = 2 * time.Second
 	mc.MaxIdleConns = 8
-	val := func(k string, v int) []byte { return []byte(fmt.Sprintf("%s=%d:%s", k, v, strings.Repeat("x", (v*37)%700))) }
+	val := func(k string, v int) []byte {
+		return []byte(fmt.Sprintf("%s=%d:%s", k, v, strings.Repeat("x", (v*37)%700)))
+	}
 	keys := make([]string, 64)
 	ver := map[string]int{}
 	for i := range keys {

@@ -200,21 +200,23 @@ static __always_inline struct kv_scratch *scratch(void)
 /* ---- TCP (tcp.bpf.h): connections, staged replies ---- */
 
 #define KV_LINE 256          /* a request line split across segments, kept */
-#define KV_STAGE_SLOTS 1024  /* staged replies in flight, all connections */
-#if CISTERN_POOL_MAX_BLOCKS > 8
-#define KV_STAGE_BUF 16384
-#else
-#define KV_STAGE_BUF 4096
-#endif
+#define KV_STAGE_BUF 8192   /* a segment's replies: 4 GETs of 1 KiB values fit */
 #define KV_STAGE_PAD 512
 #define KV_STAGE_MAX_LINES 8 /* GET lines answered from one segment */
-#define KV_SQ 8              /* staged replies per connection */
+#define KV_SQ 4              /* staged replies in flight per connection */
 #define KV_TCP_LINES 1024    /* request lines counted per segment */
 #define KV_MARKER 0x00564b00 /* "\0KV\0" little-endian */
 
 struct kv_conn_key {
 	__u32 lip, rip;
 	__u32 lport, rport;
+};
+
+/* A reply the verdict staged, for kv_tcp_msg to swap in. */
+struct kv_stage {
+	__u32 len;    /* reply bytes */
+	__u32 reqlen; /* bytes of the segment it answers */
+	__u8 buf[KV_STAGE_BUF + KV_STAGE_PAD];
 };
 
 struct kv_conn {
@@ -225,18 +227,13 @@ struct kv_conn {
 	__u32 blind;
 	__u32 rskip;         /* reply data bytes still to come */
 	__u32 out_left;      /* bytes still to come of a marked segment being sent */
-	__u32 out_gen, out_off;
-	__u32 sq[KV_SQ];     /* generations of staged replies, in request order */
-	__u32 shead, stail;
+	__u32 out_slot, out_off;
+	__u32 shead, stail;  /* staged replies: st[shead % KV_SQ] leaves next */
 	__u8 line[KV_LINE];
-};
-
-struct kv_stage {
-	__u32 gen;    /* slot = gen % KV_STAGE_SLOTS; checked by the sender */
-	__u32 len;    /* reply bytes */
-	__u32 reqlen; /* bytes of the segment it answers */
-	__u32 pad;
-	__u8 buf[KV_STAGE_BUF + KV_STAGE_PAD];
+	/* Staged replies live with their connection: a slot is reused only
+	 * after its reply left (at most KV_SQ in flight), however long the
+	 * sockmap's worker takes to send them. */
+	struct kv_stage st[KV_SQ];
 };
 
 struct {
@@ -246,6 +243,7 @@ struct {
 	__type(value, __u64);
 } kv_socks SEC(".maps");
 
+/* Allocated per connection (no preallocation): ~KV_SQ * KV_STAGE_BUF. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -261,10 +259,3 @@ struct {
 	__type(key, __u32);
 	__type(value, struct kv_conn);
 } kv_conn_zero SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, KV_STAGE_SLOTS);
-	__type(key, __u32);
-	__type(value, struct kv_stage);
-} kv_stage SEC(".maps");

@@ -10,7 +10,7 @@
  *   kv_tcp_verdict  (sk_skb verdict, no strparser) every segment the client
  *                   sends. A segment made only of GETs whose keys are all
  *                   cached, on a connection with no request waiting on
- *                   memcached, is answered: the reply is staged (kv_stage),
+ *                   memcached, is answered: the reply is staged (kv_conn.st),
  *                   the segment's first bytes are overwritten with a marker
  *                   and it is redirected to the socket's own egress.
  *                   Everything else goes to memcached unchanged (SK_PASS),
@@ -129,6 +129,37 @@ static __always_inline __u32 put_cas(struct kv_scratch *s, __u64 v)
 	return n;
 }
 
+/* Copies block i of the snapshot s->snap (a value of vlen bytes) to the
+ * stage at p + i * block size. 1: copied whole; 0: gone or recycled. */
+__global int kv_stage_block(struct kv_scratch *s, struct kv_stage *st, __u32 i, __u32 p, __u32 vlen)
+{
+	__u32 bs = pool_block_size, off, n;
+	__u64 idx;
+	__u8 *b;
+
+	if (!s || !st || i >= CISTERN_POOL_MAX_BLOCKS)
+		return 0;
+	off = i * bs;
+	if (off >= vlen)
+		return 0;
+	idx = s->snap.ref.idx[i & (CISTERN_POOL_MAX_BLOCKS - 1)];
+	n = vlen - off < bs ? vlen - off : bs;
+	b = pool_block_get(idx);
+	if (!b)
+		return 0;
+	/* in pieces of at most KV_STAGE_PAD bytes */
+	for (__u32 q = 0; q < 4096 / KV_STAGE_PAD; q++) {
+		__u32 qo = q * KV_STAGE_PAD, m;
+
+		if (qo >= n)
+			break;
+		m = n - qo < KV_STAGE_PAD ? n - qo : KV_STAGE_PAD;
+		if (stage_put(st, p + off + qo, b + POOL_BLOCK_HDR + (qo & 4095), m))
+			return 0;
+	}
+	return pool_block_intact(b, idx);
+}
+
 /* Appends the reply to a GET of key s->req (hash h) to st at *o:
  * "VALUE <key> <flags> <bytes>\r\n<data>\r\n". 1: appended; 0: not cached;
  * -1: too large for the stage. */
@@ -137,7 +168,7 @@ __global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __
 	if (!s || !st)
 		return 0;
 	for (int attempt = 0; attempt < POOL_READ_RETRIES; attempt++) {
-		__u32 klen, slen, vlen, bs = pool_block_size, p;
+		__u32 klen, slen, vlen, p;
 		int snap = kv_snapshot(s, h, 0), good = 1;
 
 		if (snap < 0) {
@@ -178,32 +209,9 @@ __global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __
 		s->stage_slen = slen;
 		p = o + 6 + klen + slen;
 		for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-			__u32 off = i * bs, n;
-			__u64 idx;
-			__u8 *b;
-
 			if (i >= s->snap.ref.nblocks)
 				break;
-			idx = s->snap.ref.idx[i];
-			n = vlen - off < bs ? vlen - off : bs;
-			b = pool_block_get(idx);
-			if (!b) {
-				good = 0;
-				break;
-			}
-			/* in pieces of at most KV_STAGE_PAD bytes */
-			for (__u32 q = 0; q < 4096 / KV_STAGE_PAD; q++) {
-				__u32 qo = q * KV_STAGE_PAD, m;
-
-				if (qo >= n)
-					break;
-				m = n - qo < KV_STAGE_PAD ? n - qo : KV_STAGE_PAD;
-				if (stage_put(st, p + off + qo, b + POOL_BLOCK_HDR + (qo & 4095), m)) {
-					good = 0;
-					break;
-				}
-			}
-			if (!good || !pool_block_intact(b, idx)) {
+			if (!kv_stage_block(s, st, i, p, vlen)) {
 				good = 0;
 				break;
 			}
@@ -222,21 +230,19 @@ __global int kv_stage_hit(struct kv_scratch *s, struct kv_stage *st, __u64 h, __
 }
 
 /* Tries to answer the whole segment (len bytes, one or more GET lines)
- * from the pool into stage slot gen. The stage's length, or 0 when the
- * segment goes to memcached. */
-__global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, __u32 gen)
+ * from the pool into the connection's stage slot. The stage's length, or
+ * 0 when the segment goes to memcached. */
+__global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, __u32 slot)
 {
 	struct kv_scratch *s;
 	struct kv_stage *st;
-	__u32 pos = 0, o = 0, k = gen & (KV_STAGE_SLOTS - 1);
+	__u32 pos = 0, o = 0;
 	int lines = 0;
 
 	if (!skb || !c)
 		return 0;
 	s = &c->s;
-	st = bpf_map_lookup_elem(&kv_stage, &k);
-	if (!st)
-		return 0;
+	st = &c->st[slot & (KV_SQ - 1)];
 	for (int l = 0; l < KV_STAGE_MAX_LINES; l++) {
 		__u32 n = len - pos;
 		int j;
@@ -276,7 +282,6 @@ __global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, _
 		return 0;
 	st->len = o;
 	st->reqlen = len;
-	st->gen = gen;
 	for (int l = 0; l < KV_STAGE_MAX_LINES; l++)
 		if (l < lines)
 			stat(KV_TCP_HITS);
@@ -285,7 +290,99 @@ __global int kv_tcp_serve(struct __sk_buff *skb, struct kv_conn *c, __u32 len, _
 
 /* Counts what one request line (in s->ln) asks of memcached, and
  * invalidates what it writes. */
-static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s, __u32 n, __u64 now)
+/* Copies block i of a set's value (s->req.ref, bytes long) from the
+ * segment at dataoff. 0, or -1. */
+__global int kv_skb_block(struct __sk_buff *skb, struct kv_scratch *s, __u32 i, __u32 dataoff, __u32 bytes)
+{
+	__u32 bs = pool_block_size, off, c;
+	__u8 *b;
+
+	if (!skb || !s || i >= CISTERN_POOL_MAX_BLOCKS)
+		return -1;
+	off = i * bs;
+	if (off >= bytes)
+		return -1;
+	c = bytes - off < bs ? bytes - off : bs;
+	b = pool_block_get(s->req.ref.idx[i & (CISTERN_POOL_MAX_BLOCKS - 1)]);
+	if (!b || !LEN_IN(c, bs) || bpf_skb_load_bytes(skb, dataoff + off, b + POOL_BLOCK_HDR, c))
+		return -1;
+	return 0;
+}
+
+/* "set <key> <flags> <exptime> <bytes> [noreply]" (the line in s->pkt, n
+ * bytes) whose data is in the segment at dataoff: written through to the
+ * kernel copy before memcached sees it, as a UDP set (kv_udp_set). Only
+ * set: add, replace, append, prepend and cas may not store, so they
+ * invalidate. 0: written or invalidated; -1: not a set the kernel can
+ * read (the caller flushes). */
+__global int kv_tcp_set(struct __sk_buff *skb, struct kv_scratch *s, __u32 n, __u32 dataoff)
+{
+	__u64 flags, exptime, bytes, h, now = bpf_ktime_get_ns();
+	int ke, fe, ee, be;
+	__u8 crlf[2];
+
+	if (!skb || !s)
+		return -1;
+	ke = kv_scan_token(s, n, s->keystart);
+	if (ke <= (int)s->keystart || ke - s->keystart > KV_KEY_MAX || !at(s, n, ke, ' '))
+		return -1;
+	h = kv_take_key(s, s->keystart, ke - s->keystart);
+	fe = kv_parse_num(s, n, kv_skip_sp(s, n, ke));
+	flags = s->num;
+	ee = kv_parse_num(s, n, kv_skip_sp(s, n, fe < 0 ? 0 : fe));
+	exptime = s->num;
+	be = kv_parse_num(s, n, kv_skip_sp(s, n, ee < 0 ? 0 : ee));
+	bytes = s->num;
+	if (fe < 0 || ee < 0 || be < 0 || flags > 0xffffffffULL || bytes != s->ln.bytes ||
+	    bpf_skb_load_bytes(skb, dataoff + bytes, crlf, 2) || crlf[0] != '\r' || crlf[1] != '\n')
+		goto invalidate;
+	if (note_write(h, now)) {
+		stat(KV_WRITE_CONFLICTS);
+		kv_invalidate(s, h);
+		return 0;
+	}
+	if (bytes > pool_max_len()) {
+		stat(KV_OVERSIZE);
+		kv_invalidate(s, h);
+		return 0;
+	}
+	if (exptime > 30 * 24 * 3600) { /* an absolute time: leave it to memcached */
+		kv_invalidate(s, h);
+		return 0;
+	}
+	s->req.expire_ns = exptime ? now + exptime * 1000000000ULL : 0;
+	__builtin_memset(s->req.cas, 0, sizeof(s->req.cas));
+	kv_make_suffix(s, flags, bytes);
+	if (kv_alloc_value(s, bytes)) {
+		stat(KV_POOL_FULL);
+		kv_invalidate(s, h);
+		return 0;
+	}
+	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
+		if (i >= s->req.ref.nblocks)
+			break;
+		if (kv_skb_block(skb, s, i, dataoff, bytes)) {
+			pool_free(&s->req.ref);
+			kv_invalidate(s, h);
+			return 0;
+		}
+	}
+	s->req.seq = next_seq();
+	if (kv_publish(s, h, 0, 0)) {
+		pool_free(&s->req.ref);
+		kv_invalidate(s, h);
+		stat(KV_POOL_FULL);
+		return 0;
+	}
+	stat(KV_SETS);
+	return 0;
+invalidate:
+	note_write(h, now);
+	kv_invalidate(s, h);
+	return 0;
+}
+
+static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s, __u32 n, __u64 now, int written)
 {
 	int cmd = s->ln.cmd;
 
@@ -298,7 +395,7 @@ static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s,
 		conn_blind(c);
 		return;
 	}
-	if (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE || cmd == CMD_MSET || cmd == CMD_MWRITE) {
+	if (!written && (cmd == CMD_SET || cmd == CMD_STORE || cmd == CMD_DELETE || cmd == CMD_MSET || cmd == CMD_MWRITE)) {
 		if ((s->ln.flags & LN_B64) || kv_key_write(s, n, now))
 			flush_all(now);
 	}
@@ -371,7 +468,7 @@ __global int kv_tcp_step(struct __sk_buff *skb, struct kv_conn *c, __u32 pos, __
 		}
 		kv_req_line(s, n);
 		c->part = 0;
-		tcp_account(c, s, n, now);
+		tcp_account(c, s, n, now, 0);
 		if (c->blind)
 			return -1;
 		return pos + s->ln.le - part;
@@ -392,7 +489,14 @@ __global int kv_tcp_step(struct __sk_buff *skb, struct kv_conn *c, __u32 pos, __
 		return -1;
 	}
 	kv_req_line(s, n);
-	tcp_account(c, s, n, now);
+	{
+		/* a set whose data this segment holds is written through */
+		int written = !s->ln.why && s->ln.cmd == CMD_SET && s->ln.data &&
+			      (__u64)pos + s->ln.le + s->ln.data <= len &&
+			      kv_tcp_set(skb, s, n, pos + s->ln.le) == 0;
+
+		tcp_account(c, s, n, now, written);
+	}
 	if (c->blind)
 		return -1;
 	return pos + s->ln.le;
@@ -414,17 +518,11 @@ int kv_tcp_verdict(struct __sk_buff *skb)
 		return SK_PASS;
 	if (c->pending == 0 && c->skip == 0 && c->part == 0 && c->stail - c->shead < KV_SQ &&
 	    len < BUF) {
-		__u64 *head = clock_slot(KV_CLOCK_STAGE);
-		__u32 gen, marker = KV_MARKER;
+		__u32 marker = KV_MARKER;
 
-		if (head) {
-			gen = __sync_fetch_and_add(head, 1);
-			if (kv_tcp_serve(skb, c, len, gen) > 0 &&
-			    bpf_skb_store_bytes(skb, 0, &marker, 4, 0) == 0) {
-				c->sq[c->stail & (KV_SQ - 1)] = gen;
-				c->stail++;
-				return bpf_sk_redirect_hash(skb, &kv_socks, &k, 0);
-			}
+		if (kv_tcp_serve(skb, c, len, c->stail) > 0 && bpf_skb_store_bytes(skb, 0, &marker, 4, 0) == 0) {
+			c->stail++;
+			return bpf_sk_redirect_hash(skb, &kv_socks, &k, 0);
 		}
 	}
 	for (int i = 0; i < KV_TCP_LINES; i++) {
@@ -444,14 +542,14 @@ int kv_tcp_verdict(struct __sk_buff *skb)
 /* Writes stage bytes [from, from + m) over the message's bytes
  * [at, at + m), m <= 256: 8-byte words, the last one overlapping its
  * predecessor (same source bytes), or single bytes below 8. */
-__global int kv_msg_window(struct sk_msg_md *msg, __u32 gen, __u32 at, __u32 from, __u32 m)
+__global int kv_msg_window(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 m)
 {
-	__u32 k = gen & (KV_STAGE_SLOTS - 1);
-	struct kv_stage *st = bpf_map_lookup_elem(&kv_stage, &k);
+	struct kv_stage *st;
 	void *data, *end;
 
-	if (!msg || !st || m == 0 || m > 256)
+	if (!msg || !c || m == 0 || m > 256)
 		return -1;
+	st = &c->st[c->out_slot & (KV_SQ - 1)];
 	if (bpf_msg_pull_data(msg, at, at + m, 0))
 		return -1;
 	data = msg->data;
@@ -485,15 +583,16 @@ __global int kv_msg_window(struct sk_msg_md *msg, __u32 gen, __u32 at, __u32 fro
 	return 0;
 }
 
-/* Writes stage bytes [from, from + n) over the message's bytes [at, at + n). */
-static __always_inline int msg_write(struct sk_msg_md *msg, __u32 gen, __u32 at, __u32 from, __u32 n)
+/* Writes bytes [from, from + n) of stage c->out_slot over the message's
+ * bytes [at, at + n). */
+static __always_inline int msg_write(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 n)
 {
 	for (__u32 w = 0; w < KV_STAGE_BUF / 256; w++) {
 		__u32 wo = w * 256;
 
 		if (wo >= n)
 			break;
-		if (kv_msg_window(msg, gen, at + wo, from + wo, n - wo < 256 ? n - wo : 256))
+		if (kv_msg_window(msg, c, at + wo, from + wo, n - wo < 256 ? n - wo : 256))
 			return -1;
 	}
 	return 0;
@@ -503,19 +602,14 @@ static __always_inline int msg_write(struct sk_msg_md *msg, __u32 gen, __u32 at,
  * segment's later pieces (if it is sent in several) will carry. */
 static __always_inline int msg_hit(struct sk_msg_md *msg, struct kv_conn *c, __u32 size)
 {
-	__u32 gen, k, len, reqlen, now;
+	__u32 len, reqlen, now;
 	struct kv_stage *st;
 
 	if (c->shead == c->stail)
 		return -1;
-	gen = c->sq[c->shead & (KV_SQ - 1)];
+	c->out_slot = c->shead & (KV_SQ - 1);
+	st = &c->st[c->out_slot];
 	c->shead++;
-	k = gen & (KV_STAGE_SLOTS - 1);
-	st = bpf_map_lookup_elem(&kv_stage, &k);
-	if (!st || st->gen != gen) {
-		stat(KV_TCP_STAGE_LOST);
-		return -1;
-	}
 	len = st->len;
 	reqlen = st->reqlen;
 	if (size > reqlen || len < reqlen || len > KV_STAGE_BUF)
@@ -523,11 +617,33 @@ static __always_inline int msg_hit(struct sk_msg_md *msg, struct kv_conn *c, __u
 	now = len - (reqlen - size);
 	if (now > size && bpf_msg_push_data(msg, size, now - size, 0))
 		return -1;
-	if (msg_write(msg, gen, 0, 0, now))
+	if (msg_write(msg, c, 0, 0, now))
 		return -1;
-	c->out_gen = gen;
 	c->out_off = now;
 	c->out_left = reqlen - size;
+	return 0;
+}
+
+/* Copies block i of a fill (s->req.ref) from the message's value bytes
+ * at dataoff (bytes long). 0, or -1. */
+__global int kv_msg_block(struct sk_msg_md *msg, struct kv_scratch *s, __u32 i, __u32 dataoff, __u32 bytes)
+{
+	__u32 bs = pool_block_size, off, c;
+	void *data;
+	__u8 *b;
+
+	if (!msg || !s || i >= CISTERN_POOL_MAX_BLOCKS)
+		return -1;
+	off = i * bs;
+	if (off >= bytes)
+		return -1;
+	c = bytes - off < bs ? bytes - off : bs;
+	b = pool_block_get(s->req.ref.idx[i & (CISTERN_POOL_MAX_BLOCKS - 1)]);
+	if (!b || !LEN_IN(c, bs) || bpf_msg_pull_data(msg, dataoff + off, dataoff + off + c, 0))
+		return -1;
+	data = msg->data;
+	if (data + 1 > msg->data_end || bpf_probe_read_kernel(b + POOL_BLOCK_HDR, c, data))
+		return -1;
 	return 0;
 }
 
@@ -537,7 +653,7 @@ static __always_inline int msg_hit(struct sk_msg_md *msg, struct kv_conn *c, __u
 __global int kv_tcp_fill(struct sk_msg_md *msg, struct kv_scratch *s, __u32 ke, __u32 dataoff)
 {
 	__u64 h, now = bpf_ktime_get_ns(), tseq, flags, bytes;
-	__u32 k, bs = pool_block_size;
+	__u32 k;
 	struct kv_ticket *t;
 	struct kv_write *w;
 
@@ -545,8 +661,12 @@ __global int kv_tcp_fill(struct sk_msg_md *msg, struct kv_scratch *s, __u32 ke, 
 		return 0;
 	flags = s->ln.vflags;
 	bytes = s->ln.bytes;
-	if (ke <= 6 || ke - 6 > KV_KEY_MAX || bytes > pool_max_len())
+	if (ke <= 6 || ke - 6 > KV_KEY_MAX)
 		return 0;
+	if (bytes > pool_max_len()) {
+		stat(KV_OVERSIZE); /* its GETs go on to memcached */
+		return 0;
+	}
 	h = kv_take_key(s, 6, ke - 6);
 	k = h & WSLOT_MASK;
 	t = bpf_map_lookup_elem(&kv_tickets, &k);
@@ -572,18 +692,9 @@ __global int kv_tcp_fill(struct sk_msg_md *msg, struct kv_scratch *s, __u32 ke, 
 		return 0;
 	}
 	for (__u32 i = 0; i < CISTERN_POOL_MAX_BLOCKS; i++) {
-		__u32 off = i * bs, c;
-		void *data;
-		__u8 *b;
-
 		if (i >= s->req.ref.nblocks)
 			break;
-		c = bytes - off < bs ? bytes - off : bs;
-		b = pool_block_get(s->req.ref.idx[i]);
-		if (!b || !LEN_IN(c, bs) || bpf_msg_pull_data(msg, dataoff + off, dataoff + off + c, 0))
-			goto fail;
-		data = msg->data;
-		if (data + 1 > msg->data_end || bpf_probe_read_kernel(b + POOL_BLOCK_HDR, c, data))
+		if (kv_msg_block(msg, s, i, dataoff, bytes))
 			goto fail;
 	}
 	s->req.seq = next_seq();
@@ -646,7 +757,7 @@ __global int kv_msg_reply(struct sk_msg_md *msg, struct kv_conn *c, __u32 off, _
 			s->ln.vcas = s->num;
 		dataoff = off + le;
 		end = dataoff + bytes + 2;
-		if (end <= size && bytes <= pool_max_len()) {
+		if (end <= size) {
 			s->ln.vflags = flags;
 			s->ln.bytes = bytes;
 			kv_tcp_fill(msg, s, ke, dataoff);
@@ -698,8 +809,10 @@ int kv_tcp_msg(struct sk_msg_md *msg)
 		/* a later piece of a marked segment: the rest of its reply */
 		__u32 n = size < c->out_left ? size : c->out_left;
 
-		if (msg_write(msg, c->out_gen, 0, c->out_off, n))
+		if (msg_write(msg, c, 0, c->out_off, n)) {
+			stat(KV_TCP_STAGE_LOST);
 			conn_blind(c);
+		}
 		c->out_off += n;
 		c->out_left -= n;
 		return SK_PASS;
@@ -708,8 +821,13 @@ int kv_tcp_msg(struct sk_msg_md *msg)
 		data = msg->data;
 		end = msg->data_end;
 		if (data + 4 <= end && *(__u32 *)data == KV_MARKER) {
-			if (msg_hit(msg, c, size))
-				conn_blind(c); /* cannot happen: the reply was staged */
+			if (msg_hit(msg, c, size)) {
+				/* the reply could not be swapped in (no memory
+				 * to grow the message): the client gets the
+				 * request's bytes, and no further kernel hits */
+				stat(KV_TCP_STAGE_LOST);
+				conn_blind(c);
+			}
 			return SK_PASS;
 		}
 	}

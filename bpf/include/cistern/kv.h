@@ -61,7 +61,7 @@ enum kv_clock {
 	KV_CLOCK_FLUSH_TS,
 	KV_CLOCK_FIFO_HEAD,
 	KV_CLOCK_FIFO_TAIL,
-	KV_CLOCK_STAGE,        /* generation of the next staged TCP reply */
+	KV_CLOCK_STAGE,        /* unused */
 	KV_CLOCK_NETNS,        /* cookie of memcached's network namespace (TCP), set at attach */
 	KV_CLOCK_MAX = 8,
 };
@@ -105,7 +105,7 @@ enum kv_stat {
 	KV_TCP_BLIND,          /* connections whose stream could not be followed: passed from then on */
 	KV_TCP_FILLS,          /* values stored from memcached's TCP GET replies */
 	KV_TCP_REPLIES,        /* memcached's TCP replies counted (order) */
-	KV_TCP_STAGE_LOST,     /* a staged kernel reply was overwritten before it was sent */
+	KV_TCP_STAGE_LOST,     /* a staged kernel reply could not be swapped in (no memory) */
 	KV_STAT_MAX = 40,
 };
 
