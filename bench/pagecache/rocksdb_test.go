@@ -33,8 +33,8 @@ func cachedPages(t *testing.T, files []string) (n uint64) {
 }
 
 // TestScanFadviseShim: db_bench's scan (seekrandom) on a small database,
-// cold, leaves its pages cached without the shim and almost none with the
-// shim's DONTNEED on what it read (by stretches: a DONTNEED of each 4 KiB
+// cold, leaves its pages cached without the shim and few with the shim's
+// DONTNEED on what it read (by stretches: a DONTNEED of each 4 KiB
 // read left half the pages, in large readahead folios); NOREUSE drops
 // nothing.
 func TestScanFadviseShim(t *testing.T) {
@@ -80,7 +80,10 @@ func TestScanFadviseShim(t *testing.T) {
 	if got[""] < 1024 {
 		t.Fatalf("the scan without advice left only %d pages cached", got[""])
 	}
-	if got["dontneed"] > got[""]/10 {
+	// What stays: each file's last stretch (under 512 KiB, advised when
+	// the reader moves on) and the readahead not yet read when the scan
+	// ended: up to a fifth of a 1 s scan's pages.
+	if got["dontneed"] > got[""]/4 {
 		t.Errorf("DONTNEED after each read left %d pages cached (without: %d)", got["dontneed"], got[""])
 	}
 	if got["noreuse"] < 1024 { // how much a 1 s scan reads varies: no ratio
