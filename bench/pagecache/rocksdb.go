@@ -659,26 +659,23 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 	return nil
 }
 
-// rdbPlot draws each mode against its part's default (higher is better).
+// rdbPlot draws each mode against its part's default (higher is better):
+// one group per part and measure, one series per policy.
 func rdbPlot(rep *benchkit.Report, path string) error {
-	type bar struct {
-		label, mode, metric, base string
-		inverse                   bool
+	groups := []struct {
+		label, part, metric string
+		inverse             bool
+	}{
+		{"reads ops/s", "rocksdb_reads", "ops_per_sec", false},
+		{"GET-SCAN: GETs", "rocksdb_getscan", "get_ops_per_sec", false},
+		{"GET-SCAN: scan", "rocksdb_getscan", "scan_mb_per_sec", false},
+		{"per-cgroup: rocksdb", "percgroup", "rocksdb_ops_per_sec", false},
+		{"per-cgroup: search", "percgroup", "search_seconds", true},
 	}
-	bars := []bar{
-		{"reads LFU", "rocksdb_reads/agent_lfu", "ops_per_sec", "rocksdb_reads/default", false},
-		{"reads S3-FIFO", "rocksdb_reads/agent_s3fifo", "ops_per_sec", "rocksdb_reads/default", false},
-		{"reads LHD", "rocksdb_reads/agent_lhd", "ops_per_sec", "rocksdb_reads/default", false},
-		{"GETs GET-SCAN", "rocksdb_getscan/agent_get_scan", "get_ops_per_sec", "rocksdb_getscan/default", false},
-		{"GETs NOREUSE", "rocksdb_getscan/fadvise_noreuse", "get_ops_per_sec", "rocksdb_getscan/default", false},
-		{"GETs DONTNEED", "rocksdb_getscan/fadvise_dontneed", "get_ops_per_sec", "rocksdb_getscan/default", false},
-		{"scan GET-SCAN", "rocksdb_getscan/agent_get_scan", "scan_mb_per_sec", "rocksdb_getscan/default", false},
-		{"rocksdb tailored", "percgroup/tailored", "rocksdb_ops_per_sec", "percgroup/default", false},
-		{"rocksdb LFU both", "percgroup/global_lfu", "rocksdb_ops_per_sec", "percgroup/default", false},
-		{"rocksdb MRU both", "percgroup/global_mru", "rocksdb_ops_per_sec", "percgroup/default", false},
-		{"search tailored", "percgroup/tailored", "search_seconds", "percgroup/default", true},
-		{"search LFU both", "percgroup/global_lfu", "search_seconds", "percgroup/default", true},
-		{"search MRU both", "percgroup/global_mru", "search_seconds", "percgroup/default", true},
+	kinds := []struct{ name, mode string }{
+		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
+		{"GET-SCAN", "agent_get_scan"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
+		{"tailored (LFU+MRU)", "tailored"}, {"LFU both", "global_lfu"}, {"MRU both", "global_mru"},
 	}
 	get := func(mode, metric string) (float64, bool) {
 		v, ok := rep.Get(mode, metric)
@@ -686,22 +683,40 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 		return f, ok && isF && f > 0 && !math.IsNaN(f)
 	}
 	var labels []string
-	series := benchkit.BarSeries{Name: "policy / default (median of rounds)"}
-	for _, b := range bars {
-		v, ok1 := get(b.mode, b.metric)
-		base, ok2 := get(b.base, b.metric)
-		if !ok1 || !ok2 {
+	series := make([]benchkit.BarSeries, len(kinds))
+	for i, k := range kinds {
+		series[i].Name = k.name
+	}
+	for _, g := range groups {
+		base, ok := get(g.part+"/default", g.metric)
+		if !ok {
 			continue
 		}
-		labels = append(labels, b.label)
-		if b.inverse {
-			series.Values = append(series.Values, base/v)
-		} else {
-			series.Values = append(series.Values, v/base)
+		labels = append(labels, g.label)
+		for i, k := range kinds {
+			v, ok := get(g.part+"/"+k.mode, g.metric)
+			switch {
+			case !ok:
+				v = 0
+			case g.inverse:
+				v = base / v
+			default:
+				v = v / base
+			}
+			series[i].Values = append(series[i].Values, v)
 		}
 	}
 	if len(labels) == 0 {
 		return nil
 	}
-	return benchkit.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "relative to the kernel default (higher is better)", labels, []benchkit.BarSeries{series})
+	var used []benchkit.BarSeries
+	for _, s := range series {
+		for _, v := range s.Values {
+			if v > 0 {
+				used = append(used, s)
+				break
+			}
+		}
+	}
+	return benchkit.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
 }

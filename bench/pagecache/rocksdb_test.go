@@ -3,12 +3,14 @@ package pagecachebench
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -88,5 +90,22 @@ func TestScanFadviseShim(t *testing.T) {
 	}
 	if got["noreuse"] < 1024 { // how much a 1 s scan reads varies: no ratio
 		t.Errorf("NOREUSE left %d pages cached: it should not drop pages", got["noreuse"])
+	}
+}
+
+// TestRocksDBPlot draws the plot from a report with some parts missing.
+func TestRocksDBPlot(t *testing.T) {
+	rep := benchkit.New("pagecache", true)
+	for _, m := range rdbReadModes {
+		rep.Sample("rocksdb_reads/"+m, "ops_per_sec", 1000)
+	}
+	rep.Sample("percgroup/default", "search_seconds", 10)
+	rep.Sample("percgroup/tailored", "search_seconds", 5)
+	path := filepath.Join(t.TempDir(), "p.png")
+	if err := rdbPlot(rep, path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() < 1000 {
+		t.Fatalf("plot: %v", err)
 	}
 }
