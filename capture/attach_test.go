@@ -406,10 +406,10 @@ func TestHoldNeverLeavesStopped(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+		if !waitStopped(cmd.Process.Pid, 5*time.Second*testenv.TimeScale()) {
 			t.Error("not held at exec")
 		}
-		if err := waitExit(cmd, 10*time.Second); err != nil {
+		if err := waitExit(cmd, 10*time.Second*testenv.TimeScale()); err != nil {
 			t.Fatal(err)
 		}
 		el := time.Since(t0)
@@ -431,11 +431,11 @@ func TestHoldNeverLeavesStopped(t *testing.T) {
 			c.Close()
 			t.Fatal(err)
 		}
-		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+		if !waitStopped(cmd.Process.Pid, 5*time.Second*testenv.TimeScale()) {
 			t.Error("not held at exec")
 		}
 		c.Close()
-		if err := waitExit(cmd, 5*time.Second); err != nil {
+		if err := waitExit(cmd, 5*time.Second*testenv.TimeScale()); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -461,13 +461,13 @@ func TestHoldNeverLeavesStopped(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if !waitStopped(cmd.Process.Pid, 5*time.Second) {
+		if !waitStopped(cmd.Process.Pid, 5*time.Second*testenv.TimeScale()) {
 			t.Error("not held at exec")
 		}
 		agent.Process.Kill()
 		agent.Wait()
 		t0 := time.Now()
-		if err := waitExit(cmd, 5*time.Second); err != nil {
+		if err := waitExit(cmd, 5*time.Second*testenv.TimeScale()); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("continued %v after the agent was killed", time.Since(t0))

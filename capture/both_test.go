@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cistern-ebpf/cistern/accum"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -47,6 +48,12 @@ func TestCaptureBothTransports(t *testing.T) {
 const bothN = 40
 
 func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) {
+	if opt.All {
+		// The ring carries every process's traffic: not beside another
+		// package's loopback flood (bench/*, loadgen), whose loss it
+		// would see. Loss elsewhere is still only logged below.
+		testenv.Exclusive(t, testenv.Traffic)
+	}
 	c, err := Open(opt)
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +174,26 @@ func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) 
 	if missing > 0 || dup > 0 {
 		t.Errorf("of %d marked queries × %d sides: %d missing, %d captured more than once", 2*bothN, len(sides), missing, dup)
 	}
-	if st.LostRecords != 0 || len(c.Gaps()) != 0 {
-		t.Errorf("loss: %+v, gaps %v", st, c.Gaps())
+	// Loss: with --all the ring also carries every other process's
+	// traffic on this machine (other tests' loopback floods), whose loss
+	// is theirs: only a gap in one of these connections fails the test
+	// (and every marked query was checked above).
+	ours := map[uint64]bool{}
+	for _, qs := range got {
+		for _, q := range qs {
+			ours[q.ConnID] = true
+		}
+	}
+	var ownGaps []accum.Gap
+	for _, g := range c.Gaps() {
+		if ours[g.ConnID] {
+			ownGaps = append(ownGaps, g)
+		}
+	}
+	if len(ownGaps) > 0 || (!opt.All && (st.LostRecords != 0 || len(c.Gaps()) != 0)) {
+		t.Errorf("loss: %+v, gaps in these connections %v, in all %d", st, ownGaps, len(c.Gaps()))
+	} else if st.LostRecords != 0 {
+		t.Logf("loss elsewhere on the machine (not these connections): %d records, %d gaps", st.LostRecords, len(c.Gaps()))
 	}
 	// Ciphertext never reached the PostgreSQL parser (only for the
 	// postmaster: --all also sees whatever else runs on this machine).

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 func TestLayoutMatchesC(t *testing.T) {
@@ -518,7 +520,7 @@ func TestSlotReuseAcrossExport(t *testing.T) {
 		// leave: the slot is free once the C receiver has freed it too
 		a.Free(id)
 		a.Close()
-		waitFor(t, "the slot to be free", 5*time.Second, func() bool {
+		waitFor(t, "the slot to be free", 10*time.Second*testenv.TimeScale(), func() bool {
 			s, _ := QueryStats(sock)
 			for _, c := range s.Components {
 				if int(c.Slot) == slot {

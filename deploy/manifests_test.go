@@ -24,6 +24,70 @@ import (
 // compiles the exporter's queries and parses every container's command
 // line with the cistern binary itself.
 func TestManifests(t *testing.T) {
+	ds, cm := loadManifests(t)
+	spec := ds.Spec.Template.Spec
+	if !spec.HostPID {
+		t.Error("hostPID: capture --pid/--all must see the node's processes")
+	}
+	if a := ds.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9435" {
+		t.Errorf("prometheus annotations %v", a)
+	}
+	if sel := ds.Spec.Selector.MatchLabels; sel["app.kubernetes.io/name"] != ds.Spec.Template.Labels["app.kubernetes.io/name"] {
+		t.Error("the selector does not match the pod's labels")
+	}
+	vols := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			vols[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, p := range []string{"/sys/fs/bpf", "/sys/kernel/tracing", "/sys/kernel/btf", "/sys/fs/cgroup"} {
+		found := false
+		for _, hp := range vols {
+			found = found || hp == p
+		}
+		if !found {
+			t.Errorf("no hostPath volume for %s", p)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "cistern")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/cistern").CombinedOutput(); err != nil {
+		t.Fatalf("build cistern: %v\n%s", err, out)
+	}
+	for _, c := range spec.Containers {
+		caps := map[corev1.Capability]bool{}
+		for _, cp := range c.SecurityContext.Capabilities.Add {
+			caps[cp] = true
+		}
+		if (!caps["BPF"] || !caps["PERFMON"]) && !caps["SYS_ADMIN"] { // SYS_ADMIN covers both
+			t.Errorf("%s: capabilities %v lack BPF and PERFMON, or SYS_ADMIN", c.Name, c.SecurityContext.Capabilities.Add)
+		}
+		for _, m := range c.VolumeMounts {
+			if _, ok := vols[m.Name]; !ok && m.Name != "config" {
+				t.Errorf("%s mounts %s, which is no volume", c.Name, m.Name)
+			}
+		}
+		// The binary parses the arguments (unknown flags are errors).
+		if out, err := exec.Command(bin, append(append([]string{}, c.Args...), "--help")...).CombinedOutput(); err != nil {
+			t.Errorf("%s: cistern %s: %v\n%s", c.Name, strings.Join(c.Args, " "), err, out)
+		}
+	}
+	// The exporter's configuration loads and every query compiles.
+	f := filepath.Join(t.TempDir(), "exporter.yaml")
+	os.WriteFile(f, []byte(cm.Data["exporter.yaml"]), 0o644)
+	cfg, err := exporter.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exporter.New(*cfg); err != nil {
+		t.Fatalf("exporter config: %v", err)
+	}
+}
+
+// loadManifests decodes kubernetes/*.yaml strictly: the DaemonSet and the
+// exporter's ConfigMap.
+func loadManifests(t *testing.T) (*appsv1.DaemonSet, *corev1.ConfigMap) {
+	t.Helper()
 	files, _ := filepath.Glob("kubernetes/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no manifests")
@@ -61,61 +125,5 @@ func TestManifests(t *testing.T) {
 	if ds == nil || cm == nil {
 		t.Fatal("want a DaemonSet and the exporter's ConfigMap")
 	}
-	spec := ds.Spec.Template.Spec
-	if !spec.HostPID {
-		t.Error("hostPID: capture --pid/--all must see the node's processes")
-	}
-	if a := ds.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9435" {
-		t.Errorf("prometheus annotations %v", a)
-	}
-	if sel := ds.Spec.Selector.MatchLabels; sel["app.kubernetes.io/name"] != ds.Spec.Template.Labels["app.kubernetes.io/name"] {
-		t.Error("the selector does not match the pod's labels")
-	}
-	vols := map[string]string{}
-	for _, v := range spec.Volumes {
-		if v.HostPath != nil {
-			vols[v.Name] = v.HostPath.Path
-		}
-	}
-	for _, p := range []string{"/sys/fs/bpf", "/sys/kernel/tracing", "/sys/kernel/btf", "/sys/fs/cgroup"} {
-		found := false
-		for _, hp := range vols {
-			found = found || hp == p
-		}
-		if !found {
-			t.Errorf("no hostPath volume for %s", p)
-		}
-	}
-	bin := filepath.Join(t.TempDir(), "cistern")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/cistern").CombinedOutput(); err != nil {
-		t.Fatalf("build cistern: %v\n%s", err, out)
-	}
-	for _, c := range spec.Containers {
-		caps := map[corev1.Capability]bool{}
-		for _, cp := range c.SecurityContext.Capabilities.Add {
-			caps[cp] = true
-		}
-		if !caps["BPF"] || !caps["PERFMON"] {
-			t.Errorf("%s: capabilities %v lack BPF or PERFMON", c.Name, c.SecurityContext.Capabilities.Add)
-		}
-		for _, m := range c.VolumeMounts {
-			if _, ok := vols[m.Name]; !ok && m.Name != "config" {
-				t.Errorf("%s mounts %s, which is no volume", c.Name, m.Name)
-			}
-		}
-		// The binary parses the arguments (unknown flags are errors).
-		if out, err := exec.Command(bin, append(append([]string{}, c.Args...), "--help")...).CombinedOutput(); err != nil {
-			t.Errorf("%s: cistern %s: %v\n%s", c.Name, strings.Join(c.Args, " "), err, out)
-		}
-	}
-	// The exporter's configuration loads and every query compiles.
-	f := filepath.Join(t.TempDir(), "exporter.yaml")
-	os.WriteFile(f, []byte(cm.Data["exporter.yaml"]), 0o644)
-	cfg, err := exporter.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exporter.New(*cfg); err != nil {
-		t.Fatalf("exporter config: %v", err)
-	}
+	return ds, cm
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/cistern-ebpf/cistern/kernel"
@@ -35,6 +36,7 @@ type Check struct {
 // kernel's probes).
 type Report struct {
 	Kernel  string          `json:"kernel"`
+	Agent   bool            `json:"agent,omitempty"` // run as a node agent (AgentMode): no tool checks
 	Checks  []Check         `json:"checks"`
 	Systems []kernel.System `json:"systems"`
 }
@@ -86,6 +88,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
 	}
+	if r.Agent {
+		fmt.Fprintln(tw, "development tools\tnot checked\tagent mode (CISTERN_AGENT=1): a node agent needs none")
+	}
 	if len(r.Systems) > 0 {
 		fmt.Fprintln(tw, "\nSYSTEM\tSTATUS\tDETAIL")
 		for _, s := range r.Systems {
@@ -108,6 +113,12 @@ type Options struct {
 	Progress func(step string)
 }
 
+// AgentMode tells whether cistern runs as a node agent in a container
+// (CISTERN_AGENT=1, set by deploy/kubernetes): there the external tools the
+// doctor checks (compilers, servers, benchmark loads) are development
+// tools, not missing, so they are not listed.
+func AgentMode() bool { return os.Getenv("CISTERN_AGENT") == "1" }
+
 // Run performs every check. It leaves no namespace, link or pin behind.
 func Run(ctx context.Context, opt Options) *Report {
 	r := &Report{Kernel: kernel.Release()}
@@ -121,7 +132,8 @@ func Run(ctx context.Context, opt Options) *Report {
 	step("bpf programs")
 	r.Checks = append(r.Checks, bpfChecks(ctx)...)
 	r.Systems = kernel.Systems()
-	if !opt.SkipTools {
+	r.Agent = AgentMode()
+	if !opt.SkipTools && !r.Agent {
 		step("tools")
 		r.Checks = append(r.Checks, toolChecks()...)
 	}

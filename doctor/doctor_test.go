@@ -144,3 +144,36 @@ func TestOneRefusalHidesNothing(t *testing.T) {
 		}
 	}
 }
+
+// In agent mode (CISTERN_AGENT=1, as the DaemonSet sets it) the doctor
+// lists no development tool; otherwise every tool is checked.
+func TestDoctorAgentModeListsNoTools(t *testing.T) {
+	testenv.RequireRoot(t)
+	names := func(r *Report) map[string]bool {
+		m := map[string]bool{}
+		for _, c := range r.Checks {
+			m[c.Name] = true
+		}
+		return m
+	}
+	t.Setenv("CISTERN_AGENT", "")
+	dev := Run(context.Background(), Options{})
+	t.Setenv("CISTERN_AGENT", "1")
+	agent := Run(context.Background(), Options{})
+	if !agent.Agent || dev.Agent {
+		t.Fatalf("agent flag: %v with CISTERN_AGENT=1, %v without", agent.Agent, dev.Agent)
+	}
+	for _, tl := range tools {
+		if !names(dev)[tl.name] {
+			t.Errorf("%s not checked outside agent mode", tl.name)
+		}
+		if names(agent)[tl.name] {
+			t.Errorf("%s checked in agent mode: a node agent needs no development tools", tl.name)
+		}
+	}
+	var b strings.Builder
+	agent.WriteTable(&b)
+	if strings.Contains(b.String(), "apt-get install") || !strings.Contains(b.String(), "agent mode") {
+		t.Errorf("agent-mode table:\n%s", b.String())
+	}
+}

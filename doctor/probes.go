@@ -120,7 +120,7 @@ func unsupported(name, feature string, err error) Check {
 	if feature == "" {
 		return c
 	}
-	// The kernel's own answer ("bpf_loop helper: not supported by this
+	// The kernel's own answer ("the bpf_loop helper: not supported by this
 	// kernel (needs Linux 5.17 or newer)") says more than a verifier line.
 	if kerr := kernel.Has(feature); errors.Is(kerr, kernel.ErrMissing) {
 		c.Detail = firstLine(kerr)

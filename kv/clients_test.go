@@ -3,7 +3,6 @@ package kv
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,15 +18,7 @@ import (
 // runs is not installed.
 func needTool(t *testing.T, tool, pkg string) string {
 	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err != nil {
-		msg := fmt.Sprintf("%s not installed (Debian package %s; make deps installs it)", tool, pkg)
-		if os.Getenv("CISTERN_REQUIRE_ALL") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return testenv.NeedTool(t, tool, pkg)
 }
 
 var capableLine = regexp.MustCompile(`^(\S.*?)\s+\[(pass|FAIL|skip)\]`)
@@ -117,6 +108,7 @@ func TestMemcaslap(t *testing.T) {
 	for _, udp := range []bool{false, true} {
 		name := map[bool]string{false: "tcp", true: "udp"}[udp]
 		t.Run(name, func(t *testing.T) {
+			testenv.Exclusive(t, testenv.Traffic) // memaslap floods the veth: not beside another flood or an --all capture
 			pair := testenv.NetPair(t, "kvms"+name)
 			mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
 			alone := memcaslap(t, pair, bin, mc.Addr(), udp, 3*time.Second)

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -35,11 +34,6 @@ type Config struct {
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
 	AccessSample uint32
-	// Batch runs the agent's thread as SCHED_BATCH (still at nice -10): it
-	// keeps its large share of the CPU but does not preempt the thread
-	// running when it wakes; it runs when that thread's slice ends or it
-	// blocks.
-	Batch bool
 }
 
 // Agent runs a policy over the page cache of one directory in one cgroup.
@@ -60,6 +54,9 @@ type Agent struct {
 	// range the kernel cannot drop at once (a folio still in a CPU's LRU
 	// batch, or held by a reader) makes it drain every CPU's batches.
 	fadvCalls, fadvNanos, fadvMaxNanos atomic.Uint64
+	// The agent thread's context switches while Run ran: voluntary ones
+	// are its wakeups (each may preempt a workload thread).
+	wakeups, preempted atomic.Uint64
 	tid                                  atomic.Int32 // Run's thread, while it runs
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
@@ -170,13 +167,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
 	defer thread.Urgent()()
-	if a.cfg.Batch {
-		// sched_setscheduler keeps the thread's nice value for fair policies.
-		if _, _, e := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 3 /* SCHED_BATCH */, uintptr(unsafe.Pointer(&[1]int32{}))); e != 0 {
-			return fmt.Errorf("SCHED_BATCH: %w", e)
-		}
-		defer unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(unix.Gettid()), 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&[1]int32{})))
-	}
 	// The tracker does not report the deletes this thread's own
 	// evictions cause: their folios already left the policy.
 	self := a.tr.coll.Variables["pc_self_tid"]
@@ -188,11 +178,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.tid.Store(0)
 	var ru0 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	v0, n0 := ru0.Nvcsw, ru0.Nivcsw
 	defer func() { // the agent's own CPU time, for the benches
 		var ru unix.Rusage
 		if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
 			d := ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
 			a.cpuMicros.Add(uint64(max(d, 0) / 1000))
+			a.wakeups.Add(uint64(max(ru.Nvcsw-v0, 0)))
+			a.preempted.Add(uint64(max(ru.Nivcsw-n0, 0)))
 		}
 	}()
 	idle := false
@@ -460,6 +453,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"not_evicted_dirty": &a.stillDirty, "not_evicted_writeback": &a.stillWriteback,
 		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
 		"agent_cpu_us": &a.cpuMicros, "fadvise_calls": &a.fadvCalls,
+		"agent_wakeups": &a.wakeups, "agent_preempted": &a.preempted,
 	} {
 		st[k] = v.Load()
 	}

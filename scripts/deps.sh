@@ -19,7 +19,7 @@ pkgs=(
   nginx apache2 wrk libfcgi-dev         # cbuf web workload: FastCGI baselines and load
   linux-source-6.1                      # bench pagecache: the tree ripgrep searches
   qemu-system-x86 busybox-static cpio xz-utils zstd kmod pkg-config  # kernel matrix VMs; cbuf install test
-  podman runc                           # deploy: the DaemonSet's pod under a real container runtime
+  podman runc slirp4netns               # deploy: the DaemonSet's pod under podman (runc; ports on 127.0.0.1)
 )
 
 # What `cistern demo` runs, and nothing else (docs/development.md has the timings).

@@ -202,7 +202,9 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("web_wrk", fmt.Sprintf("-t%d -c%d -d%ds --latency (keep-alive)", webThreads, webConns, int(dur.Seconds())))
 	rep.SetConfig("web_rounds", rounds)
+	rep.SetConfig("web_warmup_s", 1)
 	rep.SetConfig("web_sizes", webSizes)
+	rep.SetConfig("web_cbufweb_pairs", 2)
 	rep.SetConfig("web_fcgi_processes", 2)
 	rep.SetConfig("web_nginx_workers", 2)
 	rep.SetConfig("web_apache_children", 2)
@@ -224,7 +226,10 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	o := func() cbufweb.Options { return cbufweb.Options{Group: true, ManagerArgv: mgr} }
+	// two processes serve in each: cbufweb's two front end + content pairs,
+	// nginx's two workers, Apache's two children, each baseline's two
+	// FastCGI processes
+	o := func() cbufweb.Options { return cbufweb.Options{Group: true, ManagerArgv: mgr, Pairs: 2} }
 	if part["servers"] {
 		if err := start("cbufweb", webSizes, func() (*cbufweb.Server, error) { return cbufweb.StartCBufWeb(sctx, bins, o()) }); err != nil {
 			return err
@@ -281,7 +286,13 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	}
 	err := benchkit.Interleave(ctx, rounds, cells, opt.Progress, func(ctx context.Context, round int, mode string) error {
 		c := byName[mode]
-		r, err := runWrk(ctx, c.s.srv, fmt.Sprintf("%s/gen?size=%d&seed=%d", c.s.srv.URL, c.size, round), dur)
+		url := fmt.Sprintf("%s/gen?size=%d&seed=%d", c.s.srv.URL, c.size, round)
+		// one unmeasured second first: every server starts the round warm
+		// (cbufweb's pools were resized by the policy while it idled)
+		if _, err := runWrk(ctx, c.s.srv, url, time.Second); err != nil {
+			return err
+		}
+		r, err := runWrk(ctx, c.s.srv, url, dur)
 		if err != nil {
 			return err
 		}
@@ -298,7 +309,8 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	if err != nil {
 		return err
 	}
-	rep.Headline("req_per_sec", "p99_ms", "cpu_us_per_req", "wrk_cpu_us_per_req", "MB_per_sec")
+	rep.Section("servers under wrk (Figure 9): median [min-max] of interleaved rounds", cells,
+		[]string{"req_per_sec", "p99_ms", "cpu_us_per_req", "wrk_cpu_us_per_req", "MB_per_sec"})
 	if part["servers"] {
 		webRatios(rep, rounds)
 		if opt.PlotPath != "" {
@@ -405,9 +417,9 @@ const (
 )
 
 func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins cbufweb.Binaries) error {
-	ph := webPhase{6, 6, 10, 3, 3}
+	ph := webPhase{6, 6, 10, 5, 3}
 	if opt.Quick {
-		ph = webPhase{4, 3, 7, 2, 2}
+		ph = webPhase{4, 3, 6, 4, 2}
 	}
 	rep.SetConfig("contention_memory_pages", webContMemory)
 	rep.SetConfig("contention_interferer_peak_pages", webIfPeak)
@@ -438,6 +450,13 @@ func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins 
 	if med, ok := rep.Get("contention_max-throughput", "recovered_ratio"); ok {
 		rep.Target("web_contention_max-throughput_recovered", med.(float64), ">=", 0.8)
 	}
+	var rows []string
+	for _, pol := range pols {
+		rows = append(rows, "contention_"+pol)
+	}
+	rep.Section("memory contention (Figure 10): cbufweb "+sizeName(webContSize)+" req/s while an allocator interferes", rows,
+		[]string{"undisturbed_req_per_sec", "ramp_req_per_sec", "peak_last3s_req_per_sec", "before_end_3s_req_per_sec", "after_req_per_sec",
+			"peak_ratio", "recovered_ratio", "lowest_ratio", "interferer_pool_max_pages", "content_pool_min_pages"})
 	return nil
 }
 
@@ -591,12 +610,16 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 	mode := "contention_" + pol
 	base := median(1, ph.quiet)
 	peakEnd := ph.quiet + ph.ramp + ph.plateau
-	rec := median(peakEnd-3, peakEnd)
+	// recovered: the last 3 s before the interferer ends (its demand is
+	// back to 10 pages, it still allocates), as in the paper's Figure 10
+	rec := median(ph.end()-3, ph.end())
+	peak := median(peakEnd-3, peakEnd)
 	rep.Set(mode, "undisturbed_req_per_sec", base)
 	rep.Set(mode, "ramp_req_per_sec", median(ph.quiet, ph.quiet+ph.ramp))
-	rep.Set(mode, "peak_last3s_req_per_sec", rec)
-	rep.Set(mode, "fall_req_per_sec", median(peakEnd, ph.end()))
+	rep.Set(mode, "peak_last3s_req_per_sec", peak)
+	rep.Set(mode, "before_end_3s_req_per_sec", rec)
 	rep.Set(mode, "after_req_per_sec", median(ph.end(), total))
+	rep.Set(mode, "peak_ratio", peak/base)
 	rep.Set(mode, "recovered_ratio", rec/base)
 	minRatio := math.Inf(1)
 	for _, s := range samples {

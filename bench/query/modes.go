@@ -252,10 +252,10 @@ func startBpftrace(ctx context.Context, q string, cg *queryref.Cgroup, out strin
 			if err != nil {
 				return r, fmt.Errorf("bpftrace: %v: %s", err, lastLine(stderr.String()))
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(2 * time.Minute): // it drains its buffers first: slow on a loaded machine
 			cmd.Process.Kill()
 			<-exited
-			return r, errors.New("bpftrace did not exit on SIGINT")
+			return r, errors.New("bpftrace did not exit within 2 minutes of SIGINT")
 		}
 		for _, m := range reBtLost.FindAllStringSubmatch(stderr.String(), -1) {
 			n, _ := strconv.ParseUint(m[1], 10, 64)

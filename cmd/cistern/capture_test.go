@@ -138,7 +138,7 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 // file leaves it 0600 with the new records only.
 func TestCaptureCLISanitizedTable(t *testing.T) {
 	testenv.RequireRoot(t)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54356})
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54373})
 	pid, err := pg.PID()
 	if err != nil {
 		t.Fatal(err)
@@ -155,16 +155,22 @@ func TestCaptureCLISanitizedTable(t *testing.T) {
 	}
 	defer c.Process.Kill()
 	sc := bufio.NewScanner(errPipe)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
+	var stderr []string
+	for sc.Scan() {
+		stderr = append(stderr, sc.Text())
+		if strings.HasPrefix(sc.Text(), "capturing postgres of pid") {
+			break
+		}
 	}
 	const secret = "s3cret-value"
 	for _, q := range []string{"ALTER ROLE postgres PASSWORD '" + secret + "'", "SELECT * FROM nosuch WHERE x = '" + secret + "'"} {
 		pg.Psql(q) // the second fails: relation "nosuch" does not exist
 	}
 	for sc.Scan() {
+		stderr = append(stderr, sc.Text())
 	}
 	if err := c.Wait(); err != nil {
-		t.Fatalf("capture: %v", err)
+		t.Fatalf("capture: %v\n%s", err, strings.Join(stderr, "\n"))
 	}
 	out, err := os.ReadFile(outPath)
 	if err != nil {

@@ -163,6 +163,7 @@ type Options struct {
 	Send        string   // writev (default), zerocopy, splice
 	Metrics     bool     // serve --metrics on another free port
 	Env         []string // extra environment of cbufweb's components (CBUF_PRIORITY, CBUF_QOS)
+	Pairs       int      // content component + front end pairs sharing the port (default 1)
 
 	// baselines
 	FCGIProcs int // FastCGI application processes (default 2)
@@ -350,6 +351,9 @@ func StartCBufWeb(ctx context.Context, bins Binaries, o Options) (*Server, error
 	argv := []string{bins.CBufWeb, "run", "--cbuf", o.CBufSocket, "--listen", fmt.Sprintf("127.0.0.1:%d", o.Port), "--dir", o.Dir}
 	if o.Cache {
 		argv = append(argv, "--cache")
+	}
+	if o.Pairs > 1 {
+		argv = append(argv, "--workers", strconv.Itoa(o.Pairs))
 	}
 	if o.Send != "" {
 		argv = append(argv, "--send", o.Send)

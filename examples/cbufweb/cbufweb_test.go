@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/cbuf"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 var (
@@ -37,9 +38,7 @@ func TestMain(m *testing.M) {
 // bins builds the programs once per test binary.
 func bins(t *testing.T) Binaries {
 	t.Helper()
-	if _, err := exec.LookPath("cc"); err != nil {
-		needFail(t, "cc (Debian package gcc)")
-	}
+	testenv.NeedTool(t, "cc", "gcc")
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "cbufweb-build-")
 		if buildErr == nil {
@@ -56,10 +55,7 @@ func bins(t *testing.T) Binaries {
 // fails.
 func needFail(t *testing.T, what string) {
 	t.Helper()
-	if os.Getenv("CISTERN_REQUIRE_ALL") == "1" {
-		t.Fatalf("%s is not installed (make deps) and CISTERN_REQUIRE_ALL=1", what)
-	}
-	t.Skipf("skipped: %s is not installed (make deps installs it)", what)
+	testenv.Missing(t, what, "sudo make deps installs it")
 }
 
 type stack struct {
@@ -399,7 +395,7 @@ func TestSendModes(t *testing.T) {
 // nginx and Apache with the FastCGI application produce the same bodies.
 func TestBaselinesAgree(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("skipped: nginx and Apache are started as root (workers as www-data)")
+		t.Skip("skipped: nginx and Apache are started as root (workers as www-data)") // not a missing tool: root
 	}
 	for _, tool := range []string{"nginx", "apache2"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -60,7 +60,7 @@ func TestCreatePrivate(t *testing.T) {
 	}
 
 	if os.Geteuid() != 0 {
-		t.Skip("skipped the other-user cases (internal/cli): chown needs root; run sudo make test")
+		t.Skip("skipped the other-user cases (internal/cli): chown needs root; run sudo make test") // not a missing tool: root
 	}
 	const nobody = 65534
 	theirs := filepath.Join(dir, "theirs.json")

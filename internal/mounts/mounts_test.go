@@ -15,7 +15,7 @@ import (
 // umask, and a pin directory found wider is narrowed; the pins are 0600.
 func TestPinDir(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("skipped (internal/mounts): pinning needs root; run sudo make test")
+		t.Skip("skipped (internal/mounts): pinning needs root; run sudo make test") // not a missing tool: root
 	}
 	if _, err := Ensure(BPFFS); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPinDir(t *testing.T) {
 // default root is 1777).
 func TestBPFFSMountMode(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("skipped (internal/mounts): mounting needs root; run sudo make test")
+		t.Skip("skipped (internal/mounts): mounting needs root; run sudo make test") // not a missing tool: root
 	}
 	fs := BPFFS
 	fs.Path = t.TempDir()

@@ -115,6 +115,17 @@ func newNamed(name string) (netns.NsHandle, error) {
 	}
 	defer orig.Close()
 	ns, err := netns.NewNamed(name) // also switches this thread into it
+	if err != nil {
+		// Refused before switching (no CAP_SYS_ADMIN: a container): this
+		// thread is where it was, and setns would be refused too.
+		if cur, gerr := netns.Get(); gerr == nil {
+			same := cur.Equal(orig)
+			cur.Close()
+			if same {
+				return -1, fmt.Errorf("netenv: create namespace %s: %w", name, err)
+			}
+		}
+	}
 	if serr := netns.Set(orig); serr != nil {
 		// The thread is stuck in the wrong namespace: never reuse it.
 		runtime.Goexit()

@@ -2,12 +2,14 @@ package servers_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // TestRocksDBBuildAndRead builds a small database with Debian's db_bench,
@@ -15,10 +17,7 @@ import (
 // readrandom and a seekrandom scan on it read-only, parsing ops/s and P99.
 func TestRocksDBBuildAndRead(t *testing.T) {
 	if _, err := servers.DBBenchPath(); err != nil {
-		if os.Getenv("CISTERN_REQUIRE_ALL") == "1" {
-			t.Fatalf("internal/servers: %v", err)
-		}
-		t.Skipf("internal/servers: skipped: %v", err)
+		testenv.Missing(t, "db_bench", fmt.Sprint(err))
 	}
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -6,7 +6,7 @@
  *   cbufweb content --cbuf SOCK --listen PATH
  *   cbufweb cache   --cbuf SOCK --listen PATH --content PATH [--entries N]
  *   cbufweb run     --cbuf SOCK --listen ADDR:PORT --dir DIR [--cache]
- *                   [--metrics ADDR:PORT] [--send MODE]
+ *                   [--metrics ADDR:PORT] [--send MODE] [--workers N]
  *
  * front: accepts HTTP/1.1 (keep-alive), parses, asks the content component
  *   (or the cache) for the body with a request CBUF, and writes the header
@@ -19,8 +19,9 @@
  *   and the checksum.
  * cache: keeps the aggregates of earlier /cached bodies (and references on
  *   their CBUFs) and hands their ids out again.
- * run: starts the three (fork + exec of itself), writes DIR/ROLE.pid, and
- *   restarts any that dies.
+ * run: starts them (fork + exec of itself; --workers N pairs of content
+ *   component and front end, the fronts sharing the port), writes
+ *   DIR/ROLE.pid, and restarts any that dies.
  *
  * Between components: SOCK_SEQPACKET Unix sockets carrying struct web_msg.
  * On accepting a client a server sends a hello whose id is a one-page
@@ -64,7 +65,7 @@
 #define IN_MAX 16384   /* request head + body; more is a 413 */
 #define MAX_CONNS 4096 /* by fd */
 #define PEND 65536     /* sequence -> connection table */
-#define HELD_MAX 16
+#define HELD_MAX 64
 
 #define REQ_MAGIC 0x51524257u /* "WBRQ" */
 #define F_CRASH 1u            /* content: die while filling the body (tests) */
@@ -153,6 +154,7 @@ static int tcp_listen(const char *addr)
 		die("bad address %s", addr);
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)); /* run --workers: fronts share the port */
 	if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) || listen(s, 1024))
 		die("listen on %s: %s", addr, strerror(errno));
 	set_nonblock(s);
@@ -663,6 +665,7 @@ struct conn {
 		int nids;
 	} held[HELD_MAX];
 	int nheld;
+	int hold_this; /* this response goes out by zerocopy/splice and is held */
 	int pipe[2];
 };
 
@@ -732,6 +735,8 @@ static void conn_close(int ep, struct conn *c)
 
 static int conn_write(int ep, struct conn *c);
 static void conn_parse(int ep, struct conn *c);
+static void zc_reap(struct conn *c);
+static void zc_errqueue(struct conn *c);
 
 /* A response without body (errors, health). */
 static void respond_simple(int ep, struct conn *c, int st, const char *body, int close_after)
@@ -765,6 +770,16 @@ static void respond_body(int ep, struct conn *c, const struct web_msg *m, const 
 			c->iov[c->niov++] = (struct iovec){(void *)ptrs[i], lens[i]};
 	c->iovpos = 0;
 	c->state = S_WRITE;
+	/* zerocopy and splice leave the body's pages referenced by the kernel
+	 * after the call: the CBUFs are held until it lets go; with too many
+	 * held already this body is copied (writev) instead of waiting */
+	if (send_mode != SEND_WRITEV) {
+		if (send_mode == SEND_ZEROCOPY)
+			zc_errqueue(c);
+		else
+			zc_reap(c);
+	}
+	c->hold_this = send_mode != SEND_WRITEV && c->nheld < HELD_MAX;
 	M.st200++;
 	M.bytes += c->head ? 0 : m->size;
 	conn_write(ep, c);
@@ -814,7 +829,7 @@ static void zc_errqueue(struct conn *c)
  * a pipe (vmsplice + splice). */
 static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 {
-	if (send_mode == SEND_WRITEV || n == 0)
+	if (!c->hold_this || n == 0)
 		return writev(c->fd, iov, n);
 	if (send_mode == SEND_ZEROCOPY) {
 		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -828,7 +843,17 @@ static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 			return -1;
 		fcntl(c->pipe[1], F_SETPIPE_SZ, 1 << 20);
 	}
-	ssize_t in = vmsplice(c->pipe[1], iov, (unsigned long)n, 0);
+	/* whatever an earlier call left in the pipe never reached the socket
+	 * (the iovec was advanced only by what did): drop it */
+	int left = 0;
+	if (ioctl(c->pipe[0], FIONREAD, &left) == 0 && left > 0) {
+		char sink[65536];
+		while (read(c->pipe[0], sink, sizeof(sink)) > 0)
+			;
+	}
+	/* non-blocking: a body larger than the pipe goes in parts (a blocking
+	 * vmsplice would wait for room only this thread can make) */
+	ssize_t in = vmsplice(c->pipe[1], iov, (unsigned long)n, SPLICE_F_NONBLOCK);
 	if (in <= 0)
 		return in;
 	ssize_t out = 0;
@@ -858,15 +883,7 @@ static ssize_t do_send(struct conn *c, struct iovec *iov, int n)
 static void after_response(int ep, struct conn *c)
 {
 	if (c->nids || c->agg) {
-		if (send_mode != SEND_WRITEV) {
-			while (c->nheld == HELD_MAX) { /* the kernel still holds them all: wait */
-				struct pollfd pf = {.fd = c->fd, .events = 0};
-				poll(&pf, 1, 10);
-				if (send_mode == SEND_ZEROCOPY)
-					zc_errqueue(c);
-				else
-					zc_reap(c);
-			}
+		if (c->hold_this) {
 			struct held *h = &c->held[c->nheld++];
 			h->upto = c->zc_sent;
 			h->agg = c->agg;
@@ -878,6 +895,7 @@ static void after_response(int ep, struct conn *c)
 	}
 	c->agg = 0;
 	c->nids = 0;
+	c->hold_this = 0;
 	c->state = S_READ;
 	if (!c->keep) {
 		conn_close(ep, c);
@@ -1343,39 +1361,58 @@ static pid_t spawn(struct child *ch, const char *dir)
 	return pid;
 }
 
+#define MAX_WORKERS 8
+
+/* workers pairs of (content, front): front i talks to content i; the
+ * fronts share the listening port (SO_REUSEPORT). Roles and pid files:
+ * content, front (pair 0), content-1, front-1, ..., cache. The cache and
+ * --metrics belong to pair 0. */
 static int run_main(const char *cbs, const char *listen_addr, const char *dir, int cache, const char *metrics,
-		    const char *mode)
+		    const char *mode, int workers)
 {
-	static char content_sock[512], cache_sock[512];
-	snprintf(content_sock, sizeof(content_sock), "%s/content.sock", dir);
+	static char content_sock[MAX_WORKERS][512], cache_sock[512], roles[2 * MAX_WORKERS][32];
+	static struct child ch[2 * MAX_WORKERS + 1];
+	int n = 0;
 	snprintf(cache_sock, sizeof(cache_sock), "%s/cache.sock", dir);
-	struct child ch[3] = {
-		{.role = "content", .argv = {"cbufweb", "content", "--cbuf", (char *)cbs, "--listen", content_sock, NULL}},
-		{.role = "cache",
-		 .argv = {"cbufweb", "cache", "--cbuf", (char *)cbs, "--listen", cache_sock, "--content", content_sock, NULL}},
-		{.role = "front",
-		 .argv = {"cbufweb", "front", "--cbuf", (char *)cbs, "--listen", (char *)listen_addr, "--content",
-			  content_sock, "--send", (char *)mode, NULL}},
-	};
-	int a = 10;
-	if (cache) {
-		ch[2].argv[a++] = "--cache";
-		ch[2].argv[a++] = cache_sock;
+	for (int w = 0; w < workers; w++) {
+		if (w == 0) {
+			snprintf(content_sock[w], sizeof(content_sock[w]), "%s/content.sock", dir);
+			strcpy(roles[2 * w], "content");
+			strcpy(roles[2 * w + 1], "front");
+		} else {
+			snprintf(content_sock[w], sizeof(content_sock[w]), "%s/content-%d.sock", dir, w);
+			snprintf(roles[2 * w], sizeof(roles[0]), "content-%d", w);
+			snprintf(roles[2 * w + 1], sizeof(roles[0]), "front-%d", w);
+		}
+		ch[n++] = (struct child){.role = roles[2 * w],
+					 .argv = {"cbufweb", "content", "--cbuf", (char *)cbs, "--listen", content_sock[w], NULL}};
+		struct child *f = &ch[n++];
+		*f = (struct child){.role = roles[2 * w + 1],
+				    .argv = {"cbufweb", "front", "--cbuf", (char *)cbs, "--listen", (char *)listen_addr,
+					     "--content", content_sock[w], "--send", (char *)mode, NULL}};
+		int a = 10;
+		if (w == 0 && cache) {
+			f->argv[a++] = "--cache";
+			f->argv[a++] = cache_sock;
+		}
+		if (w == 0 && metrics) {
+			f->argv[a++] = "--metrics";
+			f->argv[a++] = (char *)metrics;
+		}
+		f->argv[a] = NULL;
 	}
-	if (metrics) {
-		ch[2].argv[a++] = "--metrics";
-		ch[2].argv[a++] = (char *)metrics;
-	}
-	ch[2].argv[a] = NULL;
+	if (cache)
+		ch[n++] = (struct child){.role = "cache",
+					 .argv = {"cbufweb", "cache", "--cbuf", (char *)cbs, "--listen", cache_sock, "--content",
+						  content_sock[0], NULL}};
 	write_pid(dir, "run", getpid());
-	for (int i = 0; i < 3; i++)
-		if (i != 1 || cache)
-			spawn(&ch[i], dir);
+	for (int i = 0; i < n; i++)
+		spawn(&ch[i], dir);
 	while (!stop) {
 		int st;
 		pid_t p = waitpid(-1, &st, WNOHANG);
 		if (p > 0) {
-			for (int i = 0; i < 3; i++)
+			for (int i = 0; i < n; i++)
 				if (ch[i].pid == p) {
 					fprintf(stderr, "cbufweb: %s (pid %d) %s %d; restarting\n", ch[i].role, (int)p,
 						WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
@@ -1384,15 +1421,15 @@ static int run_main(const char *cbs, const char *listen_addr, const char *dir, i
 				}
 			continue;
 		}
-		for (int i = 0; i < 3; i++)
-			if ((i != 1 || cache) && !ch[i].pid && now_ms() >= ch[i].restart_at)
+		for (int i = 0; i < n; i++)
+			if (!ch[i].pid && now_ms() >= ch[i].restart_at)
 				spawn(&ch[i], dir);
 		usleep(20000);
 	}
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < n; i++)
 		if (ch[i].pid > 0)
 			kill(ch[i].pid, SIGTERM);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < n; i++)
 		if (ch[i].pid > 0)
 			waitpid(ch[i].pid, NULL, 0);
 	return 0;
@@ -1457,7 +1494,12 @@ int main(int argc, char **argv)
 		const char *dir = opt(argc, argv, "--dir");
 		if (!dir)
 			die("run: --dir is required");
-		return run_main(cbs, listen_addr, dir, flag(argc, argv, "--cache"), opt(argc, argv, "--metrics"), mode);
+		const char *w = opt(argc, argv, "--workers");
+		int workers = w ? atoi(w) : 1;
+		if (workers < 1 || workers > MAX_WORKERS)
+			die("run: --workers must be 1..%d", MAX_WORKERS);
+		return run_main(cbs, listen_addr, dir, flag(argc, argv, "--cache"), opt(argc, argv, "--metrics"), mode,
+				workers);
 	}
 	die("unknown role %s", role);
 	return 2;
