@@ -30,11 +30,11 @@ import (
 
 const nobody = 65534
 
+// needRoot: the children run as nobody through setuid (a failure under
+// CISTERN_REQUIRE_ALL=1).
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cbuf isolation tests run children as nobody: run as root") // not a missing tool: root
-	}
+	testenv.RequireRoot(t)
 }
 
 // isoManager runs a manager whose socket another uid can reach (its

@@ -16,6 +16,7 @@ import (
 // 50 objects, and the hits of a loop of 100 through FIFO and LRU are known.
 func TestBenchTiny(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	var reqs []evict.Request
 	for range 3 {
 		for k := range 100 {

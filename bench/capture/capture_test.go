@@ -15,6 +15,7 @@ import (
 // With and without --hold-new (the accumulated mode's capture).
 func TestCaptureBenchRuns(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	for _, hold := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) { checkBenchRuns(t, hold) })
 	}
@@ -67,6 +68,7 @@ func checkBenchRuns(t *testing.T, hold bool) {
 // over TLS must all be captured with their text, or the loss be counted.
 func TestCaptureBenchSysbench(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	rep, err := Run(context.Background(), Options{
 		Duration: 2 * time.Second, Modes: []string{"sysbench_accumulated_4m"}, Port: 54343,
 	})
@@ -99,6 +101,7 @@ func TestCaptureBenchSysbench(t *testing.T) {
 // With and without --hold-new (each psql is a new process of the cgroup).
 func TestCaptureBenchChurn(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	for _, hold := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) { checkBenchChurn(t, hold) })
 	}

@@ -16,6 +16,7 @@ import (
 // reports (not how fast: performance lives in `cistern bench kv`).
 func TestKVBenchRuns(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	dir := t.TempDir()
 	plot := filepath.Join(dir, "kv.png")
 	rep, err := Run(context.Background(), Options{
@@ -82,6 +83,7 @@ func TestKVBenchRuns(t *testing.T) {
 // offline replay's.
 func TestKVTraceRuns(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.Exclusive(t, testenv.Traffic) // a loopback/veth flood: not beside another package's flood or --all capture
 	rep, err := Trace(context.Background(), TraceOptions{
 		Requests: 30000, PoolMB: 1, Policies: []string{"fifo", "lru"}, Workers: 2,
 	})

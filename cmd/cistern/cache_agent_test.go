@@ -50,7 +50,8 @@ func TestCacheAgentSignalCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	cgPath := ""
-	for i := 0; i < 100 && cgPath == ""; i++ {
+	limit := testenv.StartTimeout(5 * time.Second) // BPF load under the load of parallel packages
+	for end := time.Now().Add(limit); time.Now().Before(end) && cgPath == ""; {
 		time.Sleep(50 * time.Millisecond)
 		if s := e.String(); strings.Contains(s, "Ctrl-C stops") {
 			i := strings.Index(s, "cgroup ")
@@ -60,7 +61,7 @@ func TestCacheAgentSignalCleansUp(t *testing.T) {
 	if cgPath == "" {
 		c.Process.Kill()
 		c.Wait()
-		t.Fatalf("agent did not start: %s", e.String())
+		t.Fatalf("agent did not start in %v: %s", limit, e.String())
 	}
 	if _, err := os.Stat(cgPath); err != nil {
 		t.Errorf("cgroup %s not created: %v", cgPath, err)

@@ -138,7 +138,7 @@ func TestCaptureCLIServerJSON(t *testing.T) {
 // file leaves it 0600 with the new records only.
 func TestCaptureCLISanitizedTable(t *testing.T) {
 	testenv.RequireRoot(t)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54356})
+	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54373})
 	pid, err := pg.PID()
 	if err != nil {
 		t.Fatal(err)

@@ -66,13 +66,16 @@ func startKVServe(t *testing.T, bin string, pair *netenv.Pair, args ...string) *
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 200 && !strings.Contains(s.stdout.String(), "serving;"); i++ {
+	// Loading and verifying Kerby-KV is CPU-bound: 10 s on an idle
+	// machine, widened by the load (go test runs packages in parallel).
+	limit := testenv.StartTimeout(10 * time.Second)
+	for end := time.Now().Add(limit); time.Now().Before(end) && !strings.Contains(s.stdout.String(), "serving;"); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if !strings.Contains(s.stdout.String(), "serving;") {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
-		t.Fatalf("kv serve did not start: %s %s", s.stdout.String(), s.stderr.String())
+		t.Fatalf("kv serve did not start in %v: %s %s", limit, s.stdout.String(), s.stderr.String())
 	}
 	return s
 }

@@ -109,7 +109,10 @@ func decide(r *kernelResult) {
 		}
 		if sys == "evict" {
 			for k, v := range r.Replay {
-				if strings.HasPrefix(v, "DIFFERS") {
+				switch {
+				case strings.HasPrefix(v, "DIFFERS: guest not run"): // the guest stopped first
+					errs = append(errs, "replay "+k+": did not run")
+				case strings.HasPrefix(v, "DIFFERS"):
 					why = append(why, "replay "+k+" "+v)
 				}
 			}
@@ -124,9 +127,21 @@ func decide(r *kernelResult) {
 		}
 		r.Systems[sys] = c
 	}
-	for _, s := range plan { // steps of no system (load-all)
-		if sr, ok := r.Steps[s.Name]; ok && s.System == "" && sr.Error != "" && r.Error == "" {
+	// A step of no system (load-all): its objects are judged above, but a
+	// run that did not finish (a timeout, a crash) leaves objects unjudged,
+	// so it fails the kernel's run.
+	for _, s := range plan {
+		sr, ok := r.Steps[s.Name]
+		if !ok || s.System != "" || r.Error != "" {
+			continue
+		}
+		switch {
+		case sr.Error != "":
 			r.Error = "matrix error: " + s.Name + ": " + sr.Error
+		case sr.Exit == -1:
+			r.Error = "matrix error: " + s.Name + ": did not run (no exit code: the guest stopped before it)"
+		case sr.Exit != 0:
+			r.Error = s.Name + " tests: " + strings.Join(sr.Failed, ", ")
 		}
 	}
 }

@@ -185,7 +185,7 @@ func collect(r *kernelResult, root, res string, full bool, host map[string]strin
 			b, _ := os.ReadFile(filepath.Join(res, s.Name+".start"))
 			sr.Error = fmt.Sprintf("the guest could not start it (%s: %s)", why, strings.TrimSpace(string(b)))
 		} else if sr.Exit != 0 && len(sr.Failed) == 0 && sr.Exit != -1 {
-			sr.Failed = append(sr.Failed, "exit "+fmt.Sprint(sr.Exit)+": "+lastLine(string(out)))
+			sr.Failed = append(sr.Failed, "exit "+fmt.Sprint(sr.Exit)+": "+endReason(string(out)))
 		}
 		r.Steps[s.Name] = sr
 	}
@@ -230,4 +230,15 @@ func startError(code int) string {
 		return "its test binary is not there"
 	}
 	return ""
+}
+
+// endReason is the line that says why a test binary ended without a failed
+// test: its panic (a timeout) or its last line.
+func endReason(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "panic: ") {
+			return l
+		}
+	}
+	return lastLine(out)
 }

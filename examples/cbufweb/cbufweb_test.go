@@ -38,9 +38,7 @@ func TestMain(m *testing.M) {
 // bins builds the programs once per test binary.
 func bins(t *testing.T) Binaries {
 	t.Helper()
-	if _, err := exec.LookPath("cc"); err != nil {
-		needFail(t, "cc (Debian package gcc)")
-	}
+	testenv.NeedTool(t, "cc", "gcc")
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "cbufweb-build-")
 		if buildErr == nil {

@@ -5,9 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/cistern-ebpf/cistern/internal/loadgen"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
@@ -18,17 +23,64 @@ import (
 // bed is a real memcached in a server namespace and a client created in
 // the client namespace, plus a plain UDP socket there to tamper with keys.
 type bed struct {
-	c   *loadgen.Client
-	raw *net.UDPConn
+	c    *loadgen.Client
+	raw  *net.UDPConn
+	pair *netenv.Pair
+	// drops: datagrams the kernel dropped at a full socket receive buffer
+	// in the two namespaces (only this test's sockets live there) during
+	// the last run.
+	drops uint64
+}
+
+// rcvbufErrors is Udp RcvbufErrors of namespace ns: datagrams dropped
+// because the receiving socket's buffer was full, i.e. its reader (the
+// server, or the load generator's reply reader) did not get a CPU in time.
+func rcvbufErrors(t *testing.T, ns netns.NsHandle) uint64 {
+	var n uint64
+	err := netenv.Do(ns, func() error {
+		// thread-self: /proc/self/net is the thread group leader's netns.
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] != "Udp:" {
+				continue
+			}
+			if names == nil {
+				names = f
+				continue
+			}
+			for i, name := range names {
+				if name == "RcvbufErrors" && i < len(f) {
+					n, err = strconv.ParseUint(f[i], 10, 64)
+					return err
+				}
+			}
+		}
+		return fmt.Errorf("no Udp RcvbufErrors in /proc/net/snmp")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *bed) udpDrops(t *testing.T) uint64 {
+	return rcvbufErrors(t, b.pair.ServerNS) + rcvbufErrors(t, b.pair.ClientNS)
 }
 
 func setup(t *testing.T, name string, cfg loadgen.Config) *bed {
 	t.Helper()
+	// A UDP flood: not beside another package's flood or --all capture.
+	testenv.Exclusive(t, testenv.Traffic)
 	pair := testenv.NetPair(t, name)
 	const port = 11211
 	testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: port})
 	cfg.Server = &net.UDPAddr{IP: pair.ServerIP, Port: port}
-	b := &bed{}
+	b := &bed{pair: pair}
 	err := netenv.Do(pair.ClientNS, func() error {
 		var err error
 		if b.c, err = loadgen.New(cfg); err != nil {
@@ -98,8 +150,10 @@ func (b *bed) preload(t *testing.T) loadgen.Result {
 
 func (b *bed) run(t *testing.T, p loadgen.Phase) loadgen.Result {
 	t.Helper()
+	d0 := b.udpDrops(t)
 	res, err := b.c.RunPhase(context.Background(), p)
-	t.Logf("run %+v: %v", p, res)
+	b.drops = b.udpDrops(t) - d0
+	t.Logf("run %+v: %v; kernel dropped %d datagrams at full receive buffers", p, res, b.drops)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,15 +161,28 @@ func (b *bed) run(t *testing.T, p loadgen.Phase) loadgen.Result {
 }
 
 // checkClean fails on any wrong, stale or erroneous reply and on more than
-// a trace of losses (UDP may drop under load; a correct server never
-// returns a wrong value).
-func checkClean(t *testing.T, res loadgen.Result) {
+// a trace of losses (a correct server never returns a wrong value). UDP
+// drops a datagram when its receiver's socket buffer is full: on a loaded
+// machine (go test runs packages in parallel beside other work) memcached
+// or the reply reader waits for a CPU and the kernel counts those drops
+// (Udp RcvbufErrors, in namespaces only this test uses). Those are
+// explained; a loss beyond them (a request never sent, a reply not
+// matched) still fails at more than 1%.
+func (b *bed) checkClean(t *testing.T, res loadgen.Result) {
 	t.Helper()
 	if res.WrongValues != 0 || res.StaleValues != 0 || res.Errors != 0 {
 		t.Errorf("wrong=%d stale=%d errors=%d (unexpected=%d)", res.WrongValues, res.StaleValues, res.Errors, res.Unexpected)
 	}
-	if res.Lost > res.Ops/100 {
-		t.Errorf("%d requests lost for %d answered", res.Lost, res.Ops)
+	unexplained := res.Lost
+	if b.drops >= unexplained {
+		unexplained = 0
+	} else {
+		unexplained -= b.drops
+	}
+	if unexplained > res.Ops/100 {
+		t.Errorf("%d requests lost for %d answered (%d of them dropped by the kernel at a full receive buffer)", res.Lost, res.Ops, b.drops)
+	} else if res.Lost > res.Ops/100 {
+		t.Logf("%d requests lost for %d answered: the kernel dropped %d datagrams at full receive buffers (CPU starvation)", res.Lost, res.Ops, b.drops)
 	}
 	if res.Ops == 0 || res.OpsPerSec <= 0 || res.P50 <= 0 || res.P99 < res.P50 || res.P999 < res.P99 || res.Max < res.P999 {
 		t.Errorf("implausible result: %v", res)
@@ -134,7 +201,7 @@ func TestPreloadThenGet(t *testing.T) {
 	b.preload(t)
 	calls.Store(0)
 	res := b.run(t, loadgen.Phase{GetRatio: 1, Duration: 1500 * time.Millisecond})
-	checkClean(t, res)
+	b.checkClean(t, res)
 	if res.Sets != 0 || res.Gets != res.Ops || res.Hits != res.Gets || res.Misses != 0 {
 		t.Errorf("GET-only after preload: %v", res)
 	}
@@ -148,7 +215,7 @@ func TestPreloadThenGet(t *testing.T) {
 
 	// An op-count phase issues exactly that many requests.
 	res = b.run(t, loadgen.Phase{Ops: 5003})
-	checkClean(t, res)
+	b.checkClean(t, res)
 	if res.Sent != 5003 || res.Ops+res.Lost != 5003 {
 		t.Errorf("5003-op phase: %v", res)
 	}
@@ -160,7 +227,7 @@ func TestMixed(t *testing.T) {
 	b := setup(t, "lgmix", loadgen.Config{Keys: 20000, Seed: 2, Scrambled: true})
 	b.preload(t)
 	res := b.run(t, loadgen.Phase{GetRatio: 0.95, Duration: 1500 * time.Millisecond})
-	checkClean(t, res)
+	b.checkClean(t, res)
 	if res.Sets == 0 || res.Misses != 0 {
 		t.Errorf("mixed: %v", res)
 	}
@@ -169,7 +236,7 @@ func TestMixed(t *testing.T) {
 	}
 	// Read back what the SETs wrote, at the higher skew of the paper.
 	res = b.run(t, loadgen.Phase{GetRatio: 1, Ops: 20000})
-	checkClean(t, res)
+	b.checkClean(t, res)
 
 	// A context that ends stops the phase at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -180,7 +247,7 @@ func TestMixed(t *testing.T) {
 		t.Errorf("cancelled phase: err %v after %v, %v", err, time.Since(start), res)
 	}
 	// And the client is still usable after.
-	checkClean(t, b.run(t, loadgen.Phase{GetRatio: 0.95, Ops: 10000}))
+	b.checkClean(t, b.run(t, loadgen.Phase{GetRatio: 0.95, Ops: 10000}))
 }
 
 // TestDetectsBadValues plants bad values in memcached behind the load
@@ -189,7 +256,7 @@ func TestDetectsBadValues(t *testing.T) {
 	const keys = 64
 	b := setup(t, "lgbad", loadgen.Config{Keys: keys, Workers: 2, Depth: 8, Seed: 3, Skew: -1})
 	b.preload(t)
-	checkClean(t, b.run(t, loadgen.Phase{Ops: 2000}))
+	b.checkClean(t, b.run(t, loadgen.Phase{Ops: 2000}))
 
 	restore := func(k int) {
 		b.set(t, k, loadgen.KeyFlags(k), loadgen.AppendValue(nil, k, b.c.AckedVersion(k), b.c.ValueSize(k)))

@@ -132,6 +132,12 @@ func (pg *Postgres) Psql(sql string) (string, error) {
 	return string(out), nil
 }
 
+// Log is the server's log so far (why it refused or exited).
+func (pg *Postgres) Log() string {
+	b, _ := os.ReadFile(pg.logPath)
+	return string(b)
+}
+
 // Stop shuts the server down and removes its files.
 func (pg *Postgres) Stop() {
 	pg.p.stop()

@@ -4,7 +4,9 @@ package testenv
 
 import (
 	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,8 +116,24 @@ func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 		NotInstalled(t, err)
 		t.Fatalf("postgres: %v", err)
 	}
-	t.Cleanup(func() { p.Stop() })
+	pid, _ := p.PID()
+	t.Cleanup(func() {
+		// A postmaster gone before the end fails the test's clients with
+		// "connection refused" and nothing else: say so, with its log.
+		if pid > 0 && syscall.Kill(pid, 0) != nil {
+			t.Errorf("postgres on port %d (postmaster pid %d) exited before the test ended; its log:\n%s", opt.Port, pid, lastLines(p.Log(), 30))
+		}
+		p.Stop()
+	})
 	return p
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // TimeScale is the factor by which a test widens its timing bounds: 1 on
