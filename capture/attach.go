@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -256,10 +257,18 @@ func (c *Capture) onFile(ev *capCapEv) {
 	if path != "" {
 		dealt = true
 		var err error
+		// Attached through an fd of our own: the path through /proc/PID
+		// goes with the process, which may exit while the uprobes are put
+		// in place (a uprobe resolves its path at each attach).
+		at := path
+		if f, ferr := os.Open(path); ferr == nil {
+			defer f.Close()
+			at = fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+		}
 		if ev.Type == evExec {
-			attached, cached, err = c.lookGo(path, pid)
+			attached, cached, err = c.lookGo(at, pid)
 		} else {
-			attached, cached, err = c.lookSSL(path, pid)
+			attached, cached, err = c.lookSSL(at, path, pid)
 		}
 		if err != nil {
 			c.nLibErrors.Add(1)
@@ -304,9 +313,9 @@ func (c *Capture) lookGo(path string, id libFile) (attached, cached bool, err er
 	return true, cached, nil
 }
 
-// lookSSL attaches the libssl uprobes to the library at path (file id)
-// unless attached before. Called with c.mu held.
-func (c *Capture) lookSSL(path string, id libFile) (attached, cached bool, err error) {
+// lookSSL attaches the libssl uprobes to the library at path (file id,
+// name for messages) unless attached before. Called with c.mu held.
+func (c *Capture) lookSSL(path, name string, id libFile) (attached, cached bool, err error) {
 	if c.libs[id] {
 		return false, false, nil
 	}
@@ -320,7 +329,7 @@ func (c *Capture) lookSSL(path string, id libFile) (attached, cached bool, err e
 	}
 	c.nLibs.Add(1)
 	if c.LibSSL == "" {
-		c.LibSSL = path
+		c.LibSSL = name
 	}
 	return true, cached, nil
 }

@@ -277,7 +277,7 @@ func (c *Capture) open() error {
 		c.mu.Lock()
 		for _, lib := range libs {
 			id, _ := libFileOf(lib)
-			if _, _, err := c.lookSSL(lib, id); err != nil {
+			if _, _, err := c.lookSSL(lib, lib, id); err != nil {
 				c.mu.Unlock()
 				return err
 			}

@@ -255,7 +255,7 @@ func (c *Capture) rescan() {
 		}
 		c.mu.Lock()
 		if !c.closing {
-			if _, _, err := c.lookSSL(lib, id); err != nil {
+			if _, _, err := c.lookSSL(lib, lib, id); err != nil {
 				c.nLibErrors.Add(1)
 				c.lastErr.Store(err.Error())
 			}

@@ -2,6 +2,8 @@ package capturebench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +61,8 @@ type attachResult struct {
 	holdTimeouts      float64
 	unread, cpuPct    float64
 	execSecs          float64 // the captured variant's execs
+	attachErrors      float64
+	lastError         string
 	goCached, goFirst float64 // Go attachments from the cache, and not
 }
 
@@ -73,7 +77,16 @@ func attachScratch() (string, error) {
 	return os.MkdirTemp("", "cistern-attach-")
 }
 
-func buildAttachGo(ctx context.Context, dir string) (string, error) {
+// buildAttachGo builds attachGoSource once per source (a go build takes a
+// minute on a loaded machine): kept in the temporary directory, named by
+// the source's hash.
+func buildAttachGo(ctx context.Context) (string, error) {
+	sum := sha256.Sum256([]byte(attachGoSource))
+	dir := filepath.Join(os.TempDir(), "cistern-attachgo-"+hex.EncodeToString(sum[:6]))
+	out := filepath.Join(dir, "attachgo")
+	if st, err := os.Stat(out); err == nil && st.Mode().IsRegular() {
+		return out, nil
+	}
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
@@ -88,14 +101,13 @@ func buildAttachGo(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("attach mode: the Go toolchain builds its Go program: %w", err)
 	}
-	out := filepath.Join(dir, "attachgo")
-	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out+".tmp", ".")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("attach mode: go build: %v: %s", err, b)
 	}
-	return out, nil
+	return out, os.Rename(out+".tmp", out)
 }
 
 func copyExe(from, to string, mode os.FileMode) error {
@@ -155,7 +167,7 @@ func runAttach(ctx context.Context, n int) (attachResult, error) {
 		return r, err
 	}
 	defer os.RemoveAll(dir)
-	goBin, err := buildAttachGo(ctx, dir)
+	goBin, err := buildAttachGo(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -257,6 +269,10 @@ func runAttach(ctx context.Context, n int) (attachResult, error) {
 		cn, _ := c.Counters()
 		r.holdTimeouts += float64(cn["hold_timeouts"])
 		r.unread += float64(cn["tls_connections_unread"])
+		r.attachErrors += float64(cn["library_attach_errors"])
+		if e := c.LastAttachError(); e != "" {
+			r.lastError = e
+		}
 		if variant == "capture" {
 			r.cpuPct = (benchkit.SelfCPU() - cpu0).Seconds() / time.Since(t0).Seconds() * 100
 			r.execSecs = time.Since(t0).Seconds()
@@ -303,6 +319,10 @@ func (t *attachTotals) add(rep *benchkit.Report, r attachResult) {
 		s(kind+"_hold_added_ms", benchkit.Median(r.start[kind+" hold"])-none)
 	}
 	s("hold_timeouts", r.holdTimeouts)
+	s("attach_errors", r.attachErrors)
+	if r.lastError != "" {
+		rep.Note("attach: last attach error: " + r.lastError)
+	}
 	s("agent_cpu_pct", r.cpuPct)
 }
 

@@ -12,11 +12,16 @@
 //
 // Modes: Modes (vanilla, fixed128, fixed1024, kerby), plus the bare XDP_TX
 // reflector beside them with the kernel generator; trace mode: "ring" and
-// the eviction policies.
+// the eviction policies. TCP rows (tcp.go): "tcp vanilla" and "tcp kerby",
+// GETs on memcached's TCP connections from a client that checks every value
+// and the order of the replies (16 connections, 4 GETs pipelined each).
 //
 // Targets (kvBench.targets): kerby's throughput against each other mode
 // and the reflector, kerby's p99 against vanilla's, memory efficiency
-// (kerby >= 0.90, fixed1024 <= 0.40) and no wrong values.
+// (kerby >= 0.90, fixed1024 <= 0.40) and no wrong values; TCP
+// (kvBench.tcpTargets): GETs/s >= 1.5x and server CPU per GET (memcached,
+// softirq and kernel workers) <= 0.5x memcached alone, p99 <= its, no wrong
+// values, no reply out of order.
 //
 // Plot: throughput per mode for the kernel generator and each skew of the
 // user-space client (plot.go, plotKV); trace mode, the kernel hit ratio

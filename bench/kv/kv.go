@@ -43,8 +43,10 @@ type Options struct {
 	Batch    int      // datagrams per sendmmsg/recvmmsg (loadgen default 16)
 	Modes    []string // subset of Modes
 	Skews    []float64
-	// Clients: "kernel" (the XDP live-frame generator, internal/kvgen) and
-	// "user-space" (internal/loadgen); default both.
+	// Clients: "kernel" (the XDP live-frame generator, internal/kvgen),
+	// "user-space" (internal/loadgen, UDP) and "tcp" (tcpLoad: GETs on
+	// memcached's TCP connections, rows "tcp vanilla" and "tcp kerby");
+	// default all three.
 	Clients []string
 	// Native attaches XDP in driver mode for the user-space client rows too.
 	// On veth it is slower than generic there (every skb is converted to an
@@ -90,7 +92,7 @@ func (o *Options) defaults() {
 		}
 	}
 	if len(o.Clients) == 0 {
-		o.Clients = []string{"kernel", "user-space"}
+		o.Clients = []string{"kernel", "user-space", "tcp"}
 	}
 	if o.Progress == nil {
 		o.Progress = func(string) {}
@@ -134,8 +136,9 @@ type kvBench struct {
 	srv     map[string]*kv.Server
 	gen     *kvgen.Gen // nil without the kernel generator
 	clients map[float64]*loadgen.Client
-	phase   string // for the live line
-	cur     string // the mode running, for the live line
+	zipf    zipfTable // the TCP client's key popularity
+	phase   string    // for the live line
+	cur     string    // the mode running, for the live line
 }
 
 // Run runs the Kerby-KV benchmark and returns its report. Modes run
@@ -190,7 +193,18 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			}
 		}
 	}
+	if slices.Contains(opt.Clients, "tcp") {
+		b.zipf = newZipf(opt.Keys, 0.99)
+		for _, m := range tcpModes {
+			if slices.Contains(opt.Modes, m) {
+				steps = append(steps, tcpRow+m)
+			}
+		}
+	}
 	err = benchkit.Interleave(ctx, opt.Rounds, steps, opt.Progress, func(ctx context.Context, _ int, step string) error {
+		if mode, ok := strings.CutPrefix(step, tcpRow); ok {
+			return b.tcpRound(ctx, mode)
+		}
 		if mode, sk, ok := parseUserStep(step); ok {
 			return b.userRound(ctx, mode, phase{phaseName("get", sk), sk, 1})
 		}
@@ -214,6 +228,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		return nil, err
 	}
 	b.targets()
+	b.tcpTargets()
 	if opt.PlotPath != "" {
 		if err := plotKV(rep, opt.PlotPath, opt.Modes, opt.Skews, b.gen != nil); err != nil {
 			return rep, err

@@ -9,6 +9,8 @@
  *              invalidate before memcached sees them, pass.
  *   kv_egress  (TCX egress)           memcached's single-datagram GET replies
  *              fill the pool, unless a write to that key raced with them.
+ *   kv_sockops, kv_tcp_verdict, kv_tcp_msg (tcp.bpf.h)  GETs on memcached's
+ *              TCP connections answered in the kernel, in request order.
  *
  * Consistency (once memcached acknowledged a write, no GET answered here
  * returns an older value): the kernel copy is updated or invalidated before

@@ -200,11 +200,7 @@ static __always_inline struct kv_scratch *scratch(void)
 /* ---- TCP (tcp.bpf.h): connections, staged replies ---- */
 
 #define KV_LINE 256          /* a request line split across segments, kept */
-#if CISTERN_POOL_MAX_BLOCKS > 8
-#define KV_STAGE_BUF 8192
-#else
-#define KV_STAGE_BUF 4096
-#endif
+#define KV_STAGE_BUF 8192   /* a segment's replies: 4 GETs of 1 KiB values fit */
 #define KV_STAGE_PAD 512
 #define KV_STAGE_MAX_LINES 8 /* GET lines answered from one segment */
 #define KV_SQ 4              /* staged replies in flight per connection */

@@ -46,7 +46,7 @@ reply's value is checked.
 	c.Flags().DurationVar(&opt.Phase, "phase", 0, "length of each user-space client phase (default 5s, quick 2s)")
 	c.Flags().DurationVar(&opt.GenPhase, "gen-phase", 0, "length of each kernel generator phase (default 3s, quick 2s)")
 	c.Flags().IntVar(&opt.Rounds, "rounds", 0, "interleaved rounds (default 5, quick 3)")
-	c.Flags().StringSliceVar(&opt.Clients, "clients", nil, "load generators: kernel, user-space (default both)")
+	c.Flags().StringSliceVar(&opt.Clients, "clients", nil, "load generators: kernel, user-space (UDP), tcp (default all three)")
 	c.Flags().IntVar(&opt.Workers, "workers", 0, "load generator workers (default 2, one per core)")
 	c.Flags().IntVar(&opt.Depth, "depth", 0, "outstanding requests per worker (default 32)")
 	c.Flags().IntVar(&opt.Batch, "batch", 0, "datagrams per sendmmsg/recvmmsg (default 16)")

@@ -136,8 +136,8 @@ dropped.`,
 			if srv.StaleTC > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "removed %d cls_bpf filter(s) of Kerby-KV left on %s by a kv serve that did not exit cleanly\n", srv.StaleTC, iface)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); tc: %s; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
-				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, srv.TCMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
+			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); tc: %s; tcp: %s; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
+				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, srv.TCMode, srv.TCPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
 			go watchDriver(ctx, cmd, srv, iface)
 			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
 			<-ctx.Done()
@@ -166,6 +166,7 @@ dropped.`,
 	f.DurationVar(&cfg.FillTTL, "fill-ttl", 0, "expire values filled from GET replies after this long (0: never)")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy when the pool is full: "+strings.Join(kv.Policies(), "|")+" (default: the built-in FIFO ring)")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9101)")
+	f.BoolVar(&cfg.NoTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached (TCP writes still invalidate)")
 	f.StringVar(&xdpMode, "xdp-mode", string(kv.XDPAuto), "auto (generic on a veth, else native when the driver has it), native or generic")
 	f.BoolVar(&generic, "generic", false, "same as --xdp-mode generic")
 	f.MarkDeprecated("generic", "use --xdp-mode generic")

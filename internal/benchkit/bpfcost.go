@@ -53,3 +53,25 @@ func BPFRunTimeSince(before map[ebpf.ProgramID]time.Duration) (time.Duration, er
 	}
 	return d, nil
 }
+
+// BPFRunTimeOf is what the programs of before (by ID, with their run times
+// then) ran since: programs loaded since, and those of other processes, are
+// left out.
+func BPFRunTimeOf(before map[ebpf.ProgramID]time.Duration) (time.Duration, error) {
+	var d time.Duration
+	for id, rt := range before {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // unloaded meanwhile
+		}
+		st, err := p.Stats()
+		p.Close()
+		if err != nil {
+			return 0, err
+		}
+		if st.Runtime > rt {
+			d += st.Runtime - rt
+		}
+	}
+	return d, nil
+}

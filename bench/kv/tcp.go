@@ -1,0 +1,262 @@
+package kvbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/loadgen"
+	"github.com/cistern-ebpf/cistern/internal/netenv"
+)
+
+// TCP rows: the same keys, values and skew as the UDP rows, read over
+// memcached's TCP connections by tcpLoad, with memcached alone ("tcp
+// vanilla") and with Kerby-KV in front ("tcp kerby": its TCP path,
+// bpf/kv/tcp.bpf.h). "user-space kerby" is the Kerby UDP row beside them.
+const tcpRow = "tcp "
+
+// tcpModes are the modes with TCP rows.
+var tcpModes = []string{"vanilla", "kerby"}
+
+const (
+	tcpConns = 16 // connections of the TCP load client
+	tcpDepth = 4  // GETs pipelined per connection, in one write
+)
+
+// tcpResult is one TCP phase.
+type tcpResult struct {
+	gets, wrong, disorder uint64
+	elapsed               time.Duration
+	lat                   []time.Duration // per batch of tcpDepth GETs
+}
+
+// zipfTable draws keys with zipfian popularity (skew s < 1 allowed) by
+// inverse CDF.
+type zipfTable []float64
+
+func newZipf(n int, s float64) zipfTable {
+	t := make(zipfTable, n)
+	var sum float64
+	for i := range t {
+		sum += 1 / math.Pow(float64(i+1), s)
+		t[i] = sum
+	}
+	for i := range t {
+		t[i] /= sum
+	}
+	return t
+}
+
+func (t zipfTable) draw(r *rand.Rand) int { return sort.SearchFloat64s(t, r.Float64()) % len(t) }
+
+// tcpLoad runs tcpConns connections from the client namespace for d, each
+// writing tcpDepth GETs at once and reading their replies: every reply
+// must be for the key in its place (order) and carry the value the
+// preload wrote (loadgen.CheckValue).
+func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tcpResult, error) {
+	addr := b.mc.Addr()
+	conns := make([]net.Conn, tcpConns)
+	for i := range conns {
+		err := netenv.Do(b.pair.ClientNS, func() (err error) {
+			conns[i], err = net.DialTimeout("tcp", addr, 2*time.Second)
+			return err
+		})
+		if err != nil {
+			for _, c := range conns[:i] {
+				c.Close()
+			}
+			return tcpResult{}, err
+		}
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var mu sync.Mutex
+	var res tcpResult
+	errs := make(chan error, len(conns))
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func(i int, c net.Conn) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 7))
+			br := bufio.NewReaderSize(c, 64<<10)
+			var mine tcpResult
+			keys := make([]int, tcpDepth)
+			var req []byte
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				req = req[:0]
+				for j := range keys {
+					keys[j] = z.draw(r)
+					req = append(req, "get "...)
+					req = loadgen.AppendKey(req, keys[j])
+					req = append(req, "\r\n"...)
+				}
+				t0 := time.Now()
+				c.SetDeadline(t0.Add(5 * time.Second))
+				if _, err := c.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				for _, k := range keys {
+					w, dis, err := readChecked(br, k)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mine.wrong += w
+					mine.disorder += dis
+					mine.gets++
+				}
+				mine.lat = append(mine.lat, time.Since(t0))
+			}
+			mu.Lock()
+			res.gets += mine.gets
+			res.wrong += mine.wrong
+			res.disorder += mine.disorder
+			res.lat = append(res.lat, mine.lat...)
+			mu.Unlock()
+		}(i, c)
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	close(errs)
+	for err := range errs {
+		return res, err
+	}
+	return res, nil
+}
+
+// readChecked reads one GET reply and checks it is key k's preloaded
+// value: wrong counts a bad value or a miss, disorder a reply for another
+// key (an answer out of request order).
+func readChecked(r *bufio.Reader, k int) (wrong, disorder uint64, err error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return 0, 0, err
+	}
+	if bytes.Equal(line, []byte("END\r\n")) {
+		return 1, 0, nil // the preload wrote every key: a miss is wrong
+	}
+	f := strings.Fields(string(line))
+	if len(f) < 4 || f[0] != "VALUE" {
+		return 0, 0, fmt.Errorf("tcp load: unexpected reply %q", line)
+	}
+	n, err := strconv.Atoi(f[3])
+	if err != nil {
+		return 0, 0, fmt.Errorf("tcp load: bad VALUE line %q", line)
+	}
+	key := f[1]
+	data := make([]byte, n+2)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return 0, 0, err
+	}
+	end, err := r.ReadSlice('\n')
+	if err != nil {
+		return 0, 0, err
+	}
+	if string(end) != "END\r\n" {
+		return 0, 0, fmt.Errorf("tcp load: %q after a value", end)
+	}
+	if key != loadgen.Key(k) {
+		return 0, 1, nil
+	}
+	if _, err := loadgen.CheckValue(data[:n], k, loadgen.DefaultValueSize(k)); err != nil {
+		return 1, 0, nil
+	}
+	return 0, 0, nil
+}
+
+// kworkerCPU is the CPU time of the kernel's worker threads so far: the
+// sockmap's backlog worker, which sends Kerby-KV's TCP replies, runs there.
+func kworkerCPU() time.Duration {
+	var total time.Duration
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		comm, err := os.ReadFile(d + "/comm")
+		if err != nil || !strings.HasPrefix(string(comm), "kworker") {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		total += benchkit.ProcCPU(pid)
+	}
+	return total
+}
+
+// tcpRound is one TCP phase of a mode.
+func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
+	z := b.zipf
+	return b.withServer(mode, false, func() error {
+		srv := b.srv[mode]
+		var before map[string]uint64
+		if srv != nil {
+			before, _ = srv.Counters()
+		}
+		srv0, kw0 := serverCPU(b.mc.Pid()), kworkerCPU()
+		res, err := b.tcpLoad(ctx, b.opt.Phase, z)
+		if err != nil {
+			return err
+		}
+		scpu := serverCPU(b.mc.Pid()) - srv0 + kworkerCPU() - kw0
+		row, put := tcpRow+mode, b.rep.Sample
+		if res.gets == 0 {
+			return fmt.Errorf("%s: no GET answered", row)
+		}
+		put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
+		put(row, "server_cpu_us_per_op", scpu.Seconds()*1e6/float64(res.gets))
+		sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+		q := func(p float64) float64 { return float64(res.lat[int(p*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
+		put(row, "p50_us", q(0.5))
+		put(row, "p99_us", q(0.99))
+		put(row, "wrong_values", float64(res.wrong))
+		put(row, "out_of_order", float64(res.disorder))
+		if srv != nil {
+			after, _ := srv.Counters()
+			dl := func(k string) float64 { return float64(after[k] - before[k]) }
+			passed := dl("tcp_misses") + dl("tcp_pass_order") + dl("tcp_pass_large")
+			if hits := dl("tcp_hits"); hits+passed > 0 {
+				put(row, "kernel_hit_ratio", hits/(hits+passed))
+			}
+			for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+				put(row, k, dl(k))
+			}
+		}
+		return nil
+	})
+}
+
+// tcpTargets judges Kerby TCP against memcached alone over TCP.
+func (b *kvBench) tcpTargets() {
+	rep := b.rep
+	k, v := tcpRow+"kerby", tcpRow+"vanilla"
+	if len(rep.Samples(k, "mops_per_sec")) == 0 || len(rep.Samples(v, "mops_per_sec")) == 0 {
+		return
+	}
+	rep.PairedRatio("tcp_kerby_vs_vanilla", k, "mops_per_sec", v, "mops_per_sec")
+	rep.TargetRatio("tcp_kerby_vs_vanilla", ">=", 1.5)
+	rep.PairedRatio("tcp_kerby_vs_vanilla_server_cpu", k, "server_cpu_us_per_op", v, "server_cpu_us_per_op")
+	rep.TargetRatio("tcp_kerby_vs_vanilla_server_cpu", "<=", 0.5)
+	vp, _, _, _ := rep.Spread(v, "p99_us")
+	rep.TargetMetric("tcp kerby p99_us <= tcp vanilla p99_us", k, "p99_us", "<=", vp)
+	for _, row := range []string{k, v} {
+		rep.TargetMetric(row+" wrong_values == 0", row, "wrong_values", "<=", 0)
+		rep.TargetMetric(row+" out_of_order == 0", row, "out_of_order", "<=", 0)
+	}
+}
