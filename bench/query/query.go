@@ -340,8 +340,12 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		for _, q := range opt.Queries {
 			groups = append(groups, map[string]string{"q1": "Q1: max latency per window", "q2": "Q2: every syscall to a file"}[q])
 		}
-		if err := benchkit.BarChart(opt.PlotPath, "Query: probe effect on fio randread ("+rep.Kernel()+")",
-			"probe effect (% drop of fio reads per CPU second)", groups, s); err != nil {
+		app, unit := "fio randread", "fio reads"
+		if opt.Workload == "rocksdb" {
+			app, unit = "RocksDB db_bench readrandom", "db_bench Gets"
+		}
+		if err := benchkit.BarChart(opt.PlotPath, "Query: probe effect on "+app+" ("+rep.Kernel()+")",
+			"probe effect (% drop of "+unit+" per CPU second)", groups, s); err != nil {
 			return nil, err
 		}
 	}
