@@ -205,9 +205,10 @@ func testEndToEnd(t *testing.T, e *kvEnv) {
 		t.Fatalf("1000-byte value not served by the kernel: %v", must(e.srv.Counters()))
 	}
 
-	// Set over TCP: first GET misses and fills from memcached's reply, the
-	// next is a kernel hit.
-	r, err = tc.cmd("set b 0 0 3\r\nxyz\r\n")
+	// An add over TCP (a write the kernel invalidates: memcached may not
+	// store it): the first GET misses and fills from memcached's reply, the
+	// next is a kernel hit. (A TCP set would be written through.)
+	r, err = tc.cmd("add b 0 0 3\r\nxyz\r\n")
 	mustReply(t, r, err, "STORED\r\n")
 	time.Sleep(20 * time.Millisecond) // past the fill quarantine of that write
 	r, err = u.Do("get b\r\n")

@@ -151,8 +151,9 @@ type Server struct {
 	TCMode string
 	// TCPMode says whether TCP GETs are answered in the kernel: "sockmap",
 	// or "off: why".
-	TCPMode string
-	tcp     *tcpPath
+	TCPMode    string
+	tcp        *tcpPath
+	tcpRefused error // the kernel refused the TCP programs: loaded without them
 	// StaleTC counts cls_bpf filters of Kerby-KV's programs that Attach
 	// removed first: left on the interface by a serve that was killed.
 	StaleTC int
@@ -231,7 +232,14 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 	}
 	s := &Server{Cfg: cfg}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		return nil, kernel.LoadError("Kerby-KV", err)
+		// The TCP path (tcp.bpf.h) is the part a kernel's verifier is
+		// likeliest to refuse: without it Kerby-KV still serves UDP, and
+		// TCP GETs go to memcached (TCPMode says why).
+		tcpErr := kernel.LoadError("Kerby-KV's TCP path", err)
+		if err := loadWithoutTCP(spec, &s.objs); err != nil {
+			return nil, kernel.LoadError("Kerby-KV", err)
+		}
+		s.tcpRefused = tcpErr
 	}
 	if cfg.Policy != "" {
 		blocks, objects := policyBudget(pc.CapacityBlocks, pc.MaxObjects, pc.MaxBlocks)

@@ -33,6 +33,10 @@ type rawAttach struct {
 // namespace (Attach runs in the interface's). Only connections accepted
 // from now on are served in the kernel.
 func (s *Server) attachTCP() error {
+	if s.tcpRefused != nil {
+		s.TCPMode = "off: " + s.tcpRefused.Error()
+		return nil
+	}
 	if err := kernel.Has("sockmap_verdict"); err != nil {
 		s.TCPMode = "off: " + err.Error()
 		return nil
@@ -87,6 +91,29 @@ func (t *tcpPath) close() error {
 	}
 	t.progs = nil
 	return errors.Join(errs...)
+}
+
+// loadWithoutTCP loads the object without its TCP programs (the maps
+// stay, so nothing else changes) into objs.
+func loadWithoutTCP(spec *ebpf.CollectionSpec, objs *kernObjects) error {
+	spec = spec.Copy()
+	for _, p := range []string{"kv_sockops", "kv_tcp_verdict", "kv_tcp_msg"} {
+		delete(spec.Programs, p)
+	}
+	var lite struct {
+		kernMaps
+		KvEgress  *ebpf.Program `ebpf:"kv_egress"`
+		KvIngress *ebpf.Program `ebpf:"kv_ingress"`
+		KvReap    *ebpf.Program `ebpf:"kv_reap"`
+		KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
+		KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
+	}
+	if err := spec.LoadAndAssign(&lite, nil); err != nil {
+		return err
+	}
+	objs.kernMaps = lite.kernMaps
+	objs.KvEgress, objs.KvIngress, objs.KvReap, objs.KvXdp, objs.KvXdpPass = lite.KvEgress, lite.KvIngress, lite.KvReap, lite.KvXdp, lite.KvXdpPass
+	return nil
 }
 
 // netnsCookie is the cookie of the current network namespace

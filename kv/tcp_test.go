@@ -16,6 +16,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // readReply reads one reply to a get: VALUE blocks until END.
@@ -402,5 +403,28 @@ func dropCAS(s string) string {
 			continue
 		}
 		b.WriteString(line)
+	}
+}
+
+// TestLoadWithoutTCP: where a kernel's verifier refuses the TCP programs,
+// Kerby-KV loads without them and still serves UDP.
+func TestLoadWithoutTCP(t *testing.T) {
+	testenv.RequireRoot(t)
+	cfg := Config{PoolMB: 8}
+	cfg.defaults()
+	spec, err := loadKern()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.PoolConfig().Apply(spec); err != nil {
+		t.Fatal(err)
+	}
+	var objs kernObjects
+	if err := loadWithoutTCP(spec, &objs); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	if objs.KvXdp == nil || objs.KvEgress == nil || objs.KvEntries == nil || objs.KvTcpVerdict != nil {
+		t.Fatalf("loaded without TCP: xdp %v egress %v entries %v verdict %v", objs.KvXdp, objs.KvEgress, objs.KvEntries, objs.KvTcpVerdict)
 	}
 }

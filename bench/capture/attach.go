@@ -187,7 +187,11 @@ func runAttach(ctx context.Context, n int) (attachResult, error) {
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		return r, err
 	}
-	defer os.Remove(cg)
+	defer func() { // an exited child may leave the group a moment later
+		for i := 0; i < 100 && os.Remove(cg) != nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	cgf, err := os.Open(cg)
 	if err != nil {
 		return r, err

@@ -39,7 +39,7 @@ func TestKVBenchRuns(t *testing.T) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	rows := []string{"user-space vanilla", "user-space fixed128", "user-space kerby"}
+	rows := []string{"user-space vanilla", "user-space fixed128", "user-space kerby", "tcp vanilla", "tcp kerby"}
 	gen := kernel.XDPLiveFrames() == nil
 	if gen {
 		rows = append(rows, "vanilla", "fixed128", "kerby", "reflector")
@@ -65,6 +65,15 @@ func TestKVBenchRuns(t *testing.T) {
 		if doc.Modes[m]["kernel_hit_ratio"].(float64) < 0.9 || doc.Modes[m]["memory_efficiency"].(float64) < 0.9 {
 			t.Errorf("%s: %v", m, doc.Modes[m])
 		}
+	}
+	// TCP rows: every reply in order, and Kerby-KV answers warm GETs
+	for _, m := range []string{"tcp vanilla", "tcp kerby"} {
+		if v, ok := doc.Modes[m]["out_of_order"].(float64); !ok || v != 0 {
+			t.Errorf("%s: out_of_order %v", m, doc.Modes[m]["out_of_order"])
+		}
+	}
+	if r, _ := doc.Modes["tcp kerby"]["kernel_hit_ratio"].(float64); r < 0.9 {
+		t.Errorf("tcp kerby: kernel_hit_ratio %v", doc.Modes["tcp kerby"]["kernel_hit_ratio"])
 	}
 	if gen && doc.Modes["kerby"]["value_hit_ratio"].(float64) < 0.99 {
 		t.Errorf("kernel generator against kerby: value hit ratio %v", doc.Modes["kerby"]["value_hit_ratio"])

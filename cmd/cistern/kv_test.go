@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -385,8 +386,19 @@ func TestKVServeClsBPF(t *testing.T) {
 		"--pool-mb", "8", "--metrics", "127.0.0.1:9101")
 	var e bytes.Buffer
 	c.Stderr = &e
-	if err := c.Run(); err == nil {
-		t.Fatalf("serve with its metrics port taken succeeded: %s", e.String())
+	// It must fail, not serve: a serve that runs on is killed after the
+	// start bound, and fails the test, rather than hang it until the
+	// package's timeout.
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	limit := testenv.StartTimeout(10 * time.Second)
+	var killed atomic.Bool
+	timer := time.AfterFunc(limit, func() { killed.Store(true); c.Process.Kill() })
+	err := c.Wait()
+	timer.Stop()
+	if err == nil || killed.Load() {
+		t.Fatalf("serve with its metrics port taken did not fail in %v: %s", limit, e.String())
 	}
 	t.Logf("failed as expected: %s", strings.TrimSpace(e.String()))
 	if got := serverFilters(t, pair); len(got) != 0 {

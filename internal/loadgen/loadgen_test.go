@@ -165,24 +165,29 @@ func (b *bed) run(t *testing.T, p loadgen.Phase) loadgen.Result {
 // drops a datagram when its receiver's socket buffer is full: on a loaded
 // machine (go test runs packages in parallel beside other work) memcached
 // or the reply reader waits for a CPU and the kernel counts those drops
-// (Udp RcvbufErrors, in namespaces only this test uses). Those are
-// explained; a loss beyond them (a request never sent, a reply not
+// (Udp RcvbufErrors, in namespaces only this test uses), or the reply
+// comes after the request was retired (Late). Those are explained; a loss
+// beyond them (a request never sent, a reply not
 // matched) still fails at more than 1%.
 func (b *bed) checkClean(t *testing.T, res loadgen.Result) {
 	t.Helper()
 	if res.WrongValues != 0 || res.StaleValues != 0 || res.Errors != 0 {
 		t.Errorf("wrong=%d stale=%d errors=%d (unexpected=%d)", res.WrongValues, res.StaleValues, res.Errors, res.Unexpected)
 	}
+	// A Late reply is the answer to a request retired as lost after
+	// Timeout (200 ms): the server answered, the CPU came late (seen:
+	// lost=64 late=64, p99 400 ms, kernel drops 0, at load 23 on 2 CPUs).
+	explained := b.drops + res.Late
 	unexplained := res.Lost
-	if b.drops >= unexplained {
+	if explained >= unexplained {
 		unexplained = 0
 	} else {
-		unexplained -= b.drops
+		unexplained -= explained
 	}
 	if unexplained > res.Ops/100 {
-		t.Errorf("%d requests lost for %d answered (%d of them dropped by the kernel at a full receive buffer)", res.Lost, res.Ops, b.drops)
+		t.Errorf("%d requests lost for %d answered (%d datagrams dropped by the kernel at a full receive buffer, %d replies late)", res.Lost, res.Ops, b.drops, res.Late)
 	} else if res.Lost > res.Ops/100 {
-		t.Logf("%d requests lost for %d answered: the kernel dropped %d datagrams at full receive buffers (CPU starvation)", res.Lost, res.Ops, b.drops)
+		t.Logf("%d requests lost for %d answered: explained by %d kernel drops at full receive buffers and %d late replies (CPU starvation)", res.Lost, res.Ops, b.drops, res.Late)
 	}
 	if res.Ops == 0 || res.OpsPerSec <= 0 || res.P50 <= 0 || res.P99 < res.P50 || res.P999 < res.P99 || res.Max < res.P999 {
 		t.Errorf("implausible result: %v", res)

@@ -58,6 +58,13 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 	if opt.Port == 0 {
 		opt.Port = 54329
 	}
+	// A port another server holds would be answered by that server (the
+	// waits below would pass and our postmaster exit with "could not
+	// create any TCP/IP sockets"): refuse at once, naming the port.
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(opt.Port)), time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("postgres: port %d on 127.0.0.1 is already in use by another process (another test run on this machine?)", opt.Port)
+	}
 	dir, err := os.MkdirTemp("", "cistern-pg-")
 	if err != nil {
 		return nil, err
@@ -97,8 +104,11 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 		return fail(fmt.Errorf("%w\n%s", err, out))
 	}
 	// Listening is not accepting: "the database system is starting up".
+	// Asked on our own Unix socket (in our private directory): only our
+	// postmaster answers there, and it exits when it cannot bind the TCP
+	// port, so a server of someone else's on the port is never taken for ours.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if exec.Command(pg.Bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(opt.Port)).Run() == nil {
+		if exec.Command(pg.Bin("pg_isready"), "-q", "-h", dir, "-p", strconv.Itoa(opt.Port)).Run() == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -3,7 +3,9 @@
 package testenv
 
 import (
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -111,6 +113,17 @@ func TLSCert(t testing.TB) *servers.TLSCert {
 func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 	t.Helper()
 	NeedServers(t)
+	// The fixed ports keep the packages of one `go test ./...` apart; a
+	// port held by something else on this machine (another checkout's
+	// test run) is replaced by a free one: tests use pg.Opt.Port.
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(opt.Port)), time.Second); err == nil {
+		c.Close()
+		if l, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			t.Logf("postgres: port %d is in use on this machine; using %d", opt.Port, l.Addr().(*net.TCPAddr).Port)
+			opt.Port = l.Addr().(*net.TCPAddr).Port
+			l.Close()
+		}
+	}
 	p, err := servers.StartPostgres(opt)
 	if err != nil {
 		NotInstalled(t, err)
