@@ -57,7 +57,7 @@ type Agent struct {
 	// The agent thread's context switches while Run ran: voluntary ones
 	// are its wakeups (each may preempt a workload thread).
 	wakeups, preempted atomic.Uint64
-	tid                                  atomic.Int32 // Run's thread, while it runs
+	tid                atomic.Int32 // Run's thread, while it runs
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
 	// again at the next step, up to maxTries, before they count as not
