@@ -29,16 +29,7 @@ func checkBenchRuns(t *testing.T, hold bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Modes map[string]map[string]float64 `json:"modes"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := struct{ Modes map[string]map[string]float64 }{modesOf(t, rep)}
 	if doc.Modes["untraced"]["queries_sent"] <= 0 {
 		t.Errorf("untraced: %v", doc.Modes["untraced"])
 	}
@@ -76,19 +67,10 @@ func TestCaptureBenchSysbench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Modes map[string]map[string]float64 `json:"modes"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := struct{ Modes map[string]map[string]float64 }{modesOf(t, rep)}
 	a, ok := doc.Modes["sysbench_accumulated_4m"]
 	if !ok {
-		testenv.Missing(t, "sysbench or MariaDB ("+string(data)+")", "apt-get install sysbench mariadb-server (or sudo make deps)")
+		testenv.Missing(t, fmt.Sprintf("sysbench or MariaDB (modes reported: %v)", doc.Modes), "apt-get install sysbench mariadb-server (or sudo make deps)")
 	}
 	if a["queries_sent"] <= 0 || (a["lost_events"] == 0 && a["queries_captured"] != a["queries_sent"]) {
 		t.Errorf("captured %v of %v executions, %v events lost: %v", a["queries_captured"], a["queries_sent"], a["lost_events"], a)
@@ -113,16 +95,7 @@ func checkBenchChurn(t *testing.T, hold bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Modes map[string]map[string]float64 `json:"modes"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := struct{ Modes map[string]map[string]float64 }{modesOf(t, rep)}
 	c := doc.Modes["churn"]
 	t.Logf("churn: %v", c)
 	if c["queries_issued"] != churnConns {
@@ -145,16 +118,7 @@ func TestCaptureBenchAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Modes map[string]map[string]float64 `json:"modes"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := struct{ Modes map[string]map[string]float64 }{modesOf(t, rep)}
 	a := doc.Modes["attach"]
 	t.Logf("attach: %v", a)
 	if a["go_execs"] != 20 || a["openssl_execs"] != 20 {
@@ -171,4 +135,20 @@ func TestCaptureBenchAttach(t *testing.T) {
 	}
 	// Held past --hold-max: counted, and a figure of the load (not checked).
 	t.Logf("%v processes held past --hold-max", a["hold_timeouts"])
+}
+
+// modesOf is the report's per-mode figures, as its JSON has them.
+func modesOf(t *testing.T, rep any) map[string]map[string]float64 {
+	t.Helper()
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Modes map[string]map[string]float64 `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Modes
 }
