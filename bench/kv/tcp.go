@@ -17,6 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/loadgen"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
@@ -31,8 +34,9 @@ const tcpRow = "tcp "
 // tcpModes are the modes with TCP rows.
 var tcpModes = []string{"vanilla", "kerby"}
 
+// Defaults of the TCP load client (Options.TCPConns, Options.TCPDepth).
 const (
-	tcpConns = 16 // connections of the TCP load client
+	tcpConns = 16 // connections
 	tcpDepth = 4  // GETs pipelined per connection, in one write
 )
 
@@ -40,7 +44,7 @@ const (
 type tcpResult struct {
 	gets, wrong, disorder uint64
 	elapsed               time.Duration
-	lat                   []time.Duration // per batch of tcpDepth GETs
+	lat                   []time.Duration // per batch of TCPDepth GETs
 }
 
 // zipfTable draws keys with zipfian popularity (skew s < 1 allowed) by
@@ -62,13 +66,13 @@ func newZipf(n int, s float64) zipfTable {
 
 func (t zipfTable) draw(r *rand.Rand) int { return sort.SearchFloat64s(t, r.Float64()) % len(t) }
 
-// tcpLoad runs tcpConns connections from the client namespace for d, each
-// writing tcpDepth GETs at once and reading their replies: every reply
+// tcpLoad runs TCPConns connections from the client namespace for d, each
+// writing TCPDepth GETs at once and reading their replies: every reply
 // must be for the key in its place (order) and carry the value the
 // preload wrote (loadgen.CheckValue).
 func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tcpResult, error) {
 	addr := b.mc.Addr()
-	conns := make([]net.Conn, tcpConns)
+	conns := make([]net.Conn, b.opt.TCPConns)
 	for i := range conns {
 		err := netenv.Do(b.pair.ClientNS, func() (err error) {
 			conns[i], err = net.DialTimeout("tcp", addr, 2*time.Second)
@@ -86,6 +90,7 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 			c.Close()
 		}
 	}()
+	hits, absent := b.opt.TCPHits, b.opt.Keys
 	var mu sync.Mutex
 	var res tcpResult
 	errs := make(chan error, len(conns))
@@ -99,12 +104,17 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 			r := rand.New(rand.NewPCG(uint64(i), 7))
 			br := bufio.NewReaderSize(c, 64<<10)
 			var mine tcpResult
-			keys := make([]int, tcpDepth)
+			keys := make([]int, b.opt.TCPDepth)
 			var req []byte
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				req = req[:0]
 				for j := range keys {
 					keys[j] = z.draw(r)
+					if r.Float64() >= hits {
+						// a key no one ever sets: memcached and Kerby-KV
+						// both answer END
+						keys[j] = absent + r.IntN(absent)
+					}
 					req = append(req, "get "...)
 					req = loadgen.AppendKey(req, keys[j])
 					req = append(req, "\r\n"...)
@@ -116,7 +126,7 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 					return
 				}
 				for _, k := range keys {
-					w, dis, err := readChecked(br, k)
+					w, dis, err := readChecked(br, k, k >= absent)
 					if err != nil {
 						errs <- err
 						return
@@ -145,14 +155,18 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 }
 
 // readChecked reads one GET reply and checks it is key k's preloaded
-// value: wrong counts a bad value or a miss, disorder a reply for another
-// key (an answer out of request order).
-func readChecked(r *bufio.Reader, k int) (wrong, disorder uint64, err error) {
+// value, or no value when k is absent (never set): wrong counts a bad
+// value, a miss of a preloaded key or a value for an absent one, disorder
+// a reply for another key (an answer out of request order).
+func readChecked(r *bufio.Reader, k int, absent bool) (wrong, disorder uint64, err error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return 0, 0, err
 	}
 	if bytes.Equal(line, []byte("END\r\n")) {
+		if absent {
+			return 0, 0, nil
+		}
 		return 1, 0, nil // the preload wrote every key: a miss is wrong
 	}
 	f := strings.Fields(string(line))
@@ -178,16 +192,19 @@ func readChecked(r *bufio.Reader, k int) (wrong, disorder uint64, err error) {
 	if key != loadgen.Key(k) {
 		return 0, 1, nil
 	}
+	if absent {
+		return 1, 0, nil
+	}
 	if _, err := loadgen.CheckValue(data[:n], k, loadgen.DefaultValueSize(k)); err != nil {
 		return 1, 0, nil
 	}
 	return 0, 0, nil
 }
 
-// kworkerCPU is the CPU time of the kernel's worker threads so far: the
+// kworkerCPU is the CPU time so far of each kernel worker thread: the
 // sockmap's backlog worker, which sends Kerby-KV's TCP replies, runs there.
-func kworkerCPU() time.Duration {
-	var total time.Duration
+func kworkerCPU() map[int]time.Duration {
+	cpu := map[int]time.Duration{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		comm, err := os.ReadFile(d + "/comm")
@@ -195,9 +212,22 @@ func kworkerCPU() time.Duration {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(d))
-		total += benchkit.ProcCPU(pid)
+		cpu[pid] = benchkit.ProcCPU(pid)
 	}
-	return total
+	return cpu
+}
+
+// kworkerDelta is the CPU the kernel workers used between two kworkerCPU
+// readings: workers come and go, so each is taken from its own start (0
+// for one that started since) and one that ended counts nothing.
+func kworkerDelta(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range after {
+		if t > before[pid] {
+			d += t - before[pid]
+		}
+	}
+	return d
 }
 
 // tcpRound is one TCP phase of a mode.
@@ -209,18 +239,33 @@ func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
 		if srv != nil {
 			before, _ = srv.Counters()
 		}
-		srv0, kw0 := serverCPU(b.mc.Pid()), kworkerCPU()
+		// BPF run time of the TCP programs, counted while this phase runs
+		var bpf0 time.Duration
+		stats, _ := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if stats != nil {
+			defer stats.Close()
+		}
+		if srv != nil {
+			bpf0, _, _ = srv.TCPRuntime()
+		}
+		mc0, si0, kw0 := benchkit.ProcCPU(b.mc.Pid()), benchkit.SoftirqCPU(), kworkerCPU()
 		res, err := b.tcpLoad(ctx, b.opt.Phase, z)
 		if err != nil {
 			return err
 		}
-		scpu := serverCPU(b.mc.Pid()) - srv0 + kworkerCPU() - kw0
+		mc, si, kw := benchkit.ProcCPU(b.mc.Pid())-mc0, benchkit.SoftirqCPU()-si0, kworkerDelta(kw0, kworkerCPU())
+		scpu := mc + si + kw
 		row, put := tcpRow+mode, b.rep.Sample
 		if res.gets == 0 {
 			return fmt.Errorf("%s: no GET answered", row)
 		}
 		put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
-		put(row, "server_cpu_us_per_op", scpu.Seconds()*1e6/float64(res.gets))
+		perOp := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(res.gets) }
+		put(row, "server_cpu_us_per_op", perOp(scpu))
+		// its parts: memcached's threads, all softirq, all kernel workers
+		put(row, "memcached_us_per_op", perOp(mc))
+		put(row, "softirq_us_per_op", perOp(si))
+		put(row, "kworker_us_per_op", perOp(kw))
 		sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
 		q := func(p float64) float64 { return float64(res.lat[int(p*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
 		put(row, "p50_us", q(0.5))
@@ -233,6 +278,9 @@ func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
 			passed := dl("tcp_misses") + dl("tcp_pass_order") + dl("tcp_pass_large")
 			if hits := dl("tcp_hits"); hits+passed > 0 {
 				put(row, "kernel_hit_ratio", hits/(hits+passed))
+			}
+			if bpf1, _, err := srv.TCPRuntime(); err == nil && stats != nil && bpf1 > bpf0 {
+				put(row, "bpf_us_per_op", perOp(bpf1-bpf0))
 			}
 			for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
 				put(row, k, dl(k))
