@@ -584,8 +584,10 @@ __global int kv_msg_window(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, _
 
 /* Writes bytes [from, from + n) of stage c->out_slot over the message's
  * bytes [at, at + n). */
-static __always_inline int msg_write(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 n)
+__global int kv_msg_write(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 n)
 {
+	if (!msg || !c)
+		return -1;
 	for (__u32 w = 0; w < KV_STAGE_BUF / 256; w++) {
 		__u32 wo = w * 256;
 
@@ -616,7 +618,13 @@ static __always_inline int msg_hit(struct sk_msg_md *msg, struct kv_conn *c, __u
 	now = len - (reqlen - size);
 	if (now > size && bpf_msg_push_data(msg, size, now - size, 0))
 		return -1;
-	if (msg_write(msg, c, 0, 0, now))
+	/* The segment's bytes and the pushed ones are separate elements of
+	 * the message: written apart, no window spans both, so that
+	 * bpf_msg_pull_data never merges them (a page allocated and the
+	 * whole reply copied once more). */
+	if (kv_msg_write(msg, c, 0, 0, size))
+		return -1;
+	if (now > size && kv_msg_write(msg, c, size, size, now - size))
 		return -1;
 	c->out_off = now;
 	c->out_left = reqlen - size;
@@ -808,7 +816,7 @@ int kv_tcp_msg(struct sk_msg_md *msg)
 		/* a later piece of a marked segment: the rest of its reply */
 		__u32 n = size < c->out_left ? size : c->out_left;
 
-		if (msg_write(msg, c, 0, c->out_off, n)) {
+		if (kv_msg_write(msg, c, 0, c->out_off, n)) {
 			stat(KV_TCP_STAGE_LOST);
 			conn_blind(c);
 		}
