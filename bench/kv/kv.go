@@ -146,16 +146,17 @@ const (
 // kvBench is one run's shared state: the namespaces, memcached, a loaded
 // Kerby-KV per kernel mode, the generators.
 type kvBench struct {
-	opt     Options
-	rep     *benchkit.Report
-	pair    *netenv.Pair
-	mc      *servers.Memcached
-	srv     map[string]*kv.Server
-	gen     *kvgen.Gen // nil without the kernel generator
-	clients map[float64]*loadgen.Client
-	zipf    zipfTable // the TCP client's key popularity
-	phase   string    // for the live line
-	cur     string    // the mode running, for the live line
+	opt      Options
+	rep      *benchkit.Report
+	pair     *netenv.Pair
+	mc       *servers.Memcached
+	srv      map[string]*kv.Server
+	gen      *kvgen.Gen // nil without the kernel generator
+	clients  map[float64]*loadgen.Client
+	zipf     zipfTable // the TCP client's key popularity
+	tcpModes []string  // the modes with TCP rows in this run
+	phase    string    // for the live line
+	cur      string    // the mode running, for the live line
 }
 
 // Run runs the Kerby-KV benchmark and returns its report. Modes run
@@ -219,13 +220,16 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		b.zipf = newZipf(opt.Keys, 0.99)
 		for _, m := range tcpModes {
 			if slices.Contains(opt.Modes, m) {
-				steps = append(steps, tcpRow+m)
+				b.tcpModes = append(b.tcpModes, m)
 			}
 		}
+		if len(b.tcpModes) > 0 {
+			steps = append(steps, tcpStep)
+		}
 	}
-	err = benchkit.Interleave(ctx, opt.Rounds, steps, opt.Progress, func(ctx context.Context, _ int, step string) error {
-		if mode, ok := strings.CutPrefix(step, tcpRow); ok {
-			return b.tcpRound(ctx, mode)
+	err = benchkit.Interleave(ctx, opt.Rounds, steps, opt.Progress, func(ctx context.Context, round int, step string) error {
+		if step == tcpStep {
+			return b.tcpRound(ctx, round, b.tcpModes)
 		}
 		if mode, sk, ok := parseUserStep(step); ok {
 			return b.userRound(ctx, mode, phase{phaseName("get", sk), sk, 1})

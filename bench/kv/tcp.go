@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ import (
 // vanilla") and with Kerby-KV in front ("tcp kerby": its TCP path,
 // bpf/kv/tcp.bpf.h). "user-space kerby" is the Kerby UDP row beside them.
 const tcpRow = "tcp "
+
+// tcpStep is the step of a round that runs every TCP row (tcpRound).
+const tcpStep = "tcp rows (A B B A)"
 
 // tcpModes are the modes with TCP rows.
 var tcpModes = []string{"vanilla", "kerby"}
@@ -230,10 +234,38 @@ func kworkerDelta(before, after map[int]time.Duration) time.Duration {
 	return d
 }
 
-// tcpRound is one TCP phase of a mode.
-func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
-	z := b.zipf
-	return b.withServer(mode, false, func() error {
+// tcpPart is what one TCP phase of a mode used and counted.
+type tcpPart struct {
+	res          tcpResult
+	mc, si, kw   time.Duration // memcached's threads, all softirq, all kernel workers
+	bpf          time.Duration // the TCP programs' run time
+	counters     map[string]float64
+	bpfMeasured  bool
+	kernelServed bool
+}
+
+// add sums another phase of the same mode into p.
+func (p *tcpPart) add(q tcpPart) {
+	p.res.gets += q.res.gets
+	p.res.wrong += q.res.wrong
+	p.res.disorder += q.res.disorder
+	p.res.elapsed += q.res.elapsed
+	p.res.lat = append(p.res.lat, q.res.lat...)
+	p.mc, p.si, p.kw, p.bpf = p.mc+q.mc, p.si+q.si, p.kw+q.kw, p.bpf+q.bpf
+	p.bpfMeasured = p.bpfMeasured || q.bpfMeasured
+	p.kernelServed = p.kernelServed || q.kernelServed
+	if p.counters == nil {
+		p.counters = map[string]float64{}
+	}
+	for k, v := range q.counters {
+		p.counters[k] += v
+	}
+}
+
+// tcpPhase runs the TCP client against one mode for d.
+func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (tcpPart, error) {
+	var p tcpPart
+	err := b.withServer(mode, false, func() error {
 		srv := b.srv[mode]
 		var before map[string]uint64
 		if srv != nil {
@@ -249,45 +281,90 @@ func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
 			bpf0, _, _ = srv.TCPRuntime()
 		}
 		mc0, si0, kw0 := benchkit.ProcCPU(b.mc.Pid()), benchkit.SoftirqCPU(), kworkerCPU()
-		res, err := b.tcpLoad(ctx, b.opt.Phase, z)
+		res, err := b.tcpLoad(ctx, d, b.zipf)
 		if err != nil {
 			return err
 		}
-		mc, si, kw := benchkit.ProcCPU(b.mc.Pid())-mc0, benchkit.SoftirqCPU()-si0, kworkerDelta(kw0, kworkerCPU())
-		scpu := mc + si + kw
-		row, put := tcpRow+mode, b.rep.Sample
-		if res.gets == 0 {
-			return fmt.Errorf("%s: no GET answered", row)
-		}
-		put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
-		perOp := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(res.gets) }
-		put(row, "server_cpu_us_per_op", perOp(scpu))
-		// its parts: memcached's threads, all softirq, all kernel workers
-		put(row, "memcached_us_per_op", perOp(mc))
-		put(row, "softirq_us_per_op", perOp(si))
-		put(row, "kworker_us_per_op", perOp(kw))
-		sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
-		q := func(p float64) float64 { return float64(res.lat[int(p*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
-		put(row, "p50_us", q(0.5))
-		put(row, "p99_us", q(0.99))
-		put(row, "wrong_values", float64(res.wrong))
-		put(row, "out_of_order", float64(res.disorder))
+		p.res = res
+		p.mc, p.si, p.kw = benchkit.ProcCPU(b.mc.Pid())-mc0, benchkit.SoftirqCPU()-si0, kworkerDelta(kw0, kworkerCPU())
 		if srv != nil {
+			p.kernelServed = true
+			if bpf1, _, err := srv.TCPRuntime(); err == nil && stats != nil && bpf1 >= bpf0 {
+				p.bpf, p.bpfMeasured = bpf1-bpf0, true
+			}
 			after, _ := srv.Counters()
-			dl := func(k string) float64 { return float64(after[k] - before[k]) }
-			passed := dl("tcp_misses") + dl("tcp_pass_order") + dl("tcp_pass_large")
-			if hits := dl("tcp_hits"); hits+passed > 0 {
-				put(row, "kernel_hit_ratio", hits/(hits+passed))
-			}
-			if bpf1, _, err := srv.TCPRuntime(); err == nil && stats != nil && bpf1 > bpf0 {
-				put(row, "bpf_us_per_op", perOp(bpf1-bpf0))
-			}
-			for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
-				put(row, k, dl(k))
+			p.counters = map[string]float64{}
+			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+				p.counters[k] = float64(after[k] - before[k])
 			}
 		}
 		return nil
 	})
+	return p, err
+}
+
+// tcpRound is one round of the TCP rows: each mode runs twice for half a
+// phase, in the order A B B A (B A A B in odd rounds), so that a change of
+// the machine's load during the round weighs on every mode alike.
+func (b *kvBench) tcpRound(ctx context.Context, round int, modes []string) error {
+	back := slices.Clone(modes)
+	slices.Reverse(back)
+	order := append(slices.Clone(modes), back...)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	parts := map[string]*tcpPart{}
+	for _, m := range order {
+		p, err := b.tcpPhase(ctx, m, b.opt.Phase/2)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tcpRow+m, err)
+		}
+		if parts[m] == nil {
+			parts[m] = &tcpPart{}
+		}
+		parts[m].add(p)
+	}
+	for _, m := range modes {
+		if err := b.tcpSample(tcpRow+m, *parts[m]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tcpSample records one round of a TCP row.
+func (b *kvBench) tcpSample(row string, p tcpPart) error {
+	res, put := p.res, b.rep.Sample
+	if res.gets == 0 {
+		return fmt.Errorf("%s: no GET answered", row)
+	}
+	put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
+	perOp := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(res.gets) }
+	put(row, "server_cpu_us_per_op", perOp(p.mc+p.si+p.kw))
+	// its parts: memcached's threads, all softirq, all kernel workers
+	put(row, "memcached_us_per_op", perOp(p.mc))
+	put(row, "softirq_us_per_op", perOp(p.si))
+	put(row, "kworker_us_per_op", perOp(p.kw))
+	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+	q := func(f float64) float64 { return float64(res.lat[int(f*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
+	put(row, "p50_us", q(0.5))
+	put(row, "p99_us", q(0.99))
+	put(row, "wrong_values", float64(res.wrong))
+	put(row, "out_of_order", float64(res.disorder))
+	if p.kernelServed {
+		c := p.counters
+		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_large"]
+		if hits := c["tcp_hits"]; hits+passed > 0 {
+			put(row, "kernel_hit_ratio", hits/(hits+passed))
+		}
+		if p.bpfMeasured {
+			put(row, "bpf_us_per_op", perOp(p.bpf))
+		}
+		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+			put(row, k, c[k])
+		}
+	}
+	return nil
 }
 
 // tcpTargets judges Kerby TCP against memcached alone over TCP.
