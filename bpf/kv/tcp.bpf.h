@@ -382,6 +382,30 @@ invalidate:
 	return 0;
 }
 
+/* Whether entry e could answer a GET (gets: with its CAS) as kv_snapshot
+ * and kv_stage_hit judge it: live, published after the last flush, not
+ * expired. Read without the entry's lock: a wrong guess only costs a
+ * ticket (a fill that replaces a value with itself) or one (a later GET
+ * passed again, until a write or a miss refills it). */
+static __always_inline int tcp_servable(struct kv_entry *e, int gets, __u64 now)
+{
+	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ), exp;
+
+	if (!e || !fs || e->dead || !stamp_read(&e->body.ref.ver) || e->body.seq <= *fs)
+		return 0;
+	exp = e->body.expire_ns;
+	if (exp && now >= exp)
+		return 0;
+	if (gets) {
+		__u8 any = 0;
+
+		for (int i = 0; i < 6; i++)
+			any |= e->body.cas[i];
+		return any != 0;
+	}
+	return 1;
+}
+
 static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s, __u32 n, __u64 now, int written)
 {
 	int cmd = s->ln.cmd;
@@ -404,16 +428,26 @@ static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s,
 	if (cmd == CMD_GAT || cmd == CMD_MGET)
 		stat(KV_PASS_CAS);
 	if (cmd == CMD_GET || cmd == CMD_GETS) {
-		/* a ticket for every key, so that memcached's reply fills */
+		/* a ticket for every key not cached, so that memcached's reply
+		 * fills; a cached one gets none: its fill would only replace the
+		 * value with itself (a pool allocation and a copy per key) */
 		int j = s->ln.ks;
 
 		for (int key = 0; key < 24; key++) {
 			int ke = kv_scan_token(s, n, j);
+			struct kv_entry *e;
+			__u64 h;
 
 			if (ke <= j || ke - j > KV_KEY_MAX)
 				break;
-			ticket(kv_take_key(s, j, ke - j), now);
-			stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_MISSES);
+			h = kv_take_key(s, j, ke - j);
+			e = bpf_map_lookup_elem(&kv_entries, &h);
+			if (tcp_servable(e, cmd == CMD_GETS, now)) {
+				stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_PASS_MIXED);
+			} else {
+				ticket(h, now);
+				stat(KV_TCP_MISSES);
+			}
 			j = kv_skip_sp(s, n, ke);
 			if (j >= s->ln.eol)
 				break;
