@@ -74,7 +74,7 @@ func (t zipfTable) draw(r *rand.Rand) int { return sort.SearchFloat64s(t, r.Floa
 // writing TCPDepth GETs at once and reading their replies: every reply
 // must be for the key in its place (order) and carry the value the
 // preload wrote (loadgen.CheckValue).
-func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tcpResult, error) {
+func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable, idle func()) (tcpResult, error) {
 	addr := b.mc.Addr()
 	conns := make([]net.Conn, b.opt.TCPConns)
 	for i := range conns {
@@ -151,6 +151,9 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	if idle != nil {
+		idle() // every reply read, the connections still open
+	}
 	close(errs)
 	for err := range errs {
 		return res, err
@@ -242,6 +245,7 @@ type tcpPart struct {
 	counters     map[string]float64
 	bpfMeasured  bool
 	kernelServed bool
+	stuck        int // server sockets with unread bytes once the client had every reply
 }
 
 // add sums another phase of the same mode into p.
@@ -253,6 +257,7 @@ func (p *tcpPart) add(q tcpPart) {
 	p.res.lat = append(p.res.lat, q.res.lat...)
 	p.mc, p.si, p.kw, p.bpf = p.mc+q.mc, p.si+q.si, p.kw+q.kw, p.bpf+q.bpf
 	p.bpfMeasured = p.bpfMeasured || q.bpfMeasured
+	p.stuck += q.stuck
 	p.kernelServed = p.kernelServed || q.kernelServed
 	if p.counters == nil {
 		p.counters = map[string]float64{}
@@ -281,7 +286,7 @@ func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (t
 			bpf0, _, _ = srv.TCPRuntime()
 		}
 		mc0, si0, kw0 := benchkit.ProcCPU(b.mc.Pid()), benchkit.SoftirqCPU(), kworkerCPU()
-		res, err := b.tcpLoad(ctx, d, b.zipf)
+		res, err := b.tcpLoad(ctx, d, b.zipf, func() { p.stuck = b.stuckConnections() })
 		if err != nil {
 			return err
 		}
@@ -351,6 +356,7 @@ func (b *kvBench) tcpSample(row string, p tcpPart) error {
 	put(row, "p99_us", q(0.99))
 	put(row, "wrong_values", float64(res.wrong))
 	put(row, "out_of_order", float64(res.disorder))
+	put(row, "stuck_connections", float64(p.stuck))
 	if p.kernelServed {
 		c := p.counters
 		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_large"]
@@ -365,6 +371,40 @@ func (b *kvBench) tcpSample(row string, p tcpPart) error {
 		}
 	}
 	return nil
+}
+
+// stuckConnections counts memcached's TCP sockets that still hold unread
+// bytes (Recv-Q) when the client has read every reply and sent nothing
+// more: in a closed loop there is then nothing for memcached to read, so
+// such a socket is one whose copied_seq missed the advance of a segment
+// the kernel answered; epoll reports it readable and read() finds
+// nothing, and memcached's thread spins until the connection closes
+// (docs/kerby-kv.md, "where the time goes").
+func (b *kvBench) stuckConnections() int {
+	// sampled twice, 200 ms apart: only a socket unread in both counts
+	sample := func() map[string]bool {
+		out, err := netenv.Command(b.pair.ServerNSName(), "ss", "-tnH", "state", "established", "( sport = :11211 )").Output()
+		if err != nil {
+			return nil
+		}
+		m := map[string]bool{}
+		for _, line := range strings.Split(string(out), "\n") {
+			// Recv-Q Send-Q Local Peer
+			if f := strings.Fields(line); len(f) >= 4 && f[0] != "0" {
+				m[f[3]+" "+f[0]] = true
+			}
+		}
+		return m
+	}
+	first := sample()
+	time.Sleep(200 * time.Millisecond)
+	n := 0
+	for k := range sample() {
+		if first[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // tcpTargets judges Kerby TCP against memcached alone over TCP.
