@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -72,6 +73,27 @@ func (s *Server) attachTCP() error {
 	s.tcp = t
 	s.TCPMode = "sockmap"
 	return nil
+}
+
+// TCPRuntime is the time the kernel spent so far in the TCP path's
+// verdict and sk_msg programs, and how many times they ran. It grows only
+// while run-time statistics are on (ebpf.EnableStats, or the sysctl
+// kernel.bpf_stats_enabled).
+func (s *Server) TCPRuntime() (time.Duration, uint64, error) {
+	var d time.Duration
+	var n uint64
+	for _, p := range []*ebpf.Program{s.objs.KvTcpVerdict, s.objs.KvTcpMsg} {
+		if p == nil {
+			continue
+		}
+		st, err := p.Stats()
+		if err != nil {
+			return 0, 0, err
+		}
+		d += st.Runtime
+		n += st.RunCount
+	}
+	return d, n, nil
 }
 
 // close detaches the TCP path. Connections already in kv_socks keep the

@@ -48,6 +48,14 @@ type Options struct {
 	// memcached's TCP connections, rows "tcp vanilla" and "tcp kerby");
 	// default all three.
 	Clients []string
+	// TCPConns and TCPDepth shape the TCP client: connections, and GETs
+	// written at once on each before it reads their replies (default 16
+	// and 4).
+	TCPConns, TCPDepth int
+	// TCPHits is the share of the TCP client's GETs for preloaded keys
+	// (default 0.9, the hit ratio); the others ask for keys no one
+	// sets, which every mode answers with END.
+	TCPHits float64
 	// Native attaches XDP in driver mode for the user-space client rows too.
 	// On veth it is slower than generic there (every skb is converted to an
 	// XDP frame and back); the kernel generator always uses native.
@@ -94,6 +102,15 @@ func (o *Options) defaults() {
 	if len(o.Clients) == 0 {
 		o.Clients = []string{"kernel", "user-space", "tcp"}
 	}
+	if o.TCPConns == 0 {
+		o.TCPConns = tcpConns
+	}
+	if o.TCPDepth == 0 {
+		o.TCPDepth = tcpDepth
+	}
+	if o.TCPHits == 0 {
+		o.TCPHits = 0.9
+	}
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
@@ -129,16 +146,17 @@ const (
 // kvBench is one run's shared state: the namespaces, memcached, a loaded
 // Kerby-KV per kernel mode, the generators.
 type kvBench struct {
-	opt     Options
-	rep     *benchkit.Report
-	pair    *netenv.Pair
-	mc      *servers.Memcached
-	srv     map[string]*kv.Server
-	gen     *kvgen.Gen // nil without the kernel generator
-	clients map[float64]*loadgen.Client
-	zipf    zipfTable // the TCP client's key popularity
-	phase   string    // for the live line
-	cur     string    // the mode running, for the live line
+	opt      Options
+	rep      *benchkit.Report
+	pair     *netenv.Pair
+	mc       *servers.Memcached
+	srv      map[string]*kv.Server
+	gen      *kvgen.Gen // nil without the kernel generator
+	clients  map[float64]*loadgen.Client
+	zipf     zipfTable // the TCP client's key popularity
+	tcpModes []string  // the modes with TCP rows in this run
+	phase    string    // for the live line
+	cur      string    // the mode running, for the live line
 }
 
 // Run runs the Kerby-KV benchmark and returns its report. Modes run
@@ -158,6 +176,11 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	rep.SetConfig("depth", max(opt.Depth, 32)) // loadgen's default is 32
 	rep.SetConfig("user_space_xdp", map[bool]string{true: "native", false: "generic (veth; see --native)"}[opt.Native])
 	rep.SetConfig("skews", opt.Skews)
+	if slices.Contains(opt.Clients, "tcp") {
+		rep.SetConfig("tcp_conns", opt.TCPConns)
+		rep.SetConfig("tcp_depth", opt.TCPDepth)
+		rep.SetConfig("tcp_hits", opt.TCPHits)
+	}
 	rep.Headline("mops_per_sec", "mops_per_server_core", "p99_us", "memory_efficiency", "wrong_values")
 
 	// A queue per CPU: each generator thread's requests, the server's XDP
@@ -197,13 +220,16 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		b.zipf = newZipf(opt.Keys, 0.99)
 		for _, m := range tcpModes {
 			if slices.Contains(opt.Modes, m) {
-				steps = append(steps, tcpRow+m)
+				b.tcpModes = append(b.tcpModes, m)
 			}
 		}
+		if len(b.tcpModes) > 0 {
+			steps = append(steps, tcpStep)
+		}
 	}
-	err = benchkit.Interleave(ctx, opt.Rounds, steps, opt.Progress, func(ctx context.Context, _ int, step string) error {
-		if mode, ok := strings.CutPrefix(step, tcpRow); ok {
-			return b.tcpRound(ctx, mode)
+	err = benchkit.Interleave(ctx, opt.Rounds, steps, opt.Progress, func(ctx context.Context, round int, step string) error {
+		if step == tcpStep {
+			return b.tcpRound(ctx, round, b.tcpModes)
 		}
 		if mode, sk, ok := parseUserStep(step); ok {
 			return b.userRound(ctx, mode, phase{phaseName("get", sk), sk, 1})

@@ -22,6 +22,7 @@ func TestKVBenchRuns(t *testing.T) {
 	rep, err := Run(context.Background(), Options{
 		Keys: 2000, Phase: 300 * time.Millisecond, GenPhase: 200 * time.Millisecond, Rounds: 2, Skews: []float64{0.99},
 		Modes: []string{"vanilla", "fixed128", "kerby"}, PlotPath: plot,
+		TCPDepth: 1, // one GET per segment: each hit (0.9 of the GETs) answerable in the kernel
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,13 +67,14 @@ func TestKVBenchRuns(t *testing.T) {
 			t.Errorf("%s: %v", m, doc.Modes[m])
 		}
 	}
-	// TCP rows: every reply in order, and Kerby-KV answers warm GETs
+	// TCP rows: every reply in order (the misses' END too), and Kerby-KV
+	// answers the warm GETs of preloaded keys (0.9 of them)
 	for _, m := range []string{"tcp vanilla", "tcp kerby"} {
 		if v, ok := doc.Modes[m]["out_of_order"].(float64); !ok || v != 0 {
 			t.Errorf("%s: out_of_order %v", m, doc.Modes[m]["out_of_order"])
 		}
 	}
-	if r, _ := doc.Modes["tcp kerby"]["kernel_hit_ratio"].(float64); r < 0.9 {
+	if r, _ := doc.Modes["tcp kerby"]["kernel_hit_ratio"].(float64); r < 0.8 {
 		t.Errorf("tcp kerby: kernel_hit_ratio %v", doc.Modes["tcp kerby"]["kernel_hit_ratio"])
 	}
 	if gen && doc.Modes["kerby"]["value_hit_ratio"].(float64) < 0.99 {

@@ -11,11 +11,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/loadgen"
@@ -28,11 +32,15 @@ import (
 // bpf/kv/tcp.bpf.h). "user-space kerby" is the Kerby UDP row beside them.
 const tcpRow = "tcp "
 
+// tcpStep is the step of a round that runs every TCP row (tcpRound).
+const tcpStep = "tcp rows (A B B A)"
+
 // tcpModes are the modes with TCP rows.
 var tcpModes = []string{"vanilla", "kerby"}
 
+// Defaults of the TCP load client (Options.TCPConns, Options.TCPDepth).
 const (
-	tcpConns = 16 // connections of the TCP load client
+	tcpConns = 16 // connections
 	tcpDepth = 4  // GETs pipelined per connection, in one write
 )
 
@@ -40,7 +48,7 @@ const (
 type tcpResult struct {
 	gets, wrong, disorder uint64
 	elapsed               time.Duration
-	lat                   []time.Duration // per batch of tcpDepth GETs
+	lat                   []time.Duration // per batch of TCPDepth GETs
 }
 
 // zipfTable draws keys with zipfian popularity (skew s < 1 allowed) by
@@ -62,13 +70,13 @@ func newZipf(n int, s float64) zipfTable {
 
 func (t zipfTable) draw(r *rand.Rand) int { return sort.SearchFloat64s(t, r.Float64()) % len(t) }
 
-// tcpLoad runs tcpConns connections from the client namespace for d, each
-// writing tcpDepth GETs at once and reading their replies: every reply
+// tcpLoad runs TCPConns connections from the client namespace for d, each
+// writing TCPDepth GETs at once and reading their replies: every reply
 // must be for the key in its place (order) and carry the value the
 // preload wrote (loadgen.CheckValue).
-func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tcpResult, error) {
+func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable, idle func()) (tcpResult, error) {
 	addr := b.mc.Addr()
-	conns := make([]net.Conn, tcpConns)
+	conns := make([]net.Conn, b.opt.TCPConns)
 	for i := range conns {
 		err := netenv.Do(b.pair.ClientNS, func() (err error) {
 			conns[i], err = net.DialTimeout("tcp", addr, 2*time.Second)
@@ -86,6 +94,7 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 			c.Close()
 		}
 	}()
+	hits, absent := b.opt.TCPHits, b.opt.Keys
 	var mu sync.Mutex
 	var res tcpResult
 	errs := make(chan error, len(conns))
@@ -99,12 +108,17 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 			r := rand.New(rand.NewPCG(uint64(i), 7))
 			br := bufio.NewReaderSize(c, 64<<10)
 			var mine tcpResult
-			keys := make([]int, tcpDepth)
+			keys := make([]int, b.opt.TCPDepth)
 			var req []byte
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				req = req[:0]
 				for j := range keys {
 					keys[j] = z.draw(r)
+					if r.Float64() >= hits {
+						// a key no one ever sets: memcached and Kerby-KV
+						// both answer END
+						keys[j] = absent + r.IntN(absent)
+					}
 					req = append(req, "get "...)
 					req = loadgen.AppendKey(req, keys[j])
 					req = append(req, "\r\n"...)
@@ -116,7 +130,7 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 					return
 				}
 				for _, k := range keys {
-					w, dis, err := readChecked(br, k)
+					w, dis, err := readChecked(br, k, k >= absent)
 					if err != nil {
 						errs <- err
 						return
@@ -137,6 +151,9 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	if idle != nil {
+		idle() // every reply read, the connections still open
+	}
 	close(errs)
 	for err := range errs {
 		return res, err
@@ -145,14 +162,18 @@ func (b *kvBench) tcpLoad(ctx context.Context, d time.Duration, z zipfTable) (tc
 }
 
 // readChecked reads one GET reply and checks it is key k's preloaded
-// value: wrong counts a bad value or a miss, disorder a reply for another
-// key (an answer out of request order).
-func readChecked(r *bufio.Reader, k int) (wrong, disorder uint64, err error) {
+// value, or no value when k is absent (never set): wrong counts a bad
+// value, a miss of a preloaded key or a value for an absent one, disorder
+// a reply for another key (an answer out of request order).
+func readChecked(r *bufio.Reader, k int, absent bool) (wrong, disorder uint64, err error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return 0, 0, err
 	}
 	if bytes.Equal(line, []byte("END\r\n")) {
+		if absent {
+			return 0, 0, nil
+		}
 		return 1, 0, nil // the preload wrote every key: a miss is wrong
 	}
 	f := strings.Fields(string(line))
@@ -178,16 +199,19 @@ func readChecked(r *bufio.Reader, k int) (wrong, disorder uint64, err error) {
 	if key != loadgen.Key(k) {
 		return 0, 1, nil
 	}
+	if absent {
+		return 1, 0, nil
+	}
 	if _, err := loadgen.CheckValue(data[:n], k, loadgen.DefaultValueSize(k)); err != nil {
 		return 1, 0, nil
 	}
 	return 0, 0, nil
 }
 
-// kworkerCPU is the CPU time of the kernel's worker threads so far: the
+// kworkerCPU is the CPU time so far of each kernel worker thread: the
 // sockmap's backlog worker, which sends Kerby-KV's TCP replies, runs there.
-func kworkerCPU() time.Duration {
-	var total time.Duration
+func kworkerCPU() map[int]time.Duration {
+	cpu := map[int]time.Duration{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		comm, err := os.ReadFile(d + "/comm")
@@ -195,51 +219,192 @@ func kworkerCPU() time.Duration {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(d))
-		total += benchkit.ProcCPU(pid)
+		cpu[pid] = benchkit.ProcCPU(pid)
 	}
-	return total
+	return cpu
 }
 
-// tcpRound is one TCP phase of a mode.
-func (b *kvBench) tcpRound(ctx context.Context, mode string) error {
-	z := b.zipf
-	return b.withServer(mode, false, func() error {
+// kworkerDelta is the CPU the kernel workers used between two kworkerCPU
+// readings: workers come and go, so each is taken from its own start (0
+// for one that started since) and one that ended counts nothing.
+func kworkerDelta(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range after {
+		if t > before[pid] {
+			d += t - before[pid]
+		}
+	}
+	return d
+}
+
+// tcpPart is what one TCP phase of a mode used and counted.
+type tcpPart struct {
+	res          tcpResult
+	mc, si, kw   time.Duration // memcached's threads, all softirq, all kernel workers
+	bpf          time.Duration // the TCP programs' run time
+	counters     map[string]float64
+	bpfMeasured  bool
+	kernelServed bool
+	stuck        int // server sockets with unread bytes once the client had every reply
+}
+
+// add sums another phase of the same mode into p.
+func (p *tcpPart) add(q tcpPart) {
+	p.res.gets += q.res.gets
+	p.res.wrong += q.res.wrong
+	p.res.disorder += q.res.disorder
+	p.res.elapsed += q.res.elapsed
+	p.res.lat = append(p.res.lat, q.res.lat...)
+	p.mc, p.si, p.kw, p.bpf = p.mc+q.mc, p.si+q.si, p.kw+q.kw, p.bpf+q.bpf
+	p.bpfMeasured = p.bpfMeasured || q.bpfMeasured
+	p.stuck += q.stuck
+	p.kernelServed = p.kernelServed || q.kernelServed
+	if p.counters == nil {
+		p.counters = map[string]float64{}
+	}
+	for k, v := range q.counters {
+		p.counters[k] += v
+	}
+}
+
+// tcpPhase runs the TCP client against one mode for d.
+func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (tcpPart, error) {
+	var p tcpPart
+	err := b.withServer(mode, false, func() error {
 		srv := b.srv[mode]
 		var before map[string]uint64
 		if srv != nil {
 			before, _ = srv.Counters()
 		}
-		srv0, kw0 := serverCPU(b.mc.Pid()), kworkerCPU()
-		res, err := b.tcpLoad(ctx, b.opt.Phase, z)
+		// BPF run time of the TCP programs, counted while this phase runs
+		var bpf0 time.Duration
+		stats, _ := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if stats != nil {
+			defer stats.Close()
+		}
+		if srv != nil {
+			bpf0, _, _ = srv.TCPRuntime()
+		}
+		mc0, si0, kw0 := benchkit.ProcCPU(b.mc.Pid()), benchkit.SoftirqCPU(), kworkerCPU()
+		res, err := b.tcpLoad(ctx, d, b.zipf, func() { p.stuck = b.stuckConnections() })
 		if err != nil {
 			return err
 		}
-		scpu := serverCPU(b.mc.Pid()) - srv0 + kworkerCPU() - kw0
-		row, put := tcpRow+mode, b.rep.Sample
-		if res.gets == 0 {
-			return fmt.Errorf("%s: no GET answered", row)
-		}
-		put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
-		put(row, "server_cpu_us_per_op", scpu.Seconds()*1e6/float64(res.gets))
-		sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
-		q := func(p float64) float64 { return float64(res.lat[int(p*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
-		put(row, "p50_us", q(0.5))
-		put(row, "p99_us", q(0.99))
-		put(row, "wrong_values", float64(res.wrong))
-		put(row, "out_of_order", float64(res.disorder))
+		p.res = res
+		p.mc, p.si, p.kw = benchkit.ProcCPU(b.mc.Pid())-mc0, benchkit.SoftirqCPU()-si0, kworkerDelta(kw0, kworkerCPU())
 		if srv != nil {
-			after, _ := srv.Counters()
-			dl := func(k string) float64 { return float64(after[k] - before[k]) }
-			passed := dl("tcp_misses") + dl("tcp_pass_order") + dl("tcp_pass_large")
-			if hits := dl("tcp_hits"); hits+passed > 0 {
-				put(row, "kernel_hit_ratio", hits/(hits+passed))
+			p.kernelServed = true
+			if bpf1, _, err := srv.TCPRuntime(); err == nil && stats != nil && bpf1 >= bpf0 {
+				p.bpf, p.bpfMeasured = bpf1-bpf0, true
 			}
-			for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
-				put(row, k, dl(k))
+			after, _ := srv.Counters()
+			p.counters = map[string]float64{}
+			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+				p.counters[k] = float64(after[k] - before[k])
 			}
 		}
 		return nil
 	})
+	return p, err
+}
+
+// tcpRound is one round of the TCP rows: each mode runs twice for half a
+// phase, in the order A B B A (B A A B in odd rounds), so that a change of
+// the machine's load during the round weighs on every mode alike.
+func (b *kvBench) tcpRound(ctx context.Context, round int, modes []string) error {
+	back := slices.Clone(modes)
+	slices.Reverse(back)
+	order := append(slices.Clone(modes), back...)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	parts := map[string]*tcpPart{}
+	for _, m := range order {
+		p, err := b.tcpPhase(ctx, m, b.opt.Phase/2)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tcpRow+m, err)
+		}
+		if parts[m] == nil {
+			parts[m] = &tcpPart{}
+		}
+		parts[m].add(p)
+	}
+	for _, m := range modes {
+		if err := b.tcpSample(tcpRow+m, *parts[m]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tcpSample records one round of a TCP row.
+func (b *kvBench) tcpSample(row string, p tcpPart) error {
+	res, put := p.res, b.rep.Sample
+	if res.gets == 0 {
+		return fmt.Errorf("%s: no GET answered", row)
+	}
+	put(row, "mops_per_sec", float64(res.gets)/res.elapsed.Seconds()/1e6)
+	perOp := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(res.gets) }
+	put(row, "server_cpu_us_per_op", perOp(p.mc+p.si+p.kw))
+	// its parts: memcached's threads, all softirq, all kernel workers
+	put(row, "memcached_us_per_op", perOp(p.mc))
+	put(row, "softirq_us_per_op", perOp(p.si))
+	put(row, "kworker_us_per_op", perOp(p.kw))
+	sort.Slice(res.lat, func(i, j int) bool { return res.lat[i] < res.lat[j] })
+	q := func(f float64) float64 { return float64(res.lat[int(f*float64(len(res.lat)-1))].Nanoseconds()) / 1e3 }
+	put(row, "p50_us", q(0.5))
+	put(row, "p99_us", q(0.99))
+	put(row, "wrong_values", float64(res.wrong))
+	put(row, "out_of_order", float64(res.disorder))
+	put(row, "stuck_connections", float64(p.stuck))
+	if p.kernelServed {
+		c := p.counters
+		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_large"]
+		if hits := c["tcp_hits"]; hits+passed > 0 {
+			put(row, "kernel_hit_ratio", hits/(hits+passed))
+		}
+		if p.bpfMeasured {
+			put(row, "bpf_us_per_op", perOp(p.bpf))
+		}
+		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+			put(row, k, c[k])
+		}
+	}
+	return nil
+}
+
+// stuckConnections counts memcached's TCP sockets that still hold unread
+// bytes (Recv-Q) when the client has read every reply and sent nothing
+// more: in a closed loop there is then nothing for memcached to read, so
+// such a socket is one whose copied_seq missed the advance of a segment
+// the kernel answered; epoll reports it readable and read() finds
+// nothing, and memcached's thread spins until the connection closes
+// (docs/kerby-kv.md, "where the time goes").
+func (b *kvBench) stuckConnections() int {
+	// sampled twice, 200 ms apart: only a socket unread in both counts
+	sample := func() map[string]bool {
+		out, err := netenv.Command(b.pair.ServerNSName(), "ss", "-tnH", "state", "established", "( sport = :11211 )").Output()
+		if err != nil {
+			return nil
+		}
+		m := map[string]bool{}
+		for _, line := range strings.Split(string(out), "\n") {
+			// Recv-Q Send-Q Local Peer
+			if f := strings.Fields(line); len(f) >= 4 && f[0] != "0" {
+				m[f[3]+" "+f[0]] = true
+			}
+		}
+		return m
+	}
+	first := sample()
+	time.Sleep(200 * time.Millisecond)
+	n := 0
+	for k := range sample() {
+		if first[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // tcpTargets judges Kerby TCP against memcached alone over TCP.

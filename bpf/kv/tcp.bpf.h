@@ -382,6 +382,30 @@ invalidate:
 	return 0;
 }
 
+/* Whether entry e could answer a GET (gets: with its CAS) as kv_snapshot
+ * and kv_stage_hit judge it: live, published after the last flush, not
+ * expired. Read without the entry's lock: a wrong guess only costs a
+ * ticket (a fill that replaces a value with itself) or one (a later GET
+ * passed again, until a write or a miss refills it). */
+static __always_inline int tcp_servable(struct kv_entry *e, int gets, __u64 now)
+{
+	__u64 *fs = clock_slot(KV_CLOCK_FLUSH_SEQ), exp;
+
+	if (!e || !fs || e->dead || !stamp_read(&e->body.ref.ver) || e->body.seq <= *fs)
+		return 0;
+	exp = e->body.expire_ns;
+	if (exp && now >= exp)
+		return 0;
+	if (gets) {
+		__u8 any = 0;
+
+		for (int i = 0; i < 6; i++)
+			any |= e->body.cas[i];
+		return any != 0;
+	}
+	return 1;
+}
+
 static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s, __u32 n, __u64 now, int written)
 {
 	int cmd = s->ln.cmd;
@@ -404,16 +428,26 @@ static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s,
 	if (cmd == CMD_GAT || cmd == CMD_MGET)
 		stat(KV_PASS_CAS);
 	if (cmd == CMD_GET || cmd == CMD_GETS) {
-		/* a ticket for every key, so that memcached's reply fills */
+		/* a ticket for every key not cached, so that memcached's reply
+		 * fills; a cached one gets none: its fill would only replace the
+		 * value with itself (a pool allocation and a copy per key) */
 		int j = s->ln.ks;
 
 		for (int key = 0; key < 24; key++) {
 			int ke = kv_scan_token(s, n, j);
+			struct kv_entry *e;
+			__u64 h;
 
 			if (ke <= j || ke - j > KV_KEY_MAX)
 				break;
-			ticket(kv_take_key(s, j, ke - j), now);
-			stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_MISSES);
+			h = kv_take_key(s, j, ke - j);
+			e = bpf_map_lookup_elem(&kv_entries, &h);
+			if (tcp_servable(e, cmd == CMD_GETS, now)) {
+				stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_PASS_MIXED);
+			} else {
+				ticket(h, now);
+				stat(KV_TCP_MISSES);
+			}
 			j = kv_skip_sp(s, n, ke);
 			if (j >= s->ln.eol)
 				break;
@@ -584,8 +618,10 @@ __global int kv_msg_window(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, _
 
 /* Writes bytes [from, from + n) of stage c->out_slot over the message's
  * bytes [at, at + n). */
-static __always_inline int msg_write(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 n)
+__global int kv_msg_write(struct sk_msg_md *msg, struct kv_conn *c, __u32 at, __u32 from, __u32 n)
 {
+	if (!msg || !c)
+		return -1;
 	for (__u32 w = 0; w < KV_STAGE_BUF / 256; w++) {
 		__u32 wo = w * 256;
 
@@ -616,7 +652,13 @@ static __always_inline int msg_hit(struct sk_msg_md *msg, struct kv_conn *c, __u
 	now = len - (reqlen - size);
 	if (now > size && bpf_msg_push_data(msg, size, now - size, 0))
 		return -1;
-	if (msg_write(msg, c, 0, 0, now))
+	/* The segment's bytes and the pushed ones are separate elements of
+	 * the message: written apart, no window spans both, so that
+	 * bpf_msg_pull_data never merges them (a page allocated and the
+	 * whole reply copied once more). */
+	if (kv_msg_write(msg, c, 0, 0, size))
+		return -1;
+	if (now > size && kv_msg_write(msg, c, size, size, now - size))
 		return -1;
 	c->out_off = now;
 	c->out_left = reqlen - size;
@@ -808,7 +850,7 @@ int kv_tcp_msg(struct sk_msg_md *msg)
 		/* a later piece of a marked segment: the rest of its reply */
 		__u32 n = size < c->out_left ? size : c->out_left;
 
-		if (msg_write(msg, c, 0, c->out_off, n)) {
+		if (kv_msg_write(msg, c, 0, c->out_off, n)) {
 			stat(KV_TCP_STAGE_LOST);
 			conn_blind(c);
 		}
