@@ -208,7 +208,7 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.Note("getscan: one GET thread (it and the scanner a core each); the hot file is 9/16 of the limit (just over the half the kernel LRU's active list may hold) and is read twice (warm, on the active list) by the GET process before the run; the scanner is its own process, " +
 		"registered with the agent by pid; the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed); " +
 		"GET latencies: a uniform sample of 65536 per thread, so the GET process's memory (charged to the cgroup) does not grow with its GET rate; " +
-		"get_mean_us shows the rare misses the p99 hides (each costs hundreds of microseconds on disk); " +
+		"get_mean_us, over every GET (not the sample), shows the rare misses the p99 hides (each costs hundreds of microseconds on disk); " +
 		"get_preempts_per_1k and get_runq_wait_us_per_get: the GET thread's involuntary context switches and its time waiting for a CPU, per GET; " +
 		"agent_wakeups_per_1k_gets: the agent thread's context switches per 1000 GETs, each of which can delay at most the one GET in flight (a p99 moves only when more than 10 in 1000 are delayed)")
 	return nil
