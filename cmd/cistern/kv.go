@@ -37,6 +37,8 @@ func newKVServeCmd() *cobra.Command {
 		metricsAt string
 		xdpMode   string
 		generic   bool
+		tcpGets   bool
+		noTCP     bool
 	)
 	c := &cobra.Command{
 		Use:   "serve --iface IF --memcached HOST:PORT",
@@ -45,6 +47,9 @@ func newKVServeCmd() *cobra.Command {
 UDP get hits are answered in the kernel (XDP_TX); misses, TCP and oversize
 values go to memcached, which stays the source of truth. UDP sets write
 through; TCP writes invalidate the kernel copy before memcached sees them.
+--tcp (experimental) also answers GET hits on memcached's TCP connections
+in the kernel (sockmap); on 6.12 and 6.18 memcached was seen spinning on a
+connection so answered, so it is off by default (docs/kerby-kv.md).
 --policy NAME makes pool-full eviction follow an in-kernel eviction policy
 (cistern cache replay's): the data path queues hits and fills, a drainer
 applies them every millisecond and evicts ahead of need, keeping 1/16 of
@@ -95,6 +100,7 @@ dropped.`,
 			if err := checkMemcached(host, portStr); err != nil {
 				return err
 			}
+			cfg.NoTCP = !tcpGets || noTCP
 			fmt.Fprintf(cmd.ErrOrStderr(), "loading Kerby-KV: pool of %d blocks…\n", cfg.PoolConfig().CapacityBlocks)
 			srv, err := kv.Load(cfg)
 			if err != nil {
@@ -166,7 +172,12 @@ dropped.`,
 	f.DurationVar(&cfg.FillTTL, "fill-ttl", 0, "expire values filled from GET replies after this long (0: never)")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy when the pool is full: "+strings.Join(kv.Policies(), "|")+" (default: the built-in FIFO ring)")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9101)")
-	f.BoolVar(&cfg.NoTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached (TCP writes still invalidate)")
+	// TCP GETs in the kernel are opt-in: with them memcached can be left
+	// spinning on a connection the sockmap path answered (docs/kerby-kv.md,
+	// "TCP bench: where the time goes"); TCP writes always invalidate.
+	f.BoolVar(&tcpGets, "tcp", false, "also answer GET hits on memcached's TCP connections in the kernel (experimental: see docs/kerby-kv.md)")
+	f.BoolVar(&noTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached (the default)")
+	f.MarkDeprecated("no-tcp", "TCP GETs are off unless --tcp is given")
 	f.StringVar(&xdpMode, "xdp-mode", string(kv.XDPAuto), "auto (generic on a veth, else native when the driver has it), native or generic")
 	f.BoolVar(&generic, "generic", false, "same as --xdp-mode generic")
 	f.MarkDeprecated("generic", "use --xdp-mode generic")
