@@ -244,7 +244,7 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 	if g.handshake != 0 {
 		probes = append(probes, probe{g.handshake, "handshake"})
 		for _, r := range g.handshakeRets {
-			probes = append(probes, probe{g.handshake + r, "write_ret"})
+			probes = append(probes, probe{g.handshake + r, "handshake_ret"})
 		}
 	}
 	if g.close != 0 {
@@ -257,17 +257,15 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 		probes = append(probes, probe{g.read + r, "read_ret"})
 	}
 	progs := map[string]*ebpf.Program{"write": c.objs.CapGoWrite, "read": c.objs.CapGoRead, "close": c.objs.CapGoClose,
-		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet, "handshake": c.objs.CapGoHandshake}
-	var links []link.Link
+		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet, "handshake": c.objs.CapGoHandshake,
+		"handshake_ret": c.objs.CapGoHandshakeRet}
+	reqs := make([]uprobeReq, 0, len(probes))
 	for _, p := range probes {
-		l, err := ex.Uprobe("", progs[p.prog], &link.UprobeOptions{Address: p.addr, PID: c.uprobeOpts.PID})
-		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
-			return fmt.Errorf("attach Go TLS %s at %#x (%s): %w", p.prog, p.addr, path, err)
-		}
-		links = append(links, l)
+		reqs = append(reqs, uprobeReq{name: "Go TLS " + p.prog, prog: progs[p.prog], addr: p.addr})
+	}
+	links, err := c.attachUprobes(ex, path, reqs, c.uprobeOpts.PID)
+	if err != nil {
+		return err
 	}
 	c.links = append(c.links, links...)
 	return nil

@@ -117,16 +117,21 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		return nil, err
 	}
 	defer cert.Remove()
-	pg, err := servers.StartPostgres(servers.PostgresOptions{Port: opt.Port, Conf: cert.PostgresConf()})
-	if err != nil {
-		return nil, err
-	}
-	defer pg.Stop()
-	opt.Progress("pgbench -i -s 1")
-	init := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-i", "-s", "1", "-q")...)
-	init.Env = append(os.Environ(), "PGSSLMODE=require")
-	if out, err := init.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
+	// The pgbench PostgreSQL, unless only modes with their own workload
+	// (churn, attach) run.
+	var pg *servers.Postgres
+	if slices.ContainsFunc(opt.Modes, func(m string) bool { return m != "churn" && m != "attach" }) {
+		pg, err = servers.StartPostgres(servers.PostgresOptions{Port: opt.Port, Conf: cert.PostgresConf()})
+		if err != nil {
+			return nil, err
+		}
+		defer pg.Stop()
+		opt.Progress("pgbench -i -s 1")
+		init := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-i", "-s", "1", "-q")...)
+		init.Env = append(os.Environ(), "PGSSLMODE=require")
+		if out, err := init.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
+		}
 	}
 
 	var mb *mariadbBench
