@@ -295,8 +295,15 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
 			}
 		}
-		if err := benchkit.BarChart(opt.PlotPath, "Capture: pgbench -S over TLS ("+rep.Kernel()+")",
-			"transactions per second", []string{"pgbench -S"}, s); err != nil {
+		title, ylabel, groups := "Capture: pgbench -S over TLS ("+rep.Kernel()+")", "transactions per second", []string{"pgbench -S"}
+		if len(s) == 0 && attach.rounds > 0 { // the attach mode alone: its latencies
+			title, ylabel, groups = "Capture: exec (or libssl open) to uprobes attached ("+rep.Kernel()+")", "ms", []string{"Go program", "libssl copy"}
+			s = []benchkit.BarSeries{
+				{Name: "median", Values: []float64{benchkit.Median(attach.goLat), benchkit.Median(attach.sslLat)}},
+				{Name: "p99", Values: []float64{benchkit.Percentile(attach.goLat, 99), benchkit.Percentile(attach.sslLat, 99)}},
+			}
+		}
+		if err := benchkit.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
 			return nil, err
 		}
 	}
