@@ -235,7 +235,7 @@ func decode(rec *ringbuf.Record) (Event, bool) {
 		return Event{}, false
 	}
 	return Event{Op: s[0], Order: s[1], File: le.Uint32(s[4:]), Index: le.Uint64(s[8:]),
-		TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:])}, true
+		TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:]), Read: le.Uint32(s[28:])}, true
 }
 
 // drain reads every event already in the ring buffer, applying full

@@ -79,7 +79,7 @@ type pcGetscanPcBatch struct {
 		Tid   uint32
 		Tgid  uint32
 		Nr    uint32
-		Pad2  uint32
+		Read  uint32
 	}
 }
 
@@ -106,7 +106,7 @@ const (
 	pcGetscanMapEvictFree          = "evict_free"
 	pcGetscanMapEvictIndex         = "evict_index"
 	pcGetscanMapEvictNodes         = "evict_nodes"
-	pcGetscanMapEvictPslotPcnew    = "evict_pslot_pcnew"
+	pcGetscanMapEvictPslotPcread   = "evict_pslot_pcread"
 	pcGetscanMapEvictStats         = "evict_stats"
 	pcGetscanMapEvictVictims       = "evict_victims"
 	pcGetscanMapGetscanScanIds     = "getscan_scan_ids"
@@ -187,20 +187,20 @@ type pcGetscanProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcGetscanMapSpecs struct {
-	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
-	GetscanScanIds  *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
-	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches     *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree        *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex       *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcread *ebpf.MapSpec `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
+	GetscanScanIds   *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
+	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcGetscanVariableSpecs contains global variables before they are loaded into the kernel.
@@ -245,20 +245,20 @@ func (o *pcGetscanObjects) Close() error {
 //
 // It can be passed to loadPcGetscanObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcGetscanMaps struct {
-	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
-	EvictFree       *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
-	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
-	GetscanScanIds  *ebpf.Map `ebpf:"getscan_scan_ids"`
-	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
-	PcOut           *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches     *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.Map `ebpf:"evict_events"`
+	EvictFree        *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex       *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcread *ebpf.Map `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
+	GetscanScanIds   *ebpf.Map `ebpf:"getscan_scan_ids"`
+	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcOut            *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcGetscanMaps) Close() error {
@@ -270,7 +270,7 @@ func (m *pcGetscanMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
-		m.EvictPslotPcnew,
+		m.EvictPslotPcread,
 		m.EvictStats,
 		m.EvictVictims,
 		m.GetscanScanIds,

@@ -87,7 +87,7 @@ type pcLhdPcBatch struct {
 		Tid   uint32
 		Tgid  uint32
 		Nr    uint32
-		Pad2  uint32
+		Read  uint32
 	}
 }
 
@@ -115,7 +115,7 @@ const (
 	pcLhdMapEvictIndex          = "evict_index"
 	pcLhdMapEvictNodes          = "evict_nodes"
 	pcLhdMapEvictPslotLhd       = "evict_pslot_lhd"
-	pcLhdMapEvictPslotPcnew     = "evict_pslot_pcnew"
+	pcLhdMapEvictPslotPcread    = "evict_pslot_pcread"
 	pcLhdMapEvictStats          = "evict_stats"
 	pcLhdMapEvictVictims        = "evict_victims"
 	pcLhdMapPcApplyStats        = "pc_apply_stats"
@@ -201,20 +201,20 @@ type pcLhdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcLhdMapSpecs struct {
-	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictPslotLhd   *ebpf.MapSpec `ebpf:"evict_pslot_lhd"`
-	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
-	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches     *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree        *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex       *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotLhd    *ebpf.MapSpec `ebpf:"evict_pslot_lhd"`
+	EvictPslotPcread *ebpf.MapSpec `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
+	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcLhdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -263,20 +263,20 @@ func (o *pcLhdObjects) Close() error {
 //
 // It can be passed to loadPcLhdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcLhdMaps struct {
-	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
-	EvictFree       *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
-	EvictPslotLhd   *ebpf.Map `ebpf:"evict_pslot_lhd"`
-	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
-	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
-	PcOut           *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches     *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.Map `ebpf:"evict_events"`
+	EvictFree        *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex       *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotLhd    *ebpf.Map `ebpf:"evict_pslot_lhd"`
+	EvictPslotPcread *ebpf.Map `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
+	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcOut            *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcLhdMaps) Close() error {
@@ -289,7 +289,7 @@ func (m *pcLhdMaps) Close() error {
 		m.EvictIndex,
 		m.EvictNodes,
 		m.EvictPslotLhd,
-		m.EvictPslotPcnew,
+		m.EvictPslotPcread,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,

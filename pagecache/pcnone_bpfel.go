@@ -79,7 +79,7 @@ type pcNonePcBatch struct {
 		Tid   uint32
 		Tgid  uint32
 		Nr    uint32
-		Pad2  uint32
+		Read  uint32
 	}
 }
 
@@ -106,7 +106,7 @@ const (
 	pcNoneMapEvictFree          = "evict_free"
 	pcNoneMapEvictIndex         = "evict_index"
 	pcNoneMapEvictNodes         = "evict_nodes"
-	pcNoneMapEvictPslotPcnew    = "evict_pslot_pcnew"
+	pcNoneMapEvictPslotPcread   = "evict_pslot_pcread"
 	pcNoneMapEvictStats         = "evict_stats"
 	pcNoneMapEvictVictims       = "evict_victims"
 	pcNoneMapPcApplyStats       = "pc_apply_stats"
@@ -181,19 +181,19 @@ type pcNoneProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcNoneMapSpecs struct {
-	EvictBatches    *ebpf.MapSpec `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.MapSpec `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.MapSpec `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.MapSpec `ebpf:"evict_events"`
-	EvictFree       *ebpf.MapSpec `ebpf:"evict_free"`
-	EvictIndex      *ebpf.MapSpec `ebpf:"evict_index"`
-	EvictNodes      *ebpf.MapSpec `ebpf:"evict_nodes"`
-	EvictPslotPcnew *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.MapSpec `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.MapSpec `ebpf:"evict_victims"`
-	PcApplyStats    *ebpf.MapSpec `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.MapSpec `ebpf:"pc_batches"`
-	PcOut           *ebpf.MapSpec `ebpf:"pc_out"`
+	EvictBatches     *ebpf.MapSpec `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.MapSpec `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.MapSpec `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.MapSpec `ebpf:"evict_events"`
+	EvictFree        *ebpf.MapSpec `ebpf:"evict_free"`
+	EvictIndex       *ebpf.MapSpec `ebpf:"evict_index"`
+	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
+	EvictPslotPcread *ebpf.MapSpec `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
+	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 }
 
 // pcNoneVariableSpecs contains global variables before they are loaded into the kernel.
@@ -233,19 +233,19 @@ func (o *pcNoneObjects) Close() error {
 //
 // It can be passed to loadPcNoneObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcNoneMaps struct {
-	EvictBatches    *ebpf.Map `ebpf:"evict_batches"`
-	EvictCtxs       *ebpf.Map `ebpf:"evict_ctxs"`
-	EvictEntries    *ebpf.Map `ebpf:"evict_entries"`
-	EvictEvents     *ebpf.Map `ebpf:"evict_events"`
-	EvictFree       *ebpf.Map `ebpf:"evict_free"`
-	EvictIndex      *ebpf.Map `ebpf:"evict_index"`
-	EvictNodes      *ebpf.Map `ebpf:"evict_nodes"`
-	EvictPslotPcnew *ebpf.Map `ebpf:"evict_pslot_pcnew"`
-	EvictStats      *ebpf.Map `ebpf:"evict_stats"`
-	EvictVictims    *ebpf.Map `ebpf:"evict_victims"`
-	PcApplyStats    *ebpf.Map `ebpf:"pc_apply_stats"`
-	PcBatches       *ebpf.Map `ebpf:"pc_batches"`
-	PcOut           *ebpf.Map `ebpf:"pc_out"`
+	EvictBatches     *ebpf.Map `ebpf:"evict_batches"`
+	EvictCtxs        *ebpf.Map `ebpf:"evict_ctxs"`
+	EvictEntries     *ebpf.Map `ebpf:"evict_entries"`
+	EvictEvents      *ebpf.Map `ebpf:"evict_events"`
+	EvictFree        *ebpf.Map `ebpf:"evict_free"`
+	EvictIndex       *ebpf.Map `ebpf:"evict_index"`
+	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
+	EvictPslotPcread *ebpf.Map `ebpf:"evict_pslot_pcread"`
+	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
+	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
+	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
+	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcOut            *ebpf.Map `ebpf:"pc_out"`
 }
 
 func (m *pcNoneMaps) Close() error {
@@ -257,7 +257,7 @@ func (m *pcNoneMaps) Close() error {
 		m.EvictFree,
 		m.EvictIndex,
 		m.EvictNodes,
-		m.EvictPslotPcnew,
+		m.EvictPslotPcread,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,

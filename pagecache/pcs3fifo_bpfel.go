@@ -79,7 +79,7 @@ type pcS3fifoPcBatch struct {
 		Tid   uint32
 		Tgid  uint32
 		Nr    uint32
-		Pad2  uint32
+		Read  uint32
 	}
 }
 
@@ -117,7 +117,7 @@ const (
 	pcS3fifoMapEvictNodes         = "evict_nodes"
 	pcS3fifoMapEvictPslotGhost    = "evict_pslot_ghost"
 	pcS3fifoMapEvictPslotGindex   = "evict_pslot_gindex"
-	pcS3fifoMapEvictPslotPcnew    = "evict_pslot_pcnew"
+	pcS3fifoMapEvictPslotPcread   = "evict_pslot_pcread"
 	pcS3fifoMapEvictStats         = "evict_stats"
 	pcS3fifoMapEvictVictims       = "evict_victims"
 	pcS3fifoMapPcApplyStats       = "pc_apply_stats"
@@ -203,7 +203,7 @@ type pcS3fifoMapSpecs struct {
 	EvictNodes       *ebpf.MapSpec `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.MapSpec `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.MapSpec `ebpf:"evict_pslot_gindex"`
-	EvictPslotPcnew  *ebpf.MapSpec `ebpf:"evict_pslot_pcnew"`
+	EvictPslotPcread *ebpf.MapSpec `ebpf:"evict_pslot_pcread"`
 	EvictStats       *ebpf.MapSpec `ebpf:"evict_stats"`
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
@@ -259,7 +259,7 @@ type pcS3fifoMaps struct {
 	EvictNodes       *ebpf.Map `ebpf:"evict_nodes"`
 	EvictPslotGhost  *ebpf.Map `ebpf:"evict_pslot_ghost"`
 	EvictPslotGindex *ebpf.Map `ebpf:"evict_pslot_gindex"`
-	EvictPslotPcnew  *ebpf.Map `ebpf:"evict_pslot_pcnew"`
+	EvictPslotPcread *ebpf.Map `ebpf:"evict_pslot_pcread"`
 	EvictStats       *ebpf.Map `ebpf:"evict_stats"`
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
@@ -278,7 +278,7 @@ func (m *pcS3fifoMaps) Close() error {
 		m.EvictNodes,
 		m.EvictPslotGhost,
 		m.EvictPslotGindex,
-		m.EvictPslotPcnew,
+		m.EvictPslotPcread,
 		m.EvictStats,
 		m.EvictVictims,
 		m.PcApplyStats,

@@ -62,7 +62,7 @@ func UsesAccesses(name string) bool { return policies[name].access }
 func ValidPolicy(name string) bool { _, ok := policies[name]; return ok }
 
 // applyStatNames are pc_apply_stats, in enum pc_apply_stat order.
-var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads"}
+var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads", "read_again"}
 
 // Event is one tracker event (struct pc_event).
 type Event struct {
@@ -73,6 +73,7 @@ type Event struct {
 	TID   uint32
 	TGID  uint32
 	Nr    uint32
+	Read  uint32 // opAcc: the read's number in thread TID (0: none)
 }
 
 // Victim is a folio the policy chose: File, its first page, and pages.
@@ -163,6 +164,7 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 		le.PutUint32(o[16:], e.TID)
 		le.PutUint32(o[20:], e.TGID)
 		le.PutUint32(o[24:], e.Nr)
+		le.PutUint32(o[28:], e.Read)
 	}
 	// The whole struct pc_batch is written: records past n are stale and
 	// never read.

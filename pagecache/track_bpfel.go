@@ -20,12 +20,24 @@ type trackPcFileKey struct {
 	Pad uint32
 }
 
+type trackPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	trackMapPcEvents     = "pc_events"
 	trackMapPcFiles      = "pc_files"
+	trackMapPcReads      = "pc_reads"
 	trackMapPcTrackStats = "pc_track_stats"
 	trackProgPcAdd       = "pc_add"
 	trackProgPcDel       = "pc_del"
@@ -93,6 +105,7 @@ type trackProgramSpecs struct {
 type trackMapSpecs struct {
 	PcEvents     *ebpf.MapSpec `ebpf:"pc_events"`
 	PcFiles      *ebpf.MapSpec `ebpf:"pc_files"`
+	PcReads      *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTrackStats *ebpf.MapSpec `ebpf:"pc_track_stats"`
 }
 
@@ -128,6 +141,7 @@ func (o *trackObjects) Close() error {
 type trackMaps struct {
 	PcEvents     *ebpf.Map `ebpf:"pc_events"`
 	PcFiles      *ebpf.Map `ebpf:"pc_files"`
+	PcReads      *ebpf.Map `ebpf:"pc_reads"`
 	PcTrackStats *ebpf.Map `ebpf:"pc_track_stats"`
 }
 
@@ -135,6 +149,7 @@ func (m *trackMaps) Close() error {
 	return _TrackClose(
 		m.PcEvents,
 		m.PcFiles,
+		m.PcReads,
 		m.PcTrackStats,
 	)
 }

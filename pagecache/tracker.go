@@ -18,7 +18,7 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more"}
 
 // tracker is the loaded tracepoint object, its links and ring buffer, and
 // the directory watch (dirwatch.go) whose goroutine registers files created under the

@@ -75,6 +75,72 @@ func TestReadSignals(t *testing.T) {
 	}
 }
 
+// TestReadBatchesShareTheirRead: one read(2) calls filemap_get_pages once
+// per batch of at most 31 folios, and mm_filemap_get_pages reports each call
+// as the rest of the read, so a cold 4 MiB read is several events over the
+// same pages. They carry one read number (the policy counts each folio once
+// per read), and only the first counts as a read in the stats.
+func TestReadBatchesShareTheirRead(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := kernel.FilemapGetPages(); err != nil {
+		t.Skipf("read/pread64 only (one event per read): %v", err) // not a missing tool: a kernel before 6.10
+	}
+	dir := filepath.Join(t.TempDir(), "w")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
+	}
+	path := writeFiles(t, dir, 1, 4<<20)[0]
+	tr, err := openTracker(dir, 0, true, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Every batch but the last ends at a folio the read must wait for
+	// (readahead), or after 31 folios: many batches, whatever the folio size.
+	if _, err := f.ReadAt(make([]byte, 4<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	tr.rd.SetDeadline(time.Now().Add(time.Second))
+	for {
+		rec, err := tr.rd.Read()
+		if err != nil {
+			break
+		}
+		if e, ok := decode(&rec); ok && e.Op == opAcc {
+			evs = append(evs, e)
+		}
+	}
+	st, err := tr.stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d read events: %+v; stats %v", len(evs), evs, st)
+	if len(evs) == 0 {
+		t.Fatal("the read was not reported")
+	}
+	if evs[0].Index != 0 || evs[0].Nr != 1024 || evs[0].Read == 0 {
+		t.Errorf("first event %+v: want pages [0, 1023] with a read number", evs[0])
+	}
+	for _, e := range evs[1:] {
+		if e.Read != evs[0].Read || e.TID != evs[0].TID || e.Index+uint64(e.Nr) != 1024 {
+			t.Errorf("event %+v: want read %d of thread %d, up to page 1023", e, evs[0].Read, evs[0].TID)
+		}
+	}
+	if st["events_read"] != 1 || st["events_read_more"] != uint64(len(evs)-1) {
+		t.Errorf("events_read %d, events_read_more %d: want 1 and %d", st["events_read"], st["events_read_more"], len(evs)-1)
+	}
+	if len(evs) == 1 {
+		t.Logf("one batch: nothing repeated to check")
+	}
+}
+
 // TestMincoreAgreesWithCachestat: the mincore variant (kernels before 6.5)
 // counts the same cached pages as cachestat(2), whole file and a range.
 func TestMincoreAgreesWithCachestat(t *testing.T) {

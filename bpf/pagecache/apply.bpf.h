@@ -42,14 +42,19 @@ struct {
  * sampled, that first read is mostly not reported anyway). */
 const volatile __u32 pc_skip_first_read;
 
-/* Per slot, with pc_skip_first_read: 1 from insertion until the first read
- * (sized with the policy's slots: package evict resizes evict_pslot_*). */
+/* Per slot: the last read that found the folio, as tid << 32 | read number
+ * (struct pc_event's read), so that a folio a read's later page batches
+ * report again is not hit again by the same read; PC_FRESH (with
+ * pc_skip_first_read) from insertion until the first read. Sized with the
+ * policy's slots: package evict resizes evict_pslot_*. */
+#define PC_FRESH 1ULL
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, EVICT_DEFAULT_SLOTS);
 	__type(key, __u32);
-	__type(value, __u32);
-} evict_pslot_pcnew SEC(".maps");
+	__type(value, __u64);
+} evict_pslot_pcread SEC(".maps");
 
 static __always_inline void pc_stat(__u32 s, __u64 n)
 {
@@ -105,21 +110,30 @@ struct pc_loop {
 
 struct pc_acc_loop {
 	__u64 key;
+	__u64 read; /* tid << 32 | read number; 0: none (each event its own read) */
 	__u32 hits;
 };
 
 static long pc_acc_step(__u64 i, void *arg)
 {
 	struct pc_acc_loop *l = arg;
-	__u64 k = l->key + i;
-	__u32 *sp = bpf_map_lookup_elem(&evict_index, &k), *fresh;
+	__u64 k = l->key + i, *last;
+	__u32 *sp = bpf_map_lookup_elem(&evict_index, &k);
 
 	if (!sp)
 		return 0;
-	if (pc_skip_first_read && (fresh = bpf_map_lookup_elem(&evict_pslot_pcnew, sp)) && *fresh) {
-		*fresh = 0;
-		pc_stat(PC_A_FIRST_READS, 1);
-		return 0;
+	last = bpf_map_lookup_elem(&evict_pslot_pcread, sp);
+	if (last) {
+		if (l->read && *last == l->read) {
+			pc_stat(PC_A_READ_AGAIN, 1);
+			return 0;
+		}
+		if (pc_skip_first_read && *last == PC_FRESH) {
+			*last = l->read;
+			pc_stat(PC_A_FIRST_READS, 1);
+			return 0;
+		}
+		*last = l->read;
 	}
 	evict_policy_accessed(*sp);
 	l->hits++;
@@ -151,11 +165,11 @@ static long pc_apply_step(__u64 i, void *arg)
 #endif
 		pc_insert(key, 1U << (ev->order & 15));
 		pc_stat(PC_A_ADDED, 1);
-		if (pc_skip_first_read && (sp = bpf_map_lookup_elem(&evict_index, &key))) {
-			__u32 *fresh = bpf_map_lookup_elem(&evict_pslot_pcnew, sp);
+		if ((sp = bpf_map_lookup_elem(&evict_index, &key))) {
+			__u64 *last = bpf_map_lookup_elem(&evict_pslot_pcread, sp);
 
-			if (fresh)
-				*fresh = 1;
+			if (last)
+				*last = pc_skip_first_read ? PC_FRESH : 0;
 		}
 		break;
 	}
@@ -170,6 +184,9 @@ static long pc_apply_step(__u64 i, void *arg)
 		break;
 	case PC_ACC: {
 		struct pc_acc_loop l = { .key = key };
+
+		if (ev->read)
+			l.read = (__u64)ev->tid << 32 | ev->read;
 		__u32 nr = ev->nr;
 
 		if (nr > PC_MAX_ACC_PAGES)

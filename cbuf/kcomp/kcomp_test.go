@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -150,7 +151,9 @@ func TestKernelComponentC(t *testing.T) {
 			}
 		}
 	}()
-	out, err := exec.Command(peer, sock, "krecv", "150").Output()
+	// A slow (emulated) guest may exec /bin/true less than once in 2 s.
+	wait := strconv.Itoa(int(2000 * testenv.TimeScale()))
+	out, err := exec.Command(peer, sock, "krecv", "150", wait).Output()
 	if err != nil || string(out) != "kernel ok 150\n" {
 		t.Fatalf("C receiver of kernel buffers: %v %q", err, out)
 	}

@@ -47,6 +47,8 @@ func newDemoCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			start := time.Now()
+			defer func() { fmt.Fprintf(out, "\ndemo: %.0f s in all\n", time.Since(start).Seconds()) }()
 			banner(out, "doctor")
 			rep := doctor.Run(cmd.Context(), doctor.Options{})
 			rep.WriteTable(out)
@@ -59,6 +61,7 @@ func newDemoCmd() *cobra.Command {
 			}
 			for _, s := range demoSegments() {
 				banner(out, s.name)
+				t0 := time.Now()
 				fmt.Fprintf(out, "shows: %s\n", s.what)
 				if st := status[s.system]; st.Status == kernel.SystemUnavailable {
 					fmt.Fprintf(out, "skipped: %s is unavailable on this kernel (%s)\n", s.system, st.Detail)
@@ -67,6 +70,7 @@ func newDemoCmd() *cobra.Command {
 				if err := s.run(cmd); err != nil {
 					return fmt.Errorf("demo %s: %w", s.name, err)
 				}
+				fmt.Fprintf(out, "(%s: %.1f s)\n", s.name, time.Since(t0).Seconds())
 			}
 			return nil
 		},

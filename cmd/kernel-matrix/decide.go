@@ -29,7 +29,8 @@ type stepResult struct {
 	Passed  int      `json:"passed"`
 	Failed  []string `json:"failed,omitempty"`
 	Skipped int      `json:"skipped"`
-	Error   string   `json:"error,omitempty"` // the guest could not start the step: a matrix ERROR
+	Error   string   `json:"error,omitempty"`   // the guest could not start the step: a matrix ERROR
+	Retried []string `json:"retried,omitempty"` // failed in the step's first run (NAME.first.out), before its retry
 	Seconds float64  `json:"seconds"`
 }
 
@@ -83,7 +84,7 @@ func decide(r *kernelResult) {
 				c = cell{Status: "unsupported", Why: d.Why}
 			}
 		}
-		var why, errs []string
+		var why, errs, retried []string
 		for obj, st := range r.Objects {
 			if st != "ok" && objSystem(obj) == sys {
 				why = append(why, obj+" refused")
@@ -105,6 +106,8 @@ func decide(r *kernelResult) {
 					f = append(f[:3:3], fmt.Sprintf("%d more", len(sr.Failed)-3))
 				}
 				why = append(why, s.Name+" tests: "+strings.Join(f, ", "))
+			case len(sr.Retried) > 0:
+				retried = append(retried, s.Name+" passed on its retry (first run failed: "+strings.Join(sr.Retried, ", ")+")")
 			}
 		}
 		if sys == "evict" {
@@ -124,6 +127,9 @@ func decide(r *kernelResult) {
 			c = cell{Status: "FAIL", Why: strings.Join(append(why, errs...), "; ")}
 		case len(errs) > 0:
 			c = cell{Status: "ERROR", Why: "matrix error: " + strings.Join(errs, "; ")}
+		case len(retried) > 0: // it works, but the flake is shown, not hidden
+			sort.Strings(retried)
+			c.Why = strings.TrimPrefix(c.Why+"; "+strings.Join(retried, "; "), "; ")
 		}
 		r.Systems[sys] = c
 	}

@@ -106,7 +106,8 @@ func TestDecideVerdicts(t *testing.T) {
 			write(t, filepath.Join(dir, "accum.rc"), "0\n")
 			b, _ := os.ReadFile(filepath.Join(dir, "accum.out"))
 			write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
-		}, "accum", "works: "},
+			write(t, filepath.Join(dir, "accum.first.out"), "--- FAIL: TestFlushTimer (1.00s)\nFAIL\n")
+		}, "accum", "works: accum passed on its retry (first run failed: TestFlushTimer)"},
 		{"exit without a failed test", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, "evict.out"), "panic: test timed out after 10m0s\n")
 			write(t, filepath.Join(dir, "evict.rc"), "2\n")

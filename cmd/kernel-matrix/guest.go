@@ -186,6 +186,16 @@ func collect(r *kernelResult, root, res string, full bool, host map[string]strin
 				}
 			}
 		}
+		if first, err := os.ReadFile(filepath.Join(res, s.Name+".first.out")); err == nil && sr.Exit == 0 {
+			for _, line := range strings.Split(string(first), "\n") {
+				if m := topLevel.FindStringSubmatch(line); m != nil && m[1] == "FAIL" {
+					sr.Retried = append(sr.Retried, m[2])
+				}
+			}
+			if len(sr.Retried) == 0 {
+				sr.Retried = []string{"no test named"}
+			}
+		}
 		if why := startError(sr.Exit); why != "" {
 			b, _ := os.ReadFile(filepath.Join(res, s.Name+".start"))
 			sr.Error = fmt.Sprintf("the guest could not start it (%s: %s)", why, strings.TrimSpace(string(b)))

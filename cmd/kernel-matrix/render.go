@@ -157,6 +157,9 @@ func renderDocs(rs []*kernelResult, full bool, took time.Duration) string {
 			if len(s.Failed) > 0 {
 				fmt.Fprintf(&b, " (%s)", strings.Join(s.Failed, ", "))
 			}
+			if len(s.Retried) > 0 {
+				fmt.Fprintf(&b, "; passed on its retry (first run failed: %s)", strings.Join(s.Retried, ", "))
+			}
 			b.WriteString("\n")
 		}
 		var objs []string

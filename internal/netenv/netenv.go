@@ -2,7 +2,10 @@
 // the doctor: two named network namespaces joined by a veth pair.
 //
 // Everything a Pair creates is removed by Close, and a Pair left behind by a
-// crashed run is removed by the next NewPair with the same name.
+// crashed run is removed by the next NewPair with the same name. A name is
+// held by one process at a time (flock on /run/lock/cistern-netenv-NAME.lock,
+// released with Close or the process's death): a second checkout's tests or
+// bench using the same name wait instead of deleting the first's namespaces.
 package netenv
 
 import (
@@ -12,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -28,6 +32,7 @@ type Pair struct {
 	ClientMAC          net.HardwareAddr
 	ServerIfindex      int
 	ClientIfindex      int
+	lock               *os.File // the name's flock, held until Close
 }
 
 // Options configure NewPair.
@@ -63,7 +68,11 @@ func NewPair(name string, opt Options) (_ *Pair, err error) {
 		ServerIP: net.IPv4(10, 200, opt.Subnet, 1).To4(),
 		ClientIP: net.IPv4(10, 200, opt.Subnet, 2).To4(),
 	}
-	// A previous run that died may have left these behind.
+	if p.lock, err = lockName(name); err != nil {
+		return nil, err
+	}
+	// A previous run that died may have left these behind (it no longer
+	// holds the name's lock).
 	_ = deleteNamed(p.ServerNSName())
 	_ = deleteNamed(p.ClientNSName())
 	if l, e := netlink.LinkByName(p.ServerIf); e == nil {
@@ -264,8 +273,54 @@ func (p *Pair) Close() error {
 		}
 	}
 	p.ServerNS, p.ClientNS = -1, -1
+	if p.lock != nil {
+		p.lock.Close() // releases the flock
+		p.lock = nil
+		heldMu.Lock()
+		delete(held, p.Name)
+		heldMu.Unlock()
+	}
 	return errors.Join(errs...)
 }
+
+// lockName takes the machine-wide lock of pair name, waiting for another
+// process that holds it.
+func lockName(name string) (*os.File, error) {
+	// flock excludes a second open in this process too: refuse, not hang.
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	if held[name] {
+		return nil, fmt.Errorf("netenv: pair %q is already in use by this process (close it first)", name)
+	}
+	dir := os.TempDir()
+	for _, d := range []string{"/run/lock", "/var/lock"} {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			dir = d
+			break
+		}
+	}
+	f, err := os.OpenFile(fmt.Sprintf("%s/cistern-netenv-%s.lock", dir, name), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("netenv: lock %s: %w", name, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netenv: lock %s: %w", name, err)
+	}
+	held[name] = true
+	return f, nil
+}
+
+var (
+	heldMu sync.Mutex
+	held   = map[string]bool{} // names whose lock this process holds
+)
 
 func deleteNamed(name string) error {
 	if _, err := os.Stat("/var/run/netns/" + name); errors.Is(err, os.ErrNotExist) {

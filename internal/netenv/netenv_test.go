@@ -2,7 +2,9 @@ package netenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
+	"time"
 )
 
 // A pair that cannot be made is an error, with nothing left behind; it was a
@@ -23,5 +25,46 @@ func TestNewPairFailureCleansUp(t *testing.T) {
 		if _, err := os.Stat("/var/run/netns/" + n); err == nil {
 			t.Errorf("namespace %s left behind", n)
 		}
+	}
+}
+
+// A pair's name is held by one process at a time: another process holding
+// it makes NewPair wait (not delete its namespaces), and a second pair of
+// the same name in this process is refused (flock would never return).
+func TestNewPairNameIsLocked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for namespaces") // not a missing tool: run as root
+	}
+	lock, err := lockName("nlock") // the path NewPair uses
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := lock.Name()
+	lock.Close()
+	heldMu.Lock()
+	delete(held, "nlock")
+	heldMu.Unlock()
+	// util-linux's flock, another process, holds the name for a second.
+	other := exec.Command("flock", path, "sleep", "1")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Wait()
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	p, err := NewPair("nlock", Options{Subnet: 251})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if w := time.Since(t0); w < 500*time.Millisecond {
+		t.Errorf("NewPair took %v while another process held the name for 1 s", w)
+	}
+	if q, err := NewPair("nlock", Options{Subnet: 252}); err == nil {
+		q.Close()
+		t.Fatal("a second pair of the same name in one process was made")
+	}
+	if _, err := os.Stat("/var/run/netns/" + p.ServerNSName()); err != nil {
+		t.Errorf("the refused second pair removed the first's namespace: %v", err)
 	}
 }

@@ -27,7 +27,8 @@ struct pc_event {
 	__u32 tid;
 	__u32 tgid;
 	__u32 nr;     /* PC_ACC: pages read */
-	__u32 pad2;
+	__u32 read;   /* PC_ACC: the read's number in its thread (0: none);
+	               * events of one read(2) share it (see pc_read) */
 };
 
 struct pc_batch {
@@ -65,6 +66,7 @@ enum pc_track_stat {
 	PC_T_ACC,
 	PC_T_DROPPED,    /* events lost: ring buffer full */
 	PC_T_DEL_SELF,   /* deletes by the agent's own evictions (not reported) */
+	PC_T_ACC_MORE,   /* later page batches of a read already reported */
 	PC_T_MAX,
 };
 
@@ -78,6 +80,7 @@ enum pc_apply_stat {
 	PC_A_VICTIMS,      /* victims proposed to the agent */
 	PC_A_FULL,         /* victims made because the tracker was full */
 	PC_A_FIRST_READS,  /* first reads of new folios, not passed on as hits */
+	PC_A_READ_AGAIN,   /* folios a read's later batch reported again: not hits */
 	PC_A_MAX,
 };
 

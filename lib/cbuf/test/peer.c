@@ -15,8 +15,9 @@
  *                             print "ok N bad M"
  *   peer SOCK fork            connect, send a buffer, fork; the child
  *                             connects itself and reads it: "child ok"
- *   peer SOCK krecv N         receive N buffers from the kernel component,
- *                             print "kernel ok K" (K readable exec records)
+ *   peer SOCK krecv N [MS]    receive N buffers from the kernel component,
+ *                             waiting up to MS (2000) for each, print
+ *                             "kernel ok K" (K readable exec records)
  *   peer SOCK layout          print the shared layout's offsets and sizes
  *   peer SOCK secret TEXT     alloc 4 KiB, write TEXT, never send it; print
  *                             the id, wait for EOF on stdin
@@ -233,11 +234,11 @@ int main(int argc, char **argv)
 		cbuf_free(id);
 		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 	}
-	if (!strcmp(argv[2], "krecv") && argc == 4) {
-		int n = atoi(argv[3]), ok = 0;
+	if (!strcmp(argv[2], "krecv") && (argc == 4 || argc == 5)) {
+		int n = atoi(argv[3]), ok = 0, ms = argc == 5 ? atoi(argv[4]) : 2000;
 		for (int i = 0; i < n; i++) {
 			cbuf_t id;
-			if (cbuf_kernel_recv(&id, 2000))
+			if (cbuf_kernel_recv(&id, ms))
 				break;
 			const uint32_t *r = cbuf2buf(id, 4096);
 			/* readable: len (with its NUL) matches the filename at 24.
