@@ -48,6 +48,10 @@ var plan = []step{
 	// connections) with their PostgreSQL, in lane 0, which ends first.
 	{Name: "capture-attach", System: "capture", Pkg: "capture", Run: "^(TestAttachOn|TestUnreadCounted|TestHoldNeverLeavesStopped)",
 		Servers: true, Lane: 0, Timeout: 20 * time.Minute},
+	// The capture bench's miniature runs: pgbench and the churn of 160
+	// psql connections, with and without --hold-new, and the attach mode.
+	{Name: "capture-bench", System: "capture", Pkg: "bench/capture", Run: "^(TestCaptureBenchRuns|TestCaptureBenchChurn|TestCaptureBenchAttach)$",
+		Full: true, Lane: 0, Timeout: 40 * time.Minute},
 	{Name: "evict", System: "evict", Pkg: "evict", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "cache", System: "evict", Pkg: "cache", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "pagecache", System: "pagecache", Pkg: "pagecache", Lane: 1, Timeout: 10 * time.Minute},
