@@ -48,7 +48,8 @@ func attachPG(t *testing.T) *servers.Postgres {
 				l.Close()
 			}
 		}
-		sharedPG.pg, sharedPG.err = servers.StartPostgres(servers.PostgresOptions{Port: port, Conf: sharedPG.tc.PostgresConf()})
+		sharedPG.pg, sharedPG.err = servers.StartPostgres(servers.PostgresOptions{Port: port, Conf: sharedPG.tc.PostgresConf(),
+			StartTimeout: testenv.StartTimeout(30 * time.Second)})
 	})
 	if sharedPG.err != nil {
 		testenv.NotInstalled(t, sharedPG.err)
