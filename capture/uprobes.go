@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Uprobes on a file: where the kernel has uprobe_multi links (6.6+), one
@@ -98,6 +99,9 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 		}
 		g.names, g.addrs = append(g.names, r.name), append(g.addrs, r.addr)
 	}
+	if !multiPIDFilter() {
+		pid = 0 // every process traps; cap_selected decides
+	}
 	for _, g := range groups {
 		o := &link.UprobeMultiOptions{Addresses: g.addrs, PID: uint32(pid)}
 		var l link.Link
@@ -114,6 +118,22 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 	}
 	return links, nil
 }
+
+// multiPIDFilter: a uprobe_multi link's pid filter is right from 6.10
+// ("bpf: fix multi-uprobe PID filtering logic", 46ba0e49b642); before, it
+// let only the thread whose id is the pid trap, and a Go program's
+// other threads would be missed.
+var multiPIDFilter = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || (major == 6 && minor >= 10)
+})
 
 // closeLinks closes links, up to 16 at a time: a uprobe link's release
 // waits for a grace period, and those waits overlap.
