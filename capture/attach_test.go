@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +19,55 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
+
+// sharedPG is the PostgreSQL (TLS) the attach tests share: started by the
+// first that needs it, stopped by TestMain after the package's tests. One
+// start instead of three: in an emulated kernel-matrix guest each start
+// (certificate, initdb, postmaster) took 1-2 minutes.
+var sharedPG struct {
+	once sync.Once
+	pg   *servers.Postgres
+	tc   *servers.TLSCert
+	err  error
+}
+
+func attachPG(t *testing.T) *servers.Postgres {
+	t.Helper()
+	testenv.NeedServers(t)
+	sharedPG.once.Do(func() {
+		if sharedPG.tc, sharedPG.err = servers.NewTLSCert(); sharedPG.err != nil {
+			return
+		}
+		port := 54361
+		// A port held by something else on this machine (another
+		// checkout's test run) is replaced by a free one.
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+			c.Close()
+			if l, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+				port = l.Addr().(*net.TCPAddr).Port
+				l.Close()
+			}
+		}
+		sharedPG.pg, sharedPG.err = servers.StartPostgres(servers.PostgresOptions{Port: port, Conf: sharedPG.tc.PostgresConf(),
+			StartTimeout: testenv.StartTimeout(30 * time.Second)})
+	})
+	if sharedPG.err != nil {
+		testenv.NotInstalled(t, sharedPG.err)
+		t.Fatalf("postgres: %v", sharedPG.err)
+	}
+	return sharedPG.pg
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedPG.pg != nil {
+		sharedPG.pg.Stop()
+	}
+	if sharedPG.tc != nil {
+		sharedPG.tc.Remove()
+	}
+	os.Exit(code)
+}
 
 // testCgroup makes a cgroup-v2 group for the clients a test starts (born
 // in it through CLONE_INTO_CGROUP, so selected from their first
@@ -186,8 +237,7 @@ func goRuns(t *testing.T, pg *servers.Postgres, bins []string, into func(*exec.C
 // was attached is captured whole.
 func TestAttachOnExecGo(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc := testenv.TLSCert(t)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54361, Conf: tc.PostgresConf()})
+	pg := attachPG(t)
 	bin := buildPGClient(t, "pgclient-exec", false)
 	for _, hold := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
@@ -265,8 +315,7 @@ func sysLibSSL(t *testing.T, psql string) string {
 // openssl; without, each run is captured whole or counted as unread.
 func TestAttachOnLibraryLoad(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc := testenv.TLSCert(t)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54362, Conf: tc.PostgresConf()})
+	pg := attachPG(t)
 	psql := pg.Bin("psql")
 	lib := sysLibSSL(t, psql)
 	for _, hold := range []bool{true, false} {
@@ -329,8 +378,7 @@ func TestAttachOnLibraryLoad(t *testing.T) {
 // missed, each with a record carrying its pid, comm, addresses and bytes.
 func TestUnreadCounted(t *testing.T) {
 	testenv.RequireRoot(t)
-	tc := testenv.TLSCert(t)
-	pg := testenv.Postgres(t, servers.PostgresOptions{Port: 54363, Conf: tc.PostgresConf()})
+	pg := attachPG(t)
 	bin := buildPGClient(t, "pgclient-unread", false)
 	cg, into := testCgroup(t)
 	c, err := Open(Options{Cgroup: cg, pollOnly: true})

@@ -90,10 +90,11 @@ type capCapScratch struct {
 }
 
 type capCapTlsCall struct {
-	_       structs.HostLayout
-	Key     uint64
-	Library uint8
-	Pad     [7]uint8
+	_         structs.HostLayout
+	Key       uint64
+	Library   uint8
+	Handshake uint8
+	Pad       [6]uint8
 }
 
 type capCapTlsSt struct {
@@ -190,6 +191,7 @@ const (
 	capProgCapFork            = "cap_fork"
 	capProgCapGoClose         = "cap_go_close"
 	capProgCapGoHandshake     = "cap_go_handshake"
+	capProgCapGoHandshakeRet  = "cap_go_handshake_ret"
 	capProgCapGoRead          = "cap_go_read"
 	capProgCapGoReadRet       = "cap_go_read_ret"
 	capProgCapGoWrite         = "cap_go_write"
@@ -275,6 +277,7 @@ type capProgramSpecs struct {
 	CapFork            *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.ProgramSpec `ebpf:"cap_go_close"`
 	CapGoHandshake     *ebpf.ProgramSpec `ebpf:"cap_go_handshake"`
+	CapGoHandshakeRet  *ebpf.ProgramSpec `ebpf:"cap_go_handshake_ret"`
 	CapGoRead          *ebpf.ProgramSpec `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.ProgramSpec `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.ProgramSpec `ebpf:"cap_go_write"`
@@ -460,6 +463,7 @@ type capPrograms struct {
 	CapFork            *ebpf.Program `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.Program `ebpf:"cap_go_close"`
 	CapGoHandshake     *ebpf.Program `ebpf:"cap_go_handshake"`
+	CapGoHandshakeRet  *ebpf.Program `ebpf:"cap_go_handshake_ret"`
 	CapGoRead          *ebpf.Program `ebpf:"cap_go_read"`
 	CapGoReadRet       *ebpf.Program `ebpf:"cap_go_read_ret"`
 	CapGoWrite         *ebpf.Program `ebpf:"cap_go_write"`
@@ -493,6 +497,7 @@ func (p *capPrograms) Close() error {
 		p.CapFork,
 		p.CapGoClose,
 		p.CapGoHandshake,
+		p.CapGoHandshakeRet,
 		p.CapGoRead,
 		p.CapGoReadRet,
 		p.CapGoWrite,

@@ -103,6 +103,7 @@ type Capture struct {
 
 	// What rescan needs to attach libraries and Go binaries found later.
 	uprobeOpts         *link.UprobeOptions
+	multi              bool             // uprobe_multi links (uprobes.go)
 	libs               map[libFile]bool // attached (or failed: not retried)
 	pidSeen            map[int]time.Time
 	lastScan, lastFull time.Time
@@ -238,6 +239,8 @@ func (c *Capture) open() error {
 	if err := c.setSelection(spec); err != nil {
 		return err
 	}
+	c.multi = c.wantTLS() && useUprobeMulti()
+	setUprobeMulti(spec, c.multi)
 	var objs capObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return fmt.Errorf("load capture programs: %w", err)
@@ -353,7 +356,7 @@ func (c *Capture) attachTLS(lib string, syms sslSyms) error {
 		return err
 	}
 	objs, uo := c.objs, c.uprobeOpts
-	var links []link.Link
+	var reqs []uprobeReq
 	for _, a := range []struct {
 		sym      string
 		prog     *ebpf.Program
@@ -383,26 +386,12 @@ func (c *Capture) attachTLS(lib string, syms sslSyms) error {
 			if a.optional {
 				continue
 			}
-			err = fmt.Errorf("attach %s (%s): %w", a.sym, lib, link.ErrNoSymbol)
-			break
+			return fmt.Errorf("attach %s (%s): %w", a.sym, lib, link.ErrNoSymbol)
 		}
-		o := &link.UprobeOptions{Address: off, PID: uo.PID}
-		var l link.Link
-		if a.ret {
-			l, err = ex.Uretprobe(a.sym, a.prog, o)
-		} else {
-			l, err = ex.Uprobe(a.sym, a.prog, o)
-		}
-		if err != nil {
-			err = fmt.Errorf("attach %s (%s): %w", a.sym, lib, err)
-			break
-		}
-		links = append(links, l)
+		reqs = append(reqs, uprobeReq{name: a.sym, sym: a.sym, prog: a.prog, addr: off, ret: a.ret})
 	}
+	links, err := c.attachUprobes(ex, lib, reqs, uo.PID)
 	if err != nil {
-		for _, l := range links {
-			l.Close()
-		}
 		return err
 	}
 	c.links = append(c.links, links...)
@@ -560,9 +549,7 @@ func (c *Capture) Close() error {
 	}
 	c.mu.Lock()
 	c.closing = true
-	for _, l := range c.links {
-		l.Close()
-	}
+	closeLinks(c.links)
 	c.links = nil
 	c.mu.Unlock()
 	c.releaseAll() // after the detach: nothing is held from here on

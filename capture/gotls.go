@@ -110,15 +110,13 @@ func findGoTLS(path string) (*goTLS, error) {
 	return g, nil
 }
 
-// placeProbe sets *off to the file offset of sym's entry and, if rets is
-// not nil, *rets to the offsets of its RET instructions.
+// placeProbe sets *off to the file offset of sym's body (its entry, past
+// the stack check: see prologueEnd) and, if rets is not nil, *rets to the
+// offsets of its RET instructions from there.
 func placeProbe(f *elf.File, text *elf.Section, sym goFunc, off *uint64, rets *[]uint64) error {
 	var err error
 	if *off, err = fileOffset(f, sym.entry); err != nil {
 		return err
-	}
-	if rets == nil {
-		return nil
 	}
 	if sym.end <= sym.entry || sym.entry < text.Addr || sym.end > text.Addr+text.Size {
 		return fmt.Errorf("bounds %#x-%#x outside .text", sym.entry, sym.end)
@@ -127,13 +125,58 @@ func placeProbe(f *elf.File, text *elf.Section, sym goFunc, off *uint64, rets *[
 	if _, err := text.ReadAt(code, int64(sym.entry-text.Addr)); err != nil {
 		return err
 	}
-	if *rets, err = retOffsets(code); err != nil {
+	skip := prologueEnd(code)
+	*off += skip
+	if rets == nil {
+		return nil
+	}
+	all, err := retOffsets(code)
+	if err != nil {
 		return err
+	}
+	*rets = (*rets)[:0]
+	for _, r := range all {
+		if r >= skip {
+			*rets = append(*rets, r-skip)
+		}
 	}
 	if len(*rets) == 0 {
 		return errors.New("no RET instruction found")
 	}
 	return nil
+}
+
+// prologueEnd is the offset of a Go function's first instruction after its
+// stack check (`CMPQ SP|R12, 16(R14); JBE morestack`), 0 if it has none.
+// A probe at the entry fires twice when the stack must grow: morestack
+// copies the stack and runs the function again from its entry, so a Write
+// was captured twice (seen in a 6.1 guest). Past the check the arguments
+// are still in their registers.
+func prologueEnd(code []byte) uint64 {
+	off := 0
+	for i := 0; i < 3 && off < len(code); i++ {
+		inst, err := x86asm.Decode(code[off:], 64)
+		if err != nil {
+			return 0
+		}
+		off += inst.Len
+		if inst.Op == x86asm.CMP {
+			m, ok := inst.Args[1].(x86asm.Mem)
+			if !ok || m.Base != x86asm.R14 || m.Disp != 16 {
+				return 0
+			}
+			next, err := x86asm.Decode(code[off:], 64)
+			if err != nil || next.Op != x86asm.JBE {
+				return 0
+			}
+			rel, ok := next.Args[0].(x86asm.Rel)
+			if !ok || rel <= 0 {
+				return 0 // morestack's stub comes after the body
+			}
+			return uint64(off + next.Len)
+		}
+	}
+	return 0
 }
 
 func goSymbols(f *elf.File) (map[string]goFunc, error) {
@@ -244,7 +287,7 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 	if g.handshake != 0 {
 		probes = append(probes, probe{g.handshake, "handshake"})
 		for _, r := range g.handshakeRets {
-			probes = append(probes, probe{g.handshake + r, "write_ret"})
+			probes = append(probes, probe{g.handshake + r, "handshake_ret"})
 		}
 	}
 	if g.close != 0 {
@@ -257,17 +300,15 @@ func (c *Capture) attachGo(path string, g *goTLS) error {
 		probes = append(probes, probe{g.read + r, "read_ret"})
 	}
 	progs := map[string]*ebpf.Program{"write": c.objs.CapGoWrite, "read": c.objs.CapGoRead, "close": c.objs.CapGoClose,
-		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet, "handshake": c.objs.CapGoHandshake}
-	var links []link.Link
+		"write_ret": c.objs.CapGoWriteRet, "read_ret": c.objs.CapGoReadRet, "handshake": c.objs.CapGoHandshake,
+		"handshake_ret": c.objs.CapGoHandshakeRet}
+	reqs := make([]uprobeReq, 0, len(probes))
 	for _, p := range probes {
-		l, err := ex.Uprobe("", progs[p.prog], &link.UprobeOptions{Address: p.addr, PID: c.uprobeOpts.PID})
-		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
-			return fmt.Errorf("attach Go TLS %s at %#x (%s): %w", p.prog, p.addr, path, err)
-		}
-		links = append(links, l)
+		reqs = append(reqs, uprobeReq{name: "Go TLS " + p.prog, prog: progs[p.prog], addr: p.addr})
+	}
+	links, err := c.attachUprobes(ex, path, reqs, c.uprobeOpts.PID)
+	if err != nil {
+		return err
 	}
 	c.links = append(c.links, links...)
 	return nil

@@ -54,6 +54,18 @@ func TestFindGoTLS(t *testing.T) {
 	}
 	t.Logf("symtab: %+v", g)
 	t.Logf("pclntab: %+v", s)
+	// The entry probes sit past the stack check (prologueEnd), right after
+	// its JBE: a probe at the entry fires again when morestack reruns it.
+	for _, off := range []uint64{g.write, g.read} {
+		b := make([]byte, 6)
+		if fh, err := os.Open(plain); err == nil {
+			fh.ReadAt(b, int64(off)-6)
+			fh.Close()
+		}
+		if !(b[0] == 0x0f && b[1] == 0x86) && b[4] != 0x76 {
+			t.Errorf("probe at %#x does not follow a JBE (bytes before it: % x)", off, b)
+		}
+	}
 	if g.fromPclntab || !s.fromPclntab {
 		t.Errorf("fromPclntab: unstripped %v, stripped %v", g.fromPclntab, s.fromPclntab)
 	}

@@ -339,7 +339,7 @@ func (t *attachTotals) report(rep *benchkit.Report) {
 	rep.Set("attach", "openssl_attach_ms_p99_all", benchkit.Percentile(t.sslLat, 99))
 	rep.Set("attach", "hold_timeouts_all", t.timeouts)
 	rep.Note(fmt.Sprintf("attach: each exec is of a new copy (a Go program linking crypto/tls; `openssl version` with a new "+
-		"libssl.so.3 copy through LD_LIBRARY_PATH), %d of each per round and variant (untraced, captured, --hold-new); "+
+		"libssl.so.3 copy through LD_LIBRARY_PATH), %d of each per round captured, a third as many untraced and with --hold-new; "+
 		"*_attach_ms: the kernel's exec (or openat) to the uprobes attached, captured variant, *_all pooled over the rounds; "+
 		"*_start_ms: process start to exit; *_hold_added_ms: the hold's addition over untraced", len(t.goLat)/max(t.rounds, 1)))
 }

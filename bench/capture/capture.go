@@ -117,16 +117,21 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		return nil, err
 	}
 	defer cert.Remove()
-	pg, err := servers.StartPostgres(servers.PostgresOptions{Port: opt.Port, Conf: cert.PostgresConf()})
-	if err != nil {
-		return nil, err
-	}
-	defer pg.Stop()
-	opt.Progress("pgbench -i -s 1")
-	init := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-i", "-s", "1", "-q")...)
-	init.Env = append(os.Environ(), "PGSSLMODE=require")
-	if out, err := init.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
+	// The pgbench PostgreSQL, unless only modes with their own workload
+	// (churn, attach) run.
+	var pg *servers.Postgres
+	if slices.ContainsFunc(opt.Modes, func(m string) bool { return m != "churn" && m != "attach" }) {
+		pg, err = servers.StartPostgres(servers.PostgresOptions{Port: opt.Port, Conf: cert.PostgresConf()})
+		if err != nil {
+			return nil, err
+		}
+		defer pg.Stop()
+		opt.Progress("pgbench -i -s 1")
+		init := exec.CommandContext(ctx, pg.Bin("pgbench"), pgArgs(pg, "-i", "-s", "1", "-q")...)
+		init.Env = append(os.Environ(), "PGSSLMODE=require")
+		if out, err := init.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pgbench -i: %v: %s", err, out)
+		}
 	}
 
 	var mb *mariadbBench
@@ -290,8 +295,15 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
 			}
 		}
-		if err := benchkit.BarChart(opt.PlotPath, "Capture: pgbench -S over TLS ("+rep.Kernel()+")",
-			"transactions per second", []string{"pgbench -S"}, s); err != nil {
+		title, ylabel, groups := "Capture: pgbench -S over TLS ("+rep.Kernel()+")", "transactions per second", []string{"pgbench -S"}
+		if len(s) == 0 && attach.rounds > 0 { // the attach mode alone: its latencies
+			title, ylabel, groups = "Capture: exec (or libssl open) to uprobes attached ("+rep.Kernel()+")", "ms", []string{"Go program", "libssl copy"}
+			s = []benchkit.BarSeries{
+				{Name: "median", Values: []float64{benchkit.Median(attach.goLat), benchkit.Median(attach.sslLat)}},
+				{Name: "p99", Values: []float64{benchkit.Percentile(attach.goLat, 99), benchkit.Percentile(attach.sslLat, 99)}},
+			}
+		}
+		if err := benchkit.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
 			return nil, err
 		}
 	}

@@ -22,8 +22,10 @@ func TestCaptureBenchRuns(t *testing.T) {
 }
 
 func checkBenchRuns(t *testing.T, hold bool) {
+	// pgbench -T: an emulated kernel-matrix guest needs more than a second
+	// for its TLS connections alone.
 	rep, err := Run(context.Background(), Options{
-		Duration: time.Second, Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341, HoldNew: hold,
+		Duration: time.Second * testenv.TimeScale(), Rounds: 2, Modes: []string{"untraced", "naive", "accumulated"}, Port: 54341, HoldNew: hold,
 	})
 	testenv.NotInstalled(t, err)
 	if err != nil {

@@ -85,7 +85,8 @@ struct {
 struct cap_tls_call {
 	__u64 key; /* SSL * or *tls.Conn */
 	__u8 library;
-	__u8 pad[7];
+	__u8 handshake; /* entered by Go's handshakeContext, not inside a Read or Write */
+	__u8 pad[6];
 };
 
 /* LRU: a Go Read that resumes on another thread leaves its first

@@ -16,7 +16,8 @@
  *    The key is the goroutine, not the thread: a Read waiting for data
  *    parks its goroutine, which may resume on another thread.
  *  - Close: (*Conn).Close ends the connection.
- *  - handshakeContext: inside a TLS call (cap_in_tls) from entry to RET.
+ *  - handshakeContext: inside a TLS call (cap_in_tls) from entry to RET,
+ *    unless already inside this connection's Read or Write.
  * A connection is (pid, *tls.Conn). cap_in_tls marks the thread as inside
  * a Go TLS call (library go), so plain.bpf.h ties the socket it writes TLS
  * records to with the connection.
@@ -114,13 +115,42 @@ int cap_go_read_ret(struct pt_regs *ctx)
 }
 
 /* (*Conn).handshakeContext: its socket I/O is inside a TLS call (a program
- * may call Handshake() itself, before any Write); its RETs leave
- * (cap_go_write_ret). */
+ * may call Handshake() itself, before any Write). Read and Write call it
+ * first, every time (it returns at once when the handshake is done): inside
+ * one of them on the same connection it leaves their call in place, and
+ * its RETs (cap_go_handshake_ret) end only a call it began. Ending theirs
+ * left each Write's record write outside any call, and a connection whose
+ * hello went out from another thread (its goroutine moved while making the
+ * key shares) was never marked probed: reported unread though every query
+ * was read. */
 SEC("uprobe")
 int cap_go_handshake(struct pt_regs *ctx)
 {
-	if (cap_selected(bpf_get_current_pid_tgid() >> 32))
-		cap_tls_enter(ctx->ax, CAP_LIB_GO);
+	__u64 pidtid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pidtid;
+	struct cap_tls_call *in;
+
+	if (!cap_selected(pidtid >> 32))
+		return 0;
+	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+	if (in && in->key == ctx->ax && in->library == CAP_LIB_GO)
+		return 0; /* inside this connection's Read or Write */
+	cap_tls_enter(ctx->ax, CAP_LIB_GO);
+	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+	if (in)
+		in->handshake = 1;
+	return 0;
+}
+
+/* At each RET of (*Conn).handshakeContext. */
+SEC("uprobe")
+int cap_go_handshake_ret(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cap_tls_call *in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+
+	if (in && in->handshake)
+		bpf_map_delete_elem(&cap_in_tls, &tid);
 	return 0;
 }
 

@@ -41,6 +41,7 @@ new copies of a Go program and of a libssl, and the start-up time
 	c.Flags().IntVar(&opt.Clients, "clients", 0, "pgbench clients and threads (default 2)")
 	c.Flags().Uint32Var(&opt.ChurnRing, "churn-ring-size", 0, "churn mode: ring buffer bytes (default: cistern capture's default)")
 	c.Flags().BoolVar(&opt.HoldNew, "hold-new", false, "accumulated and churn modes: capture with --hold-new")
+	c.Flags().IntVar(&opt.AttachExecs, "attach-execs", 0, "attach mode: execs of each kind (Go, libssl) over all rounds (default 200)")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(capturebench.Modes, ",")+")")
 	return c
 }

@@ -67,7 +67,7 @@ func TestDecideRecorded(t *testing.T) {
 		"pool":      "works: ",
 		"kv":        "degraded: cls_bpf instead of TCX",
 		"accum":     "FAIL: accum tests: TestOverheadSmallFragments",
-		"capture":   "ERROR: matrix error: capture: did not run",
+		"capture":   "ERROR: matrix error: capture-attach: did not run (no exit code: the guest stopped before it); capture: did not run",
 		"evict":     "ERROR: matrix error: cache: did not run (no exit code: the guest stopped before it); evict: did not run",
 		"pagecache": "ERROR: matrix error: pagecache: did not run",
 		"cbuf":      "ERROR: matrix error: cbuf-kcomp: did not run (no exit code: the guest stopped before it); cbuf: did not run",
@@ -145,6 +145,7 @@ func TestDecideVerdicts(t *testing.T) {
 			}
 			write(t, filepath.Join(dir, "doctor.json"), string(b))
 			write(t, filepath.Join(dir, "capture.rc"), "1\n")
+			write(t, filepath.Join(dir, "capture-attach.rc"), "1\n")
 		}, "capture", "unsupported: "},
 	} {
 		t.Run(c.name, func(t *testing.T) {

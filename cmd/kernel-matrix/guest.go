@@ -24,6 +24,7 @@ import (
 func guestScript(root string, full bool, host map[string]string) string {
 	var b strings.Builder
 	b.WriteString("set +e\nexport CISTERN_SKIP_SERVERS=" + map[bool]string{true: "0", false: "1"}[full] + "\n")
+	b.WriteString("export CISTERN_PGCLIENT_DIR=/results/bin/pgclient\n") // built by build()
 	if full {
 		b.WriteString("export QUERY_N=300\n") // several hundred random valid queries
 	}
@@ -36,7 +37,7 @@ func guestScript(root string, full bool, host map[string]string) string {
 	for lane := 0; lane < 2; lane++ {
 		b.WriteString("(\n")
 		for _, s := range plan {
-			if (s.Full && !full) || s.Lane != lane {
+			if !s.runs(full) || s.Lane != lane {
 				continue
 			}
 			args := fmt.Sprintf("-test.v -test.count=1 -test.timeout=%s", s.Timeout)
@@ -52,8 +53,12 @@ func guestScript(root string, full bool, host map[string]string) string {
 			// there) exits 125/126/127 (exitNoDir, exitNotExec, exitNotFound),
 			// is not retried, and is a matrix ERROR, not the system's FAIL.
 			dir, bin := root+"/"+s.Pkg, "/results/bin/"+testBin(s.Pkg)
-			run := fmt.Sprintf("(cd %s 2>/results/%s.start || exit %d; [ -e %s ] || { echo '%s: not found' > /results/%s.start; exit %d; }; %s %s > /results/%s.out 2>&1)",
-				dir, s.Name, exitNoDir, bin, bin, s.Name, exitNotFound, bin, args, s.Name)
+			envs := ""
+			if s.Servers {
+				envs = "CISTERN_SKIP_SERVERS=0 "
+			}
+			run := fmt.Sprintf("(cd %s 2>/results/%s.start || exit %d; [ -e %s ] || { echo '%s: not found' > /results/%s.start; exit %d; }; %s%s %s > /results/%s.out 2>&1)",
+				dir, s.Name, exitNoDir, bin, bin, s.Name, exitNotFound, envs, bin, args, s.Name)
 			sys := s.System
 			if sys == "" {
 				sys = "-"
@@ -109,7 +114,7 @@ func runKernel(root, bin, name string, full bool, host map[string]string) *kerne
 	fmt.Printf("kernel-matrix: %s (%s): booting\n", name, k.Release)
 	total := 10 * time.Minute
 	for _, s := range plan {
-		if !s.Full || full {
+		if s.runs(full) {
 			total += s.Timeout
 		}
 	}
@@ -151,7 +156,7 @@ var (
 
 func collect(r *kernelResult, root, res string, full bool, host map[string]string) {
 	for _, s := range plan {
-		if s.Full && !full {
+		if !s.runs(full) {
 			continue
 		}
 		sr := stepResult{Exit: -1}

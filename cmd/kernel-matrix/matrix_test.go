@@ -20,6 +20,12 @@ func TestGuestScriptParses(t *testing.T) {
 		if !strings.Contains(sc, "retrying once") || !strings.Contains(sc, "/results/pool.rc") {
 			t.Fatalf("full=%v: script lacks the retry or a step:\n%s", full, sc)
 		}
+		// The attach tests run with their servers in the fast matrix; with
+		// FULL=1 the capture step runs them.
+		attach := strings.Contains(sc, "CISTERN_SKIP_SERVERS=0 /results/bin/capture.test") && strings.Contains(sc, "/results/capture-attach.rc")
+		if attach == full || !strings.Contains(sc, "CISTERN_PGCLIENT_DIR=/results/bin/pgclient") {
+			t.Errorf("full=%v: capture-attach step with its servers %v, want %v; or no CISTERN_PGCLIENT_DIR", full, attach, !full)
+		}
 	}
 }
 

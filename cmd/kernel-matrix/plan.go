@@ -17,12 +17,17 @@ import (
 
 // A step runs inside the guest; its output and exit code land in /results.
 type step struct {
-	Name    string // file stem in /results
-	System  string // column of the table; "" for load-all and doctor
-	Pkg     string // package whose test binary runs (cwd = its directory)
-	Run     string // -test.run pattern, "" for all
-	Full    bool   // only with FULL=1
-	Lane    int    // steps of one lane run in order; the two lanes run side by side
+	Name   string // file stem in /results
+	System string // column of the table; "" for load-all and doctor
+	Pkg    string // package whose test binary runs (cwd = its directory)
+	Run    string // -test.run pattern, "" for all
+	Full   bool   // only with FULL=1
+	// Servers: the step runs its server tests in the fast matrix too
+	// (CISTERN_SKIP_SERVERS=0, the Go test clients prebuilt in
+	// bin/pgclient); with FULL=1 the package's own step runs them, so this
+	// one is left out.
+	Servers bool
+	Lane    int // steps of one lane run in order; the two lanes run side by side
 	Timeout time.Duration
 }
 
@@ -39,12 +44,28 @@ var plan = []step{
 	{Name: "kvgen", System: "kv", Pkg: "internal/kvgen", Lane: 0, Timeout: 5 * time.Minute},
 	{Name: "accum", System: "accum", Pkg: "accum", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "capture", System: "capture", Pkg: "capture", Lane: 1, Timeout: 15 * time.Minute},
+	// Issue #26's attach tests (exec and library load, --hold-new, unread
+	// connections) with their PostgreSQL, in lane 0, which ends first.
+	{Name: "capture-attach", System: "capture", Pkg: "capture", Run: "^(TestAttachOn|TestUnreadCounted|TestHoldNeverLeavesStopped)",
+		Servers: true, Lane: 0, Timeout: 20 * time.Minute},
+	// The capture bench's miniature runs: pgbench and the churn of 160
+	// psql connections, with and without --hold-new, and the attach mode.
+	{Name: "capture-bench", System: "capture", Pkg: "bench/capture", Run: "^(TestCaptureBenchRuns|TestCaptureBenchChurn|TestCaptureBenchAttach)$",
+		Full: true, Lane: 0, Timeout: 40 * time.Minute},
 	{Name: "evict", System: "evict", Pkg: "evict", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "cache", System: "evict", Pkg: "cache", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "pagecache", System: "pagecache", Pkg: "pagecache", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "cbuf", System: "cbuf", Pkg: "cbuf", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "cbuf-kcomp", System: "cbuf", Pkg: "cbuf/kcomp", Lane: 0, Timeout: 5 * time.Minute},
 	{Name: "query", System: "query", Pkg: "query", Run: "RandomValid|RandomInvalid|Exit|Limit", Lane: 1, Timeout: 20 * time.Minute},
+}
+
+// runs tells whether the step is in the fast (full false) or FULL=1 matrix.
+func (s step) runs(full bool) bool {
+	if full {
+		return !s.Servers
+	}
+	return !s.Full
 }
 
 // replayChecks compare in-kernel replay hit ratios in the guest with the
@@ -119,7 +140,7 @@ func build(root, bin string, full bool) error {
 	}
 	seen := map[string]bool{}
 	for _, s := range plan {
-		if (s.Full && !full) || seen[s.Pkg] {
+		if !s.runs(full) || seen[s.Pkg] {
 			continue
 		}
 		seen[s.Pkg] = true
@@ -127,7 +148,19 @@ func build(root, bin string, full bool) error {
 			return err
 		}
 	}
-	return nil
+	// The Go TLS client the capture tests run (capture/gotls_test.go's
+	// buildPGClient), built here: a guest takes longer than a test's
+	// timeout to compile it. One file per name the tests ask for.
+	pgc := filepath.Join(bin, "pgclient")
+	if err := os.MkdirAll(pgc, 0o755); err != nil {
+		return err
+	}
+	for _, n := range []string{"pgclient", "pgclient-symtab", "pgclient-exec", "pgclient-unread"} {
+		if err := run("build", "-o", filepath.Join(pgc, n), "./internal/testprogs/pgclient"); err != nil {
+			return err
+		}
+	}
+	return run("build", "-ldflags=-s -w", "-o", filepath.Join(pgc, "pgclient-stripped"), "./internal/testprogs/pgclient")
 }
 
 func testBin(pkg string) string { return strings.ReplaceAll(pkg, "/", "-") + ".test" }

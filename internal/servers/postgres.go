@@ -15,6 +15,9 @@ import (
 type PostgresOptions struct {
 	Port int               // default 54329
 	Conf map[string]string // extra postgresql.conf settings (ssl, certificates, …)
+	// StartTimeout bounds the wait for the postmaster to listen (default
+	// 30 s; an emulated kernel-matrix guest may need more).
+	StartTimeout time.Duration
 }
 
 // Postgres is a throwaway PostgreSQL cluster on 127.0.0.1, run as the
@@ -98,7 +101,14 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 	if pg.p, err = start(c); err != nil {
 		return fail(err)
 	}
-	if err := waitTCP("", pg.Addr(), 30*time.Second, pg.p.exited); err != nil {
+	wait := opt.StartTimeout
+	if wait <= 0 {
+		wait = 30 * time.Second
+		if os.Getenv("CISTERN_VM") == "1" { // an emulated kernel-matrix guest (testenv.TimeScale)
+			wait *= 10
+		}
+	}
+	if err := waitTCP("", pg.Addr(), wait, pg.p.exited); err != nil {
 		pg.p.stop()
 		out, _ := os.ReadFile(pg.logPath)
 		return fail(fmt.Errorf("%w\n%s", err, out))

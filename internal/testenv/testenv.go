@@ -124,6 +124,9 @@ func Postgres(t testing.TB, opt servers.PostgresOptions) *servers.Postgres {
 			l.Close()
 		}
 	}
+	if opt.StartTimeout == 0 {
+		opt.StartTimeout = StartTimeout(30 * time.Second) // widened in a guest and under load
+	}
 	p, err := servers.StartPostgres(opt)
 	if err != nil {
 		NotInstalled(t, err)
