@@ -120,3 +120,14 @@ func PinDir(dir string) error {
 	}
 	return nil
 }
+
+// LockDir is where machine-wide lock files go: /run/lock (or /var/lock),
+// shared by every checkout and process, else the temporary directory.
+func LockDir() string {
+	for _, d := range []string{"/run/lock", "/var/lock"} {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+	}
+	return os.TempDir()
+}

@@ -20,6 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 )
 
 // Pair is a server namespace and a client namespace joined by a veth pair.
@@ -292,14 +294,7 @@ func lockName(name string) (*os.File, error) {
 	if held[name] {
 		return nil, fmt.Errorf("netenv: pair %q is already in use by this process (close it first)", name)
 	}
-	dir := os.TempDir()
-	for _, d := range []string{"/run/lock", "/var/lock"} {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			dir = d
-			break
-		}
-	}
-	f, err := os.OpenFile(fmt.Sprintf("%s/cistern-netenv-%s.lock", dir, name), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(fmt.Sprintf("%s/cistern-netenv-%s.lock", mounts.LockDir(), name), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("netenv: lock %s: %w", name, err)
 	}

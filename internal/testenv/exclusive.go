@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 )
 
 // Resource names a machine-wide resource that tests in different packages
@@ -22,17 +24,6 @@ type Resource string
 // capture never runs beside a flood, and two floods never share the 2 cores.
 const Traffic Resource = "traffic"
 
-// lockDir is where the lock files live: /run/lock (tmpfs, machine-wide, gone
-// at reboot) when it exists, else /var/lock, else the temp directory.
-func lockDir() string {
-	for _, d := range []string{"/run/lock", "/var/lock"} {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			return d
-		}
-	}
-	return os.TempDir()
-}
-
 // Exclusive holds resource r for the rest of the test (released at Cleanup),
 // waiting for other test processes of this machine that hold it. The lock is
 // flock(2) on /run/lock/cistern-test-<r>.lock, so a killed test process
@@ -40,7 +31,7 @@ func lockDir() string {
 // so a slow test says why.
 func Exclusive(t testing.TB, r Resource) {
 	t.Helper()
-	path := filepath.Join(lockDir(), fmt.Sprintf("cistern-test-%s.lock", r))
+	path := filepath.Join(mounts.LockDir(), fmt.Sprintf("cistern-test-%s.lock", r))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("testenv.Exclusive(%s): %v", r, err)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 )
 
 // TestExclusiveHolds checks the lock is really held until Cleanup: another
@@ -12,7 +14,7 @@ import (
 // while the subtest runs, and can once the subtest ended.
 func TestExclusiveHolds(t *testing.T) {
 	const r Resource = "selftest"
-	path := filepath.Join(lockDir(), "cistern-test-selftest.lock")
+	path := filepath.Join(mounts.LockDir(), "cistern-test-selftest.lock")
 	try := func() error {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
