@@ -117,7 +117,7 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 	// Asked on our own Unix socket (in our private directory): only our
 	// postmaster answers there, and it exits when it cannot bind the TCP
 	// port, so a server of someone else's on the port is never taken for ours.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	for deadline := time.Now().Add(wait); ; { // the same bound: a guest's start-up is as slow as its listen
 		if exec.Command(pg.Bin("pg_isready"), "-q", "-h", dir, "-p", strconv.Itoa(opt.Port)).Run() == nil {
 			break
 		}
