@@ -184,7 +184,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		<-ctx.Done()
 		m.ln.Close()
 	}()
-	go m.policyLoop(ctx)
+	// The policy loop reads the directory mapping: it must be gone before
+	// closeDir unmaps it (a tick taken after the unmap faulted: SIGSEGV in
+	// reapOrphans, seen on 6.1).
+	policyDone := make(chan struct{})
+	go func() { defer close(policyDone); m.policyLoop(ctx) }()
 	var wg sync.WaitGroup
 	for {
 		c, err := m.ln.AcceptUnix()
@@ -212,6 +216,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	wg.Wait()
+	<-policyDone
 	os.Remove(m.opt.Socket)
 	m.mu.Lock()
 	for _, c := range m.comps {
