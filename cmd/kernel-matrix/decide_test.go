@@ -108,6 +108,12 @@ func TestDecideVerdicts(t *testing.T) {
 			write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
 			write(t, filepath.Join(dir, "accum.first.out"), "--- FAIL: TestFlushTimer (1.00s)\nFAIL\n")
 		}, "accum", "works: accum passed on its retry (first run failed: TestFlushTimer)"},
+		{"a crash passes on its retry", func(t *testing.T, dir string) {
+			write(t, filepath.Join(dir, "accum.rc"), "0\n")
+			b, _ := os.ReadFile(filepath.Join(dir, "accum.out"))
+			write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
+			write(t, filepath.Join(dir, "accum.first.out"), "=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\nunexpected fault address 0x7f\nfatal error: fault\n[signal SIGSEGV]\n")
+		}, "accum", "works: accum passed on its retry (first run failed: TestB: fatal error: fault)"},
 		{"exit without a failed test", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, "evict.out"), "panic: test timed out after 10m0s\n")
 			write(t, filepath.Join(dir, "evict.rc"), "2\n")

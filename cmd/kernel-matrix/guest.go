@@ -192,8 +192,8 @@ func collect(r *kernelResult, root, res string, full bool, host map[string]strin
 					sr.Retried = append(sr.Retried, m[2])
 				}
 			}
-			if len(sr.Retried) == 0 {
-				sr.Retried = []string{"no test named"}
+			if len(sr.Retried) == 0 { // a crash ends the binary before any FAIL line
+				sr.Retried = []string{endReason(string(first))}
 			}
 		}
 		if why := startError(sr.Exit); why != "" {
@@ -250,8 +250,15 @@ func startError(code int) string {
 // endReason is the line that says why a test binary ended without a failed
 // test: its panic (a timeout) or its last line.
 func endReason(out string) string {
+	running := ""
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "panic: ") {
+		if t, ok := strings.CutPrefix(l, "=== RUN   "); ok {
+			running = strings.TrimSpace(t)
+		}
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			if running != "" {
+				return running + ": " + l
+			}
 			return l
 		}
 	}
