@@ -63,6 +63,8 @@ type pump struct {
 	err     error
 	niced   atomic.Bool
 	blkUsed map[*[]byte]int // records of each block not yet consumed
+	blocks  int             // blocks made current, and how many of them
+	allocs  int             // were new allocations (the rest were recycled)
 }
 
 // Pump starts draining the ring into a queue (see PumpOptions). Call it
@@ -153,6 +155,12 @@ func (p *pump) signal() {
 func (p *pump) push(b []byte) {
 	n := len(b)
 	if p.cur == nil || len(*p.cur)+n > cap(*p.cur) {
+		// A block whose records were all consumed while it was still being
+		// filled was skipped by release (it was current): recycle it now. A
+		// fast consumer (a quiet machine) otherwise made every block anew.
+		if p.cur != nil && p.blkUsed[p.cur] == 0 && len(p.free) < 8 {
+			p.free = append(p.free, p.cur)
+		}
 		size := max(pumpBlock, n)
 		var blk *[]byte
 		if k := len(p.free); k > 0 && cap(*p.free[k-1]) >= size {
@@ -162,8 +170,10 @@ func (p *pump) push(b []byte) {
 		} else {
 			s := make([]byte, 0, size)
 			blk = &s
+			p.allocs++
 		}
 		p.cur = blk
+		p.blocks++
 	}
 	off := len(*p.cur)
 	*p.cur = append(*p.cur, b...)

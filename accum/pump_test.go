@@ -79,7 +79,11 @@ func TestPumpOrderAndBackPressure(t *testing.T) {
 	if _, err := d.Reader.Read(20 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("empty queue: %v", err)
 	}
-	if p := d.Reader.pump; len(p.free) == 0 || len(p.blkUsed) > 1 {
-		t.Errorf("queue blocks not recycled: %d free, %d in use", len(p.free), len(p.blkUsed))
+	// About 2.4 MB went through 1 MiB blocks: with at most 128 KiB queued,
+	// no more than two blocks are ever needed at once, whether the consumer
+	// lagged (a block is recycled when its last record is read) or kept up
+	// (recycled when the next block is needed).
+	if p := d.Reader.pump; p.blocks < 3 || p.allocs > 2 || len(p.blkUsed) > 1 {
+		t.Errorf("queue blocks not recycled: %d blocks filled, %d allocated, %d free, %d still in use", p.blocks, p.allocs, len(p.free), len(p.blkUsed))
 	}
 }
