@@ -10,8 +10,9 @@ import (
 // TestRunStopsPolicyBeforeUnmap: Run unmaps the directory and the
 // components' metadata when it returns; a policy tick taken after that
 // read unmapped memory and killed the process (SIGSEGV in reapOrphans, seen
-// in a 6.1 guest). A fast policy loop and a component left with a buffer
-// held by a departed component's receiver, make a late tick likely on every stop; 100 stops must all be clean.
+// in a 6.1 guest). A fast policy loop and an orphan (a departed
+// component's buffer still held by its receiver) make a late tick likely
+// on every stop; 100 stops must all be clean.
 func TestRunStopsPolicyBeforeUnmap(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 100 {

@@ -88,6 +88,17 @@ func TestDecideRecorded(t *testing.T) {
 	}
 }
 
+// passedOnRetry makes the accum step pass, with first as the output of
+// its failed first run.
+func passedOnRetry(first string) func(t *testing.T, dir string) {
+	return func(t *testing.T, dir string) {
+		write(t, filepath.Join(dir, "accum.rc"), "0\n")
+		b, _ := os.ReadFile(filepath.Join(dir, "accum.out"))
+		write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
+		write(t, filepath.Join(dir, "accum.first.out"), first)
+	}
+}
+
 // TestDecideVerdicts: the same outputs changed one way each, and the cell
 // each change must give.
 func TestDecideVerdicts(t *testing.T) {
@@ -102,18 +113,10 @@ func TestDecideVerdicts(t *testing.T) {
 			write(t, filepath.Join(dir, "pool.out"), string(b)+"--- FAIL: TestResize (5.17s)\nFAIL\n")
 			write(t, filepath.Join(dir, "pool.rc"), "1\n")
 		}, "pool", "FAIL: pool tests: TestResize"},
-		{"a failed step passes on its retry", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, "accum.rc"), "0\n")
-			b, _ := os.ReadFile(filepath.Join(dir, "accum.out"))
-			write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
-			write(t, filepath.Join(dir, "accum.first.out"), "--- FAIL: TestFlushTimer (1.00s)\nFAIL\n")
-		}, "accum", "works: accum passed on its retry (first run failed: TestFlushTimer)"},
-		{"a crash passes on its retry", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, "accum.rc"), "0\n")
-			b, _ := os.ReadFile(filepath.Join(dir, "accum.out"))
-			write(t, filepath.Join(dir, "accum.out"), strings.ReplaceAll(string(b), "--- FAIL", "--- PASS"))
-			write(t, filepath.Join(dir, "accum.first.out"), "=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\nunexpected fault address 0x7f\nfatal error: fault\n[signal SIGSEGV]\n")
-		}, "accum", "works: accum passed on its retry (first run failed: TestB: fatal error: fault)"},
+		{"a failed step passes on its retry", passedOnRetry("--- FAIL: TestFlushTimer (1.00s)\nFAIL\n"),
+			"accum", "works: accum passed on its retry (first run failed: TestFlushTimer)"},
+		{"a crash passes on its retry", passedOnRetry("=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\nunexpected fault address 0x7f\nfatal error: fault\n[signal SIGSEGV]\n"),
+			"accum", "works: accum passed on its retry (first run failed: TestB: fatal error: fault)"},
 		{"exit without a failed test", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, "evict.out"), "panic: test timed out after 10m0s\n")
 			write(t, filepath.Join(dir, "evict.rc"), "2\n")

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/vm"
 )
 
 // PostgresOptions configure StartPostgres.
@@ -95,7 +97,7 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 	// default 60 s authentication_timeout, after which the backend exits
 	// without a word and psql reports EOF in the handshake (the churn bench
 	// on 6.1): give it the most PostgreSQL allows.
-	if _, set := opt.Conf["authentication_timeout"]; !set && os.Getenv("CISTERN_VM") == "1" {
+	if _, set := opt.Conf["authentication_timeout"]; !set && vm.InGuest() {
 		args = append(args, "-c", "authentication_timeout=600s")
 	}
 	lf, err := os.Create(pg.logPath)
@@ -111,7 +113,7 @@ func StartPostgres(opt PostgresOptions) (*Postgres, error) {
 	wait := opt.StartTimeout
 	if wait <= 0 {
 		wait = 30 * time.Second
-		if os.Getenv("CISTERN_VM") == "1" { // an emulated kernel-matrix guest (testenv.TimeScale)
+		if vm.InGuest() { // an emulated guest (testenv.TimeScale)
 			wait *= 10
 		}
 	}

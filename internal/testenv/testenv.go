@@ -17,6 +17,7 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/mounts"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
+	"github.com/cistern-ebpf/cistern/internal/vm"
 )
 
 // NeedServers skips a test that talks to a real server (memcached,
@@ -157,7 +158,7 @@ func lastLines(s string, n int) string {
 // which run ~10-30x slower. Only bounds on elapsed time may use it; what a
 // test checks (a flush happened, a record arrived) stays the same.
 func TimeScale() time.Duration {
-	if os.Getenv("CISTERN_VM") == "1" {
+	if vm.InGuest() {
 		return 10
 	}
 	return 1
