@@ -403,6 +403,12 @@ func fadviseShim(ctx context.Context, cacheDir string) (string, error) {
 // 50 MB at 1 KiB values).
 const rdbScanNexts = 50000
 
+// rdbGetScanSample: GET-SCAN's agent sees every read, as the reads part's.
+// One read in 16 (the synthetic part's) left its thread's CPU as it was
+// (21-24 % of a core per 10k reads/s against fD's 20-25 %, session 14):
+// the cost is its evictions, not the read events.
+const rdbGetScanSample = 1
+
 // rdbGetScan: skewed point reads (GETs) in one db_bench process and a scan
 // (seekrandom with long --seek_nexts) in a second, read-only on the same
 // database in one cgroup: default, fadvise NOREUSE/DONTNEED on the scan's
@@ -416,6 +422,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("rocksdb_getscan_rounds", rounds)
 	rep.SetConfig("rocksdb_getscan_seek_nexts", rdbScanNexts)
+	rep.SetConfig("rocksdb_getscan_access_sample", rdbGetScanSample)
 	err = benchkit.Interleave(ctx, rounds, modes, func(m string) { opt.Progress("rocksdb getscan: " + m) }, func(ctx context.Context, _ int, mode string) error {
 		if err := s.rdbDrop(); err != nil {
 			return err
@@ -424,7 +431,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 		if mode == "agent_get_scan" {
 			policy = "get-scan"
 		}
-		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policy, 1)
+		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policy, rdbGetScanSample)
 		if err != nil {
 			return err
 		}
@@ -485,11 +492,25 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	rep.TargetRatio("rocksdb_get_speedup", ">=", 1.5)
 	rep.TargetRatio("rocksdb_scan_vs_default", ">=", 0.8)
 	rep.Note(fmt.Sprintf("rocksdb getscan: GETs = db_bench readrandom (%d threads, --read_random_exp_range=%d, warm-up then measured, as in reads); "+
-		"scan = a second db_bench process, --readonly seekrandom --seek_nexts=%d, one thread, for the GETs' whole run, registered with GET-SCAN by pid (its threads by tgid); "+
+		"scan = a second db_bench process, --readonly seekrandom --seek_nexts=%d, one thread, for the GETs' whole run, registered with GET-SCAN by pid (its threads by tgid); the agent sees one read in %d (1: every read); "+
 		"fadvise_*: the scan process runs with an LD_PRELOAD shim that advises its own reads (NOREUSE on each file before its first read, or DONTNEED on what it has read, by 512 KiB stretches behind the reader): db_bench has no such option. "+
-		"scan_mb_per_sec: db_bench's MB/s of keys and values the scan read.", rdbThreads, rdbExpRange, rdbScanNexts))
+		"scan_mb_per_sec: db_bench's MB/s of keys and values the scan read.", rdbThreads, rdbExpRange, rdbScanNexts, rdbGetScanSample))
 	return nil
 }
+
+// rdbCgroupMeasure: the per-cgroup part measures RocksDB 3× as long as the
+// reads part (30 s full), so that a round holds several repeat searches
+// beside it, not one (a round's search figure was one 4-9 s search until
+// fD, whose rounds of the same configuration then ranged 0.86-1.13).
+const rdbCgroupMeasure = 3
+
+// rdbParityMargin: "at least as good as under a global policy" allows the
+// tailored pair to be this much lower. Under tailored and under the global
+// policy that matches a workload's own (RocksDB's LFU, the search's MRU),
+// that workload runs the same agent and policy; only the neighbour
+// differs, so the true ratio is 1 and a bare >= 1 is a coin flip between
+// runs. The margin states what counts as equal.
+const rdbParityMargin = 0.05
 
 // rdbPerCgroup: RocksDB's skewed reads in one cgroup and the ripgrep
 // searches in another, at once: both on the default, one global policy for
@@ -520,6 +541,10 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 	modes := rdbCgroupModes
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("percgroup_rounds", rounds)
+	ps := *s
+	ps.measure = rdbCgroupMeasure * s.measure
+	rep.SetConfig("percgroup_measure_seconds", ps.measure.Seconds())
+	rep.SetConfig("percgroup_parity_margin", rdbParityMargin)
 	err = benchkit.Interleave(ctx, rounds, modes, func(m string) { opt.Progress("rocksdb percgroup: " + m) }, func(ctx context.Context, _ int, mode string) error {
 		if err := s.rdbDrop(); err != nil {
 			return err
@@ -568,7 +593,7 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 				}
 				sdone <- nil
 			}()
-			r, err := s.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) })
+			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) })
 			// At least two searches (the first reads the tree from disk):
 			// on a loaded machine they may need longer than db_bench ran.
 			for deadline := time.Now().Add(2 * time.Minute); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -617,12 +642,14 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 	for _, g := range []string{"global_lfu", "global_mru"} {
 		rep.PairedRatio("percgroup_rocksdb_tailored_vs_"+g, "percgroup/tailored", "rocksdb_ops_per_sec", "percgroup/"+g, "rocksdb_ops_per_sec")
 		rep.PairedRatio("percgroup_search_tailored_vs_"+g, "percgroup/"+g, "search_seconds", "percgroup/tailored", "search_seconds")
-		rep.TargetRatio("percgroup_rocksdb_tailored_vs_"+g, ">=", 1)
-		rep.TargetRatio("percgroup_search_tailored_vs_"+g, ">=", 1)
+		rep.TargetRatio("percgroup_rocksdb_tailored_vs_"+g, ">=", 1-rdbParityMargin)
+		rep.TargetRatio("percgroup_search_tailored_vs_"+g, ">=", 1-rdbParityMargin)
 	}
 	rep.Note("percgroup: db_bench readrandom (as in reads, its cgroup 1/4 of the database) and ripgrep searches one after another in a second cgroup (70% of the tree), at once; " +
 		"search_seconds = median of the searches after the first that finished while db_bench ran (both start cold; when fewer than two had finished, the search goes on alone until two have); each agent runs on its own cgroup and directory only. " +
-		"The RocksDB agent sees every read; the search's reports one in 16.")
+		"The RocksDB agent sees every read; the search's reports one in 16. " +
+		fmt.Sprintf("RocksDB is measured %v here (%d× the reads part) so that a round holds several repeat searches. ", ps.measure, rdbCgroupMeasure) +
+		fmt.Sprintf("tailored vs global_*: \"at least as good\" is within %.0f %% (>= %.2f): under tailored and under the global policy matching a workload's own, that workload runs the same policy, so the true ratio is 1.", rdbParityMargin*100, 1-rdbParityMargin))
 	return nil
 }
 
