@@ -26,7 +26,7 @@ type Config struct {
 	Cgroup   string // memory cgroup (see OpenCgroup)
 	Limit    int64  // > 0: create the cgroup with this limit
 	Policy   string // one of Policies()
-	ScanPIDs []int  // get-scan: processes or threads whose insertions are scans
+	ScanPIDs []int  // get-scan, scan-only: processes or threads whose insertions are scans
 	// Headroom is how far below the limit the agent starts evicting;
 	// 0: max(limit/16, 16 MiB), at most a quarter of the limit; never more
 	// than half of it.
@@ -82,8 +82,8 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if !ValidPolicy(cfg.Policy) {
 		return nil, fmt.Errorf("unknown policy %q (have %v)", cfg.Policy, Policies())
 	}
-	if len(cfg.ScanPIDs) > 0 && cfg.Policy != "get-scan" {
-		return nil, fmt.Errorf("scan pids are for the get-scan policy only")
+	if len(cfg.ScanPIDs) > 0 && cfg.Policy != "get-scan" && cfg.Policy != "scan-only" {
+		return nil, fmt.Errorf("scan pids are for the get-scan and scan-only policies only")
 	}
 	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {
 		return nil, fmt.Errorf("access sample %d: want a power of 2", s)
@@ -147,7 +147,8 @@ func (a *Agent) Files() int { return int(a.tr.nfiles.Load()) }
 // "fanotify", or inotify and why.
 func (a *Agent) WatchMethod() string { return a.tr.w.Method }
 
-// AddScanPID registers a process or thread id as a scanner (get-scan).
+// AddScanPID registers a process or thread id as a scanner (get-scan,
+// scan-only).
 func (a *Agent) AddScanPID(pid int) error {
 	m, ok := a.pol.coll.Maps["getscan_scan_ids"]
 	if !ok {

@@ -384,6 +384,69 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	}
 }
 
+// TestAgentScanOnlyLeavesGetsToKernel: under scan-only, in a 64 MiB
+// cgroup, a registered scanner's 96 MiB are the agent's victims; then an
+// unregistered reader's 96 MiB are not: the agent evicts none of them (no
+// fallback) and the kernel reclaims at the limit instead.
+func TestAgentScanOnlyLeavesGetsToKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	hot := writeFiles(t, filepath.Join(base, "d", "a-hot"), 1, 8<<20)[0]
+	scan := writeFiles(t, filepath.Join(base, "d", "b-scan"), 1, 96<<20)[0]
+	other := writeFiles(t, filepath.Join(base, "d", "c-other"), 1, 96<<20)[0]
+	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-so-%d", os.Getpid()),
+		Limit: 64 << 20, Headroom: 32 << 20, Policy: "scan-only"})
+	defer stop()
+	readInCgroup(t, a.Cgroup(), hot)
+
+	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, scan)
+	in, err := sc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddScanPID(sc.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	if err := sc.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	st, _ := a.Stats()
+	kernelBefore := st["cgroup_limit_hits"] + st["removed"]
+	// Files are numbered in walk order: a-hot 1, b-scan 2, c-other 3.
+	if n := a.evictedPages[2]; n < 50*256 {
+		t.Errorf("the agent evicted %d pages of the scan, want most of its 96 MiB (stats %v)", n, st)
+	}
+	if c := cached(t, hot); c != 2048 && kernelBefore == 0 {
+		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
+	}
+
+	readInCgroup(t, a.Cgroup(), other) // not a scanner: the kernel's
+	time.Sleep(100 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = a.Stats()
+	t.Logf("stats: %v", st)
+	if n := a.evictedPages[1] + a.evictedPages[3]; n != 0 {
+		t.Errorf("the agent evicted %d pages not read by the scanner (hot %d, other %d)", n, a.evictedPages[1], a.evictedPages[3])
+	}
+	if st["policy_fallback_evictions"] != 0 {
+		t.Errorf("%d fallback evictions: scan-only has none", st["policy_fallback_evictions"])
+	}
+	// 104 MiB of unregistered reads in a 64 MiB cgroup: the kernel made room.
+	if k := st["cgroup_limit_hits"] + st["removed"]; k <= kernelBefore {
+		t.Errorf("the kernel reclaimed nothing for the other reader (limit hits + removed %d, before %d)", k, kernelBefore)
+	}
+	if u, err := a.Cgroup().Usage(); err != nil || u > 64<<20 {
+		t.Errorf("cgroup usage %d (%v), limit 64 MiB", u, err)
+	}
+}
+
 // TestDirWatchReportsCreations: on the disk, on a tmpfs mounted for the
 // test, and through the inotify fallback (taken where fanotify cannot
 // report a filesystem's directory handles), the watch reports new files and

@@ -40,6 +40,8 @@ var policies = map[string]struct {
 	"s3fifo":   {loadPcS3fifo, true, true},
 	"lhd":      {loadPcLhd, true, true},
 	"get-scan": {loadPcGetscan, true, false},
+	// GET-SCAN's scan list alone: the rest is the kernel's (pc_scanonly.bpf.c).
+	"scan-only": {loadPcScanonly, false, false},
 	"none":     {loadPcNone, false, false},
 }
 

@@ -19,7 +19,7 @@ import (
 
 // agentPolicies are the --policy names of `cistern cache agent` ("none" is
 // the bench's no-op policy, accepted but not advertised).
-const agentPolicies = "mru|fifo|lru|lfu|s3fifo|lhd|get-scan"
+const agentPolicies = "mru|fifo|lru|lfu|s3fifo|lhd|get-scan|scan-only"
 
 func newCacheAgentCmd() *cobra.Command {
 	var (
@@ -48,8 +48,8 @@ SIGINT or SIGTERM and prints its counters.`,
 			if !pagecache.ValidPolicy(cfg.Policy) {
 				return cli.Usagef("--policy %q: want one of %s", cfg.Policy, agentPolicies)
 			}
-			if len(scanPIDs) > 0 && cfg.Policy != "get-scan" {
-				return cli.Usagef("--scan-pid is for --policy get-scan")
+			if len(scanPIDs) > 0 && cfg.Policy != "get-scan" && cfg.Policy != "scan-only" {
+				return cli.Usagef("--scan-pid is for --policy get-scan or scan-only")
 			}
 			for _, p := range scanPIDs {
 				if p <= 0 {
@@ -121,7 +121,7 @@ SIGINT or SIGTERM and prints its counters.`,
 	f.StringVar(&limit, "limit", "", "create the cgroup with this memory limit (e.g. 512M, 2G)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
-	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan: a process or thread whose reads are scans (repeatable)")
+	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan, scan-only: a process or thread whose reads are scans (repeatable)")
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M) up to limit/4; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")

@@ -29,7 +29,11 @@
  *   EVICT_MAX_CANDIDATES are ignored. Every case is counted in evict_stats:
  *   PROPOSED, INVALID, SHORT, FALLBACKS, FALLBACK_EVICTIONS. A policy can
  *   therefore be wrong, but never unsafe: it cannot evict what is not there,
- *   and the cache always makes room.
+ *   and the cache always makes room. Defining EVICT_NO_FALLBACK before this
+ *   header drops the fallback: for a policy that may decline because
+ *   someone else evicts too (the page-cache agent's scan-only, where the
+ *   kernel reclaims what the policy leaves); an insertion then fails when
+ *   no slot is free.
  *
  * EVICTION LISTS
  *   Doubly-linked lists threaded through the evict_nodes ARRAY, one node per
@@ -594,6 +598,7 @@ struct evict_fallback_loop {
 	struct evict_req *r;
 };
 
+#ifndef EVICT_NO_FALLBACK
 static long evict_fallback_step(__u64 i, void *arg)
 {
 	struct evict_fallback_loop *fl = arg;
@@ -604,9 +609,11 @@ static long evict_fallback_step(__u64 i, void *arg)
 		fl->done++;
 	return evict_loop_var(fl->done) >= fl->want;
 }
+#endif
 
 /* Asks the policy for nr victims and removes them; completes with the
- * fallback. Returns how many entries were removed. */
+ * fallback (unless EVICT_NO_FALLBACK: a policy that may decline, leaving
+ * the rest to someone else). Returns how many entries were removed. */
 static __always_inline __u32 evict_make_room(__u32 nr, struct evict_req *r)
 {
 	__u32 zero = 0, n, freed = 0, invalid = 0;
@@ -636,6 +643,7 @@ static __always_inline __u32 evict_make_room(__u32 nr, struct evict_req *r)
 	}
 	if (invalid)
 		evict_stat_add(EVICT_STAT_INVALID, invalid);
+#ifndef EVICT_NO_FALLBACK
 	if (freed < nr) {
 		struct evict_fallback_loop fl = { .want = nr - freed, .r = r };
 
@@ -644,6 +652,7 @@ static __always_inline __u32 evict_make_room(__u32 nr, struct evict_req *r)
 		evict_stat_add(EVICT_STAT_FALLBACK_EVICTIONS, fl.done);
 		freed += fl.done;
 	}
+#endif
 	return freed;
 }
 
