@@ -42,7 +42,7 @@ var policies = map[string]struct {
 	"get-scan": {loadPcGetscan, true, false},
 	// GET-SCAN's scan list alone: the rest is the kernel's (pc_scanonly.bpf.c).
 	"scan-only": {loadPcScanonly, false, false},
-	"none":     {loadPcNone, false, false},
+	"none":      {loadPcNone, false, false},
 }
 
 // Policies lists the policy names the agent accepts ("none" decides nothing:
