@@ -14,7 +14,7 @@ var (
 	overheadModes = []string{"off", "agent_none", "agent_lru"}
 	// --workload rocksdb
 	rdbReadModes    = []string{"default", "agent_lfu", "agent_s3fifo", "agent_lhd"}
-	rdbGetScanModes = []string{"default", "agent_get_scan", "agent_scan_only", "fadvise_noreuse", "fadvise_dontneed"}
+	rdbGetScanModes = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
 )
 

@@ -435,7 +435,10 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		policy := map[string]string{"agent_get_scan": "get-scan", "agent_scan_only": "scan-only"}[mode]
+		policy := ""
+		if mode == "agent_get_scan" {
+			policy = "get-scan"
+		}
 		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policy, rdbGetScanSample)
 		if err != nil {
 			return err
@@ -491,9 +494,6 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	rep.PairedRatio("rocksdb_get_speedup", "rocksdb_getscan/agent_get_scan", "get_ops_per_sec", "rocksdb_getscan/default", "get_ops_per_sec")
 	rep.PairedRatio("rocksdb_get_p99_vs_default", "rocksdb_getscan/agent_get_scan", "get_p99_us", "rocksdb_getscan/default", "get_p99_us")
 	rep.PairedRatio("rocksdb_scan_vs_default", "rocksdb_getscan/agent_get_scan", "scan_mb_per_sec", "rocksdb_getscan/default", "scan_mb_per_sec")
-	rep.PairedRatio("rocksdb_get_speedup_scan_only", "rocksdb_getscan/agent_scan_only", "get_ops_per_sec", "rocksdb_getscan/default", "get_ops_per_sec")
-	rep.PairedRatio("rocksdb_get_p99_vs_default_scan_only", "rocksdb_getscan/agent_scan_only", "get_p99_us", "rocksdb_getscan/default", "get_p99_us")
-	rep.PairedRatio("rocksdb_scan_vs_default_scan_only", "rocksdb_getscan/agent_scan_only", "scan_mb_per_sec", "rocksdb_getscan/default", "scan_mb_per_sec")
 	for _, f := range []string{"noreuse", "dontneed"} {
 		rep.PairedRatio("rocksdb_get_speedup_fadvise_"+f, "rocksdb_getscan/fadvise_"+f, "get_ops_per_sec", "rocksdb_getscan/default", "get_ops_per_sec")
 	}
@@ -709,7 +709,7 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 	}
 	kinds := []struct{ name, mode string }{
 		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
-		{"GET-SCAN", "agent_get_scan"}, {"scan-only", "agent_scan_only"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
+		{"GET-SCAN", "agent_get_scan"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
 		{"tailored (LFU+MRU)", "tailored"}, {"LFU both", "global_lfu"}, {"MRU both", "global_mru"},
 	}
 	get := func(mode, metric string) (float64, bool) {
