@@ -701,11 +701,11 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 		label, part, metric string
 		inverse             bool
 	}{
-		{"reads ops/s", "rocksdb_reads", "ops_per_sec", false},
-		{"GET-SCAN: GETs", "rocksdb_getscan", "get_ops_per_sec", false},
-		{"GET-SCAN: scan", "rocksdb_getscan", "scan_mb_per_sec", false},
-		{"per-cgroup: rocksdb", "percgroup", "rocksdb_ops_per_sec", false},
-		{"per-cgroup: search", "percgroup", "search_seconds", true},
+		{"reads\nops/s", "rocksdb_reads", "ops_per_sec", false},
+		{"GET-SCAN\nGETs", "rocksdb_getscan", "get_ops_per_sec", false},
+		{"GET-SCAN\nscan", "rocksdb_getscan", "scan_mb_per_sec", false},
+		{"per-cgroup\nRocksDB", "percgroup", "rocksdb_ops_per_sec", false},
+		{"per-cgroup\nsearch", "percgroup", "search_seconds", true},
 	}
 	kinds := []struct{ name, mode string }{
 		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
