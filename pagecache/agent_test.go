@@ -325,6 +325,29 @@ func TestAgentWatchesNewFiles(t *testing.T) {
 	}
 }
 
+// scanInCgroup reads path in a's cgroup with a process registered as a
+// scanner (a.AddScanPID) before its first read.
+func scanInCgroup(t *testing.T, a *Agent, path string) {
+	t.Helper()
+	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, path)
+	in, err := sc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddScanPID(sc.Process.Pid); err != nil {
+		sc.Process.Kill()
+		sc.Wait()
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	if err := sc.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAgentGetScanEvictsScanFirst reads an 8 MiB hot file, then lets a
 // registered scanner read 96 MiB, in a 64 MiB cgroup under GET-SCAN: the
 // scanner's folios are the victims, so the hot file stays cached (LFU
@@ -341,21 +364,7 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	defer stop()
 	readInCgroup(t, a.Cgroup(), hot)
 
-	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, scan)
-	in, err := sc.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.AddScanPID(sc.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	in.Write([]byte("go\n"))
-	if err := sc.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	scanInCgroup(t, a, scan)
 	time.Sleep(100 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -399,21 +408,7 @@ func TestAgentScanOnlyLeavesGetsToKernel(t *testing.T) {
 	defer stop()
 	readInCgroup(t, a.Cgroup(), hot)
 
-	sc := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && read go && exec cat "$1" > /dev/null`, a.Cgroup().Path, scan)
-	in, err := sc.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.AddScanPID(sc.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	in.Write([]byte("go\n"))
-	if err := sc.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	scanInCgroup(t, a, scan)
 	time.Sleep(100 * time.Millisecond)
 	st, _ := a.Stats()
 	kernelBefore := st["cgroup_limit_hits"] + st["removed"]
