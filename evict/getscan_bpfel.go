@@ -95,8 +95,6 @@ const (
 	getscanVarGetscanActor       = "getscan_actor"
 	getscanVarGsGetQ             = "gs_get_q"
 	getscanVarGsHand             = "gs_hand"
-	getscanVarGsScanKeep         = "gs_scan_keep"
-	getscanVarGsScanPages        = "gs_scan_pages"
 	getscanVarGsScanQ            = "gs_scan_q"
 	getscanVarGsWalked           = "gs_walked"
 )
@@ -181,8 +179,6 @@ type getscanVariableSpecs struct {
 	GetscanActor       *ebpf.VariableSpec `ebpf:"getscan_actor"`
 	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
-	GsScanKeep         *ebpf.VariableSpec `ebpf:"gs_scan_keep"`
-	GsScanPages        *ebpf.VariableSpec `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
 }
@@ -251,8 +247,6 @@ type getscanVariables struct {
 	GetscanActor       *ebpf.Variable `ebpf:"getscan_actor"`
 	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
-	GsScanKeep         *ebpf.Variable `ebpf:"gs_scan_keep"`
-	GsScanPages        *ebpf.Variable `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
 }

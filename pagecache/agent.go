@@ -82,7 +82,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if !ValidPolicy(cfg.Policy) {
 		return nil, fmt.Errorf("unknown policy %q (have %v)", cfg.Policy, Policies())
 	}
-	if len(cfg.ScanPIDs) > 0 && cfg.Policy != "get-scan" && cfg.Policy != "scan-only" {
+	if len(cfg.ScanPIDs) > 0 && !TakesScanPIDs(cfg.Policy) {
 		return nil, fmt.Errorf("scan pids are for the get-scan and scan-only policies only")
 	}
 	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {

@@ -130,8 +130,6 @@ const (
 	pcGetscanVarGetscanActor       = "getscan_actor"
 	pcGetscanVarGsGetQ             = "gs_get_q"
 	pcGetscanVarGsHand             = "gs_hand"
-	pcGetscanVarGsScanKeep         = "gs_scan_keep"
-	pcGetscanVarGsScanPages        = "gs_scan_pages"
 	pcGetscanVarGsScanQ            = "gs_scan_q"
 	pcGetscanVarGsWalked           = "gs_walked"
 	pcGetscanVarPcSkipFirstRead    = "pc_skip_first_read"
@@ -222,8 +220,6 @@ type pcGetscanVariableSpecs struct {
 	GetscanActor       *ebpf.VariableSpec `ebpf:"getscan_actor"`
 	GsGetQ             *ebpf.VariableSpec `ebpf:"gs_get_q"`
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
-	GsScanKeep         *ebpf.VariableSpec `ebpf:"gs_scan_keep"`
-	GsScanPages        *ebpf.VariableSpec `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
@@ -301,8 +297,6 @@ type pcGetscanVariables struct {
 	GetscanActor       *ebpf.Variable `ebpf:"getscan_actor"`
 	GsGetQ             *ebpf.Variable `ebpf:"gs_get_q"`
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
-	GsScanKeep         *ebpf.Variable `ebpf:"gs_scan_keep"`
-	GsScanPages        *ebpf.Variable `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`

@@ -32,17 +32,18 @@ var policies = map[string]struct {
 	load      func() (*ebpf.CollectionSpec, error)
 	access    bool
 	firstRead bool
+	scans     bool // takes scanner ids (getscan_scan_ids)
 }{
-	"mru":      {loadPcMru, true, false},
-	"fifo":     {loadPcFifo, false, false},
-	"lru":      {loadPcLru, true, false},
-	"lfu":      {loadPcLfu, true, true},
-	"s3fifo":   {loadPcS3fifo, true, true},
-	"lhd":      {loadPcLhd, true, true},
-	"get-scan": {loadPcGetscan, true, false},
+	"mru":      {loadPcMru, true, false, false},
+	"fifo":     {loadPcFifo, false, false, false},
+	"lru":      {loadPcLru, true, false, false},
+	"lfu":      {loadPcLfu, true, true, false},
+	"s3fifo":   {loadPcS3fifo, true, true, false},
+	"lhd":      {loadPcLhd, true, true, false},
+	"get-scan": {loadPcGetscan, true, false, true},
 	// GET-SCAN's scan list alone: the rest is the kernel's (pc_scanonly.bpf.c).
-	"scan-only": {loadPcScanonly, false, false},
-	"none":      {loadPcNone, false, false},
+	"scan-only": {loadPcScanonly, false, false, true},
+	"none":      {loadPcNone, false, false, false},
 }
 
 // Policies lists the policy names the agent accepts ("none" decides nothing:
@@ -59,6 +60,10 @@ func Policies() []string {
 // UsesAccesses reports whether the policy name uses accessed(): the agent
 // then watches reads (see ReadSignal).
 func UsesAccesses(name string) bool { return policies[name].access }
+
+// TakesScanPIDs reports whether the policy name tells scanners' folios
+// from the rest (Config.ScanPIDs, AddScanPID).
+func TakesScanPIDs(name string) bool { return policies[name].scans }
 
 // ValidPolicy reports whether name is one of Policies.
 func ValidPolicy(name string) bool { _, ok := policies[name]; return ok }

@@ -42,7 +42,9 @@ __u32 gs_hand[2] = { EVICT_NIL, EVICT_NIL }; /* [0] get, [1] scan */
  * had read, by 512 KiB behind it, cut its rate 12-fold) read it from the
  * disk again. Checked per evict(): the page-cache agent asks for one
  * victim at a time. */
+#ifdef GS_SCAN_ONLY
 __u64 gs_scan_pages, gs_scan_keep;
+#endif
 
 static __always_inline __u32 qid(__u32 q)
 {
@@ -60,8 +62,10 @@ static int evict_policy_init(void)
 		return -EVICT_ENOSPC;
 	gs_get_q = g;
 	gs_scan_q = s;
+#ifdef GS_SCAN_ONLY
 	gs_scan_pages = 0;
 	gs_scan_keep = evict_capacity / 16;
+#endif
 	gs_hand[0] = gs_hand[1] = EVICT_NIL;
 	return 0;
 }
@@ -76,20 +80,24 @@ static __always_inline int gs_is_scan(void)
 	       bpf_map_lookup_elem(&getscan_scan_ids, &tgid);
 }
 
+#ifdef GS_SCAN_ONLY
 static __always_inline __u32 gs_size(__u32 slot)
 {
 	struct evict_entry *e = evict_entry(slot);
 
 	return e ? e->size : 0;
 }
+#endif
 
 static void evict_policy_added(__u32 slot)
 {
 	int scan = gs_is_scan();
 
 	evict_list_add_head(qid(scan ? gs_scan_q : gs_get_q), slot);
+#ifdef GS_SCAN_ONLY
 	if (scan)
 		gs_scan_pages += gs_size(slot);
+#endif
 }
 
 static void evict_policy_accessed(__u32 slot)
@@ -102,6 +110,7 @@ static void evict_policy_accessed(__u32 slot)
 
 static void evict_policy_removed(__u32 slot)
 {
+#ifdef GS_SCAN_ONLY
 	struct evict_node *n = evict_node(slot);
 
 	if (n && n->list == gs_scan_q) {
@@ -109,6 +118,7 @@ static void evict_policy_removed(__u32 slot)
 
 		gs_scan_pages -= sz < gs_scan_pages ? sz : gs_scan_pages;
 	}
+#endif
 	if (slot == gs_hand[0])
 		gs_hand[0] = evict_prev(slot);
 	if (slot == gs_hand[1])

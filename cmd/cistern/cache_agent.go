@@ -48,7 +48,7 @@ SIGINT or SIGTERM and prints its counters.`,
 			if !pagecache.ValidPolicy(cfg.Policy) {
 				return cli.Usagef("--policy %q: want one of %s", cfg.Policy, agentPolicies)
 			}
-			if len(scanPIDs) > 0 && cfg.Policy != "get-scan" && cfg.Policy != "scan-only" {
+			if len(scanPIDs) > 0 && !pagecache.TakesScanPIDs(cfg.Policy) {
 				return cli.Usagef("--scan-pid is for --policy get-scan or scan-only")
 			}
 			for _, p := range scanPIDs {
