@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/internal/size"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -57,16 +56,16 @@ SIGINT or SIGTERM and prints its counters.`,
 				}
 			}
 			if limit != "" {
-				n, err := parseSize(limit)
+				n, err := size.Parse(limit)
 				if err != nil {
-					return cli.Usagef("--limit %q: %v", limit, err)
+					return cli.Usagef("--limit: %v", err)
 				}
 				cfg.Limit = n
 			}
 			if headroom != "" {
-				n, err := parseSize(headroom)
+				n, err := size.Parse(headroom)
 				if err != nil {
-					return cli.Usagef("--headroom %q: %v", headroom, err)
+					return cli.Usagef("--headroom: %v", err)
 				}
 				cfg.Headroom = n
 			}
@@ -137,32 +136,4 @@ func printCounters(cmd *cobra.Command, st map[string]uint64) {
 	for _, k := range keys {
 		fmt.Fprintf(cmd.OutOrStdout(), "%-28s %d\n", k, st[k])
 	}
-}
-
-// parseSize reads 4096, 64K, 512M, 2G (binary units).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
-	if t == "" {
-		return 0, fmt.Errorf("want a size such as 512M")
-	}
-	switch t[len(t)-1] {
-	case 'K':
-		mult = 1 << 10
-	case 'M':
-		mult = 1 << 20
-	case 'G':
-		mult = 1 << 30
-	}
-	if mult > 1 {
-		t = t[:len(t)-1]
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("want a positive size such as 512M")
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("too large")
-	}
-	return n * mult, nil
 }
