@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -91,6 +92,9 @@ lists the tables and columns; docs/query.md has the details.`,
 				ctx = context.Background()
 			}
 			res, err := query.Run(ctx, args[0], opt)
+			if errors.Is(err, query.ErrNotRoot) {
+				return cli.RequireRoot("cistern query")
+			}
 			if err != nil {
 				return err
 			}

@@ -66,10 +66,6 @@ func TestSamplesMedianSpreadTable(t *testing.T) {
 			t.Errorf("table shows %q:\n%s", no, out)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "r.json")
-	if err := r.WriteJSON(path); err != nil {
-		t.Fatal(err)
-	}
 	data, _ := json.Marshal(r)
 	var doc struct {
 		Rounds  map[string]map[string][]float64 `json:"rounds"`
