@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -318,7 +319,7 @@ func pcPlot(rep *benchkit.Report, path string) error {
 		return f, ok && isF && f > 0
 	}
 	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
+	series := make([]plot.BarSeries, len(kinds))
 	for i, k := range kinds {
 		series[i].Name = k.name + " / default"
 	}
@@ -344,5 +345,5 @@ func pcPlot(rep *benchkit.Report, path string) error {
 	if len(labels) == 0 {
 		return nil
 	}
-	return benchkit.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, series)
+	return plot.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, series)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
@@ -718,7 +719,7 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 		return f, ok && isF && f > 0 && !math.IsNaN(f)
 	}
 	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
+	series := make([]plot.BarSeries, len(kinds))
 	for i, k := range kinds {
 		series[i].Name = k.name
 	}
@@ -744,7 +745,7 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 	if len(labels) == 0 {
 		return nil
 	}
-	var used []benchkit.BarSeries
+	var used []plot.BarSeries
 	for _, s := range series {
 		for _, v := range s.Values {
 			if v > 0 {
@@ -753,5 +754,5 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 			}
 		}
 	}
-	return benchkit.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
+	return plot.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
 }
