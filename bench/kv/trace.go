@@ -89,7 +89,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	if opt.Requests > 0 && opt.Requests < len(reqs) {
 		reqs = reqs[:opt.Requests]
 	}
-	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond}
+	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond, TCP: true}
 	pc := cfg.PoolConfig()
 	budget, _ := kv.PolicyBudget(cfg)
 

@@ -6,6 +6,7 @@ import (
 	"github.com/cistern-ebpf/cistern/capture/otlp"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/kv"
 	"github.com/cistern-ebpf/cistern/query"
 	"github.com/cistern-ebpf/cistern/query/exporter"
 )
@@ -29,5 +30,6 @@ func isUsage(err error) bool {
 		errors.As(err, new(*query.OptionError)) ||
 		errors.As(err, new(*exporter.ConfigError)) ||
 		errors.As(err, new(*otlp.OptionError)) ||
-		errors.As(err, new(*metrics.AddrError))
+		errors.As(err, new(*metrics.AddrError)) ||
+		errors.As(err, new(*kv.NativePeerError))
 }
