@@ -13,6 +13,7 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/internal/size"
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -84,7 +85,7 @@ SIGINT or SIGTERM and prints its counters.`,
 			cfg.ScanPIDs = scanPIDs
 			a, err := pagecache.Start(cfg)
 			if err != nil {
-				return cli.Usagef("%v", err)
+				return agentStartError(err)
 			}
 			defer a.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -136,4 +137,14 @@ func printCounters(cmd *cobra.Command, st map[string]uint64) {
 	for _, k := range keys {
 		fmt.Fprintf(cmd.OutOrStdout(), "%-28s %d\n", k, st[k])
 	}
+}
+
+// agentStartError maps pagecache.Start's errors: what the kernel refused or
+// failed to load is a runtime error (exit 1, kernel.LoadError's one
+// sentence); the rest concern the flags (the cgroup, the directory).
+func agentStartError(err error) error {
+	if kernel.IsLoadError(err) {
+		return err
+	}
+	return cli.Usagef("%v", err)
 }
