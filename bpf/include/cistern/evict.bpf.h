@@ -63,7 +63,7 @@
  *   EVICT_SAMPLES entries scored by pdata) during a walk, and
  *   evict_propose_lowest(ctx, &sample, want) proposes the lowest scores.
  *
- * WRITING A POLICY (bpf/evict/lru.bpf.c is the shortest complete one;
+ * WRITING A POLICY (cistern/policy/lru.bpf.h is the shortest complete one;
  * bpf/examples/evictbig.bpf.c and examples/evictbig show one loaded from
  * your own package with evict.OpenSpec)
  *   #include "vmlinux.h"
