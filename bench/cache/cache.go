@@ -32,12 +32,12 @@ func Workload(quick bool) ([]BundledTrace, []float64) {
 	return Bundled, []float64{1, 5, 10, 25}
 }
 
-// Policies are the policies the bench compares ("broken" is left out),
-// simplest first.
+// Policies are the policies the bench compares, simplest first, then the
+// rest of the registry's.
 func Policies() []string {
 	ps := []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo", "lfu"}
-	for _, p := range evict.Policies() {
-		if p != "broken" && !contains(ps, p) {
+	for _, p := range evict.Names(evict.Replay) {
+		if !contains(ps, p) {
 			ps = append(ps, p)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -30,7 +29,7 @@ batches of 4096 requests looped over in the kernel. Block traces
 zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + ` (csv: key,size).
 --unit bytes makes --size a budget of bytes (object sizes from the trace;
 an object larger than the budget is never admitted).
-Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
+Policies: ` + strings.Join(evict.Names(evict.Replay), ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tracePath == "" || format == "" || policy == "" || size == 0 {
@@ -39,8 +38,8 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 			if !cache.ValidFormat(format) {
 				return cli.Usagef("--format %q: want one of %s", format, strings.Join(cache.Formats, ", "))
 			}
-			if _, err := evict.Spec(policy); err != nil || policy == "broken" {
-				return cli.Usagef("--policy %q: want one of fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd", policy)
+			if _, err := evict.Lookup(policy, evict.Replay); err != nil {
+				return cli.Usagef("--%v", err)
 			}
 			if unit != "objects" && unit != "bytes" {
 				return cli.Usagef("--unit %q: want objects or bytes", unit)
@@ -73,7 +72,7 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 	f := c.Flags()
 	f.StringVar(&tracePath, "trace", "", "trace FILE (plain or zstd-compressed)")
 	f.StringVar(&format, "format", "", "trace format: "+strings.Join(cache.Formats, "|"))
-	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(slices.DeleteFunc(evict.Policies(), func(p string) bool { return p == "broken" }), "|"))
+	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(evict.Names(evict.Replay), "|"))
 	f.Uint64Var(&size, "size", 0, "cache size in --unit")
 	f.StringVar(&unit, "unit", "objects", "unit of --size: objects (each counts 1) or bytes (request sizes)")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to FILE (- for stdout)")
