@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
@@ -94,7 +94,7 @@ func Run(opt Options) (*benchkit.Report, []Curve, error) {
 	rep.SetConfig("unit", "objects")
 	sizes := make([][]uint32, len(opt.Traces))
 	for i, t := range opt.Traces {
-		d := cache.Distinct(t.Reqs)
+		d := replay.Distinct(t.Reqs)
 		rep.SetConfig(t.Name+"_requests", len(t.Reqs))
 		rep.SetConfig(t.Name+"_distinct", d)
 		for _, pct := range opt.Percents {
@@ -123,7 +123,7 @@ func Run(opt Options) (*benchkit.Report, []Curve, error) {
 				if r > 0 && j != last {
 					continue
 				}
-				res, err := cache.Replay(t.Reqs, cache.Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
+				res, err := replay.Run(t.Reqs, replay.Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
 				if err != nil {
 					return fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
 				}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 )
 
 //go:embed *_bpfel.o
@@ -37,7 +37,7 @@ const Name = "oldest-biggest"
 var registered = evict.Register(evict.Policy{Name: Name, Replay: "evictbig", PageCache: "pc_evictbig", Objects: objects})
 
 func main() {
-	trace := flag.String("trace", filepath.Join(cache.TraceDir(), "twitter_cluster52_1m.csv.zst"), "trace FILE")
+	trace := flag.String("trace", filepath.Join(replay.TraceDir(), "twitter_cluster52_1m.csv.zst"), "trace FILE")
 	format := flag.String("format", "twitter", "trace format: twitter|cloudphysics|arc|csv")
 	budget := flag.Uint64("bytes", 1<<20, "cache size in bytes")
 	flag.Parse()
@@ -54,12 +54,12 @@ func run(trace, format string, budget uint64) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	reqs, err := cache.ReadFile(trace, format)
+	reqs, err := replay.ReadFile(trace, format)
 	if err != nil {
 		return err
 	}
 	for _, p := range []string{Name, "fifo", "lru"} {
-		res, err := cache.Replay(reqs, cache.Options{Policy: p, Size: budget, Unit: "bytes"})
+		res, err := replay.Run(reqs, replay.Options{Policy: p, Size: budget, Unit: "bytes"})
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
@@ -97,15 +97,15 @@ func TestRunsInReplay(t *testing.T) {
 	if registered != nil {
 		t.Fatal(registered)
 	}
-	path := filepath.Join(cache.TraceDir(), "twitter_cluster52_1m.csv.zst")
+	path := filepath.Join(replay.TraceDir(), "twitter_cluster52_1m.csv.zst")
 	testenv.NeedFile(t, path, "the bundled traces: /work/shared/data/traces beside the clone (../shared), or CISTERN_TRACES")
-	reqs, err := cache.ReadFile(path, "twitter")
+	reqs, err := replay.ReadFile(path, "twitter")
 	if err != nil {
 		t.Fatal(err)
 	}
 	reqs = reqs[:100000]
 	for _, budget := range []uint64{65536, 1 << 20} {
-		res, err := cache.Replay(reqs, cache.Options{Policy: Name, Size: budget, Unit: "bytes"})
+		res, err := replay.Run(reqs, replay.Options{Policy: Name, Size: budget, Unit: "bytes"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package cache
+package replay
 
 import (
 	"fmt"
@@ -34,10 +34,10 @@ type Result struct {
 // Units are the units of Options.Size.
 var Units = []string{"objects", "bytes"}
 
-// Replay loads opt.Policy with a cache of opt.Size objects (or bytes) and
+// Run loads opt.Policy with a cache of opt.Size objects (or bytes) and
 // runs reqs through it in the kernel. RequestsPerSec counts the replay alone
 // (loading and parsing excluded).
-func Replay(reqs []evict.Request, opt Options) (Result, error) {
+func Run(reqs []evict.Request, opt Options) (Result, error) {
 	if opt.Unit == "" {
 		opt.Unit = "objects"
 	}

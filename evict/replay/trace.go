@@ -1,8 +1,9 @@
-// Package cache replays cache traces through the in-kernel eviction policies
-// of package evict, and parses the trace formats of
+// Package replay replays cache traces through the in-kernel eviction
+// policies of package evict (any name of its registry), and parses the trace
+// formats of
 // /work/shared/data/traces (Twitter, CloudPhysics, ARC, plain CSV),
 // zstd-compressed or not.
-package cache
+package replay
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package cache
+package replay
 
 import (
 	"container/list"
@@ -47,7 +47,7 @@ func TestReplayMatchesReferenceLRU(t *testing.T) {
 	testenv.RequireRoot(t)
 	reqs := bundled(t, "twitter_cluster52_1m.csv.zst", "twitter")[:200000]
 	for _, size := range []int{100, 5000} {
-		res, err := Replay(reqs, Options{Policy: "lru", Size: uint64(size)})
+		res, err := Run(reqs, Options{Policy: "lru", Size: uint64(size)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,11 +63,11 @@ func TestReplayIsDeterministic(t *testing.T) {
 	reqs := bundled(t, "arc_oltp.lis.zst", "arc")[:300000]
 	for _, p := range []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo", "lhd"} {
 		opt := Options{Policy: p, Size: 2000, Trace: "arc"}
-		a, err := Replay(reqs, opt)
+		a, err := Run(reqs, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Replay(reqs, opt)
+		b, err := Run(reqs, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,10 +82,10 @@ func TestReplayIsDeterministic(t *testing.T) {
 }
 
 func TestReplayOptions(t *testing.T) {
-	if _, err := Replay(nil, Options{Policy: "lru", Size: 10, Unit: "pages"}); err == nil {
+	if _, err := Run(nil, Options{Policy: "lru", Size: 10, Unit: "pages"}); err == nil {
 		t.Error("unit pages accepted")
 	}
-	if _, err := Replay(nil, Options{Policy: "lru"}); err == nil {
+	if _, err := Run(nil, Options{Policy: "lru"}); err == nil {
 		t.Error("size 0 accepted")
 	}
 }
@@ -131,7 +131,7 @@ func TestReplayBytesMatchesReferenceLRU(t *testing.T) {
 	reqs := bundled(t, "twitter_cluster52_1m.csv.zst", "twitter")[:200000]
 	reqs = append(reqs, evict.Request{Key: 1, Size: 2000000}, evict.Request{Key: 1, Size: 2000000})
 	for _, budget := range []uint64{20000, 1000000} {
-		res, err := Replay(reqs, Options{Policy: "lru", Size: budget, Unit: "bytes"})
+		res, err := Run(reqs, Options{Policy: "lru", Size: budget, Unit: "bytes"})
 		if err != nil {
 			t.Fatal(err)
 		}
