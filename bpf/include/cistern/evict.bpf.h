@@ -69,10 +69,10 @@
  *   evict_propose_lowest(ctx, &sample, want) proposes the lowest scores.
  *
  * WRITING A POLICY (cistern/policy/lru.bpf.h is the shortest complete one;
- * bpf/examples/evictbig.bpf.c and examples/evictbig show one loaded from
- * your own package with evict.OpenSpec)
- *   #include "vmlinux.h"
- *   #include "cistern/evict.bpf.h"
+ * docs/eviction.md, "Adding a policy", has the steps: this header, two
+ * stubs, one row of evict/registry.go; bpf/examples/evictbig.bpf.h and
+ * examples/evictbig add one from their own package)
+ *   #include "cistern/evict.bpf.h"      (in cistern/policy/<name>.bpf.h)
  *   static __u32 q;
  *   static int evict_policy_init(void) { int l = evict_list_create(); if (l < 0) return l; q = l; return 0; }
  *   static void evict_policy_added(__u32 s)    { evict_list_add_head(q, s); }
