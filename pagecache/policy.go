@@ -182,12 +182,12 @@ func (p *policy) stats() (map[string]uint64, error) {
 }
 
 // SimPolicies are the agent's policies that a trace can be replayed under
-// as they are (get-scan and scan-only need the run's scanner ids; none
-// decides nothing).
+// as they are: offered, with a replay object, and needing no scanner ids
+// (get-scan and scan-only need the run's).
 func SimPolicies() []string {
 	var names []string
-	for _, n := range Policies() {
-		if n != "none" && !policies[n].scans {
+	for _, n := range evict.Names(evict.PageCache) {
+		if p, err := evict.Lookup(n, evict.Replay); err == nil && !p.ScanIDs {
 			names = append(names, n)
 		}
 	}
