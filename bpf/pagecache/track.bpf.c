@@ -19,6 +19,11 @@
 const volatile __u64 pc_memcg_id;     /* kernfs id of the memory cgroup; 0: any */
 const volatile __u32 pc_want_access;
 const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a power of 2) */
+/* Spatial sampling (SHARDS): report only reads that touch a page whose key
+ * (file << 32 | index) times 2^64/phi is below this; 0: every page. A page
+ * is either always or never sampled, so reuse distances stay exact for the
+ * pages kept and a cache of C pages is simulated as one of C × rate. */
+const volatile __u64 pc_shards_threshold;
 
 /* The agent's evicting thread (set by the agent when it runs): the deletes
  * its own fadvise causes are of victims the policy already dropped, so
@@ -202,6 +207,40 @@ static __always_inline int want_read(void)
 	return !pc_access_mask || !(bpf_get_prandom_u32() & pc_access_mask);
 }
 
+#define PC_SHARDS_MUL 0x9E3779B97F4A7C15ULL
+
+struct pc_shards_loop {
+	__u64 base; /* key of the first page */
+	__u32 hit;
+};
+
+static long pc_shards_step(__u64 i, void *arg)
+{
+	struct pc_shards_loop *l = arg;
+	__u64 key = (l->base & 0xffffffff00000000ULL) | (__u32)(l->base + i);
+
+	if (key * PC_SHARDS_MUL < pc_shards_threshold) {
+		l->hit = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* 1 when pages [first, last] of file hold a sampled page (the first
+ * PC_MAX_ACC_PAGES of them are looked at: what the policies look up). */
+static __always_inline int pc_sampled(__u32 file, __u64 first, __u64 last)
+{
+	struct pc_shards_loop l = { .base = (__u64)file << 32 | (__u32)first };
+	__u64 n = last >= first ? last - first + 1 : 1;
+
+	if (!pc_shards_threshold)
+		return 1;
+	if (n > PC_MAX_ACC_PAGES)
+		n = PC_MAX_ACC_PAGES;
+	bpf_loop(n, pc_shards_step, &l, 0);
+	return l.hit;
+}
+
 /* One read(2) calls filemap_get_pages once per batch of folios (at most
  * 31), and the tracepoint gives every call the rest of the read,
  * [position, end]: a 32-page read of small folios reports [0, 31] and then
@@ -260,6 +299,15 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 			st->mapping = 0;
 		return 0;
 	}
+	if (!pc_sampled(file, index, last)) {
+		if (st) { /* its later batches are pages of this range */
+			st->mapping = (__u64)mapping;
+			st->index = index;
+			st->last = last;
+			st->on = 0;
+		}
+		return 0;
+	}
 	nst.mapping = (__u64)mapping;
 	nst.index = index;
 	nst.last = last;
@@ -314,6 +362,8 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 		count = size - pos;
 	first = pos >> PC_PAGE_SHIFT;
 	last = (pos + count - 1) >> PC_PAGE_SHIFT;
+	if (!pc_sampled(file, first, last))
+		return 0;
 	stat(PC_T_ACC);
 	emit(PC_ACC, 0, file, first, last - first + 1, 0);
 	return 0;
