@@ -207,6 +207,7 @@ static __always_inline int want_read(void)
 	return !pc_access_mask || !(bpf_get_prandom_u32() & pc_access_mask);
 }
 
+#define PC_PAGE_SHIFT 12
 #define PC_SHARDS_MUL 0x9E3779B97F4A7C15ULL
 
 struct pc_shards_loop {
@@ -272,9 +273,18 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid(), file;
 	struct pc_read_state *st, nst = {};
+	long long size;
 
 	if (!pc_want_access)
 		return 0;
+	/* The range is what the caller asked for: a read with a buffer
+	 * larger than the rest of the file (ripgrep's, on small files) names
+	 * pages past its end, which no read finds and no miss loads. */
+	size = BPF_CORE_READ(mapping, host, i_size);
+	if (size <= 0 || index > (unsigned long)((size - 1) >> PC_PAGE_SHIFT))
+		return 0;
+	if (last > (unsigned long)((size - 1) >> PC_PAGE_SHIFT))
+		last = (size - 1) >> PC_PAGE_SHIFT;
 	st = bpf_map_lookup_elem(&pc_reads, &tid);
 	if (st && st->mapping == (__u64)mapping && st->last == last && index > st->index && index <= last) {
 		st->index = index;
@@ -326,7 +336,6 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
  * pread64(2) of a watched file, as the page range [pos, pos + count)
  * clipped to the file's size (O_DIRECT reads skip the page cache and are
  * not reported). readv, sendfile and splice are not seen this way. */
-#define PC_PAGE_SHIFT 12
 #define PC_O_DIRECT 040000 /* x86 */
 
 static __always_inline int sys_read(unsigned long fd, unsigned long count, long long pos, int use_fpos)
