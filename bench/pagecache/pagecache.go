@@ -212,6 +212,7 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	}
 	rep.PairedRatio("search_speedup_mru", "search/default", "repeat_search_seconds", "search/agent_mru", "repeat_search_seconds")
 	headroomVerdicts(rep, "search", "", nil)
+	autoTargets(rep, "search", "repeat_search_seconds", true, []string{"agent_mru"})
 	rep.PairedRatio("search_traced_vs_default", "search/default", "repeat_search_seconds", "search/traced", "repeat_search_seconds")
 	rep.PairedRatio("search_speedup_mru_with_first", "search/default", "seconds", "search/agent_mru", "seconds")
 	rep.TargetRatio("search_speedup_mru", ">=", 1.5)
@@ -256,6 +257,17 @@ func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, f
 				}
 			}()
 		}
+	} else if mode == "agent_auto" {
+		var auto *pagecache.Auto
+		var stopAuto func()
+		if auto, cg, stopAuto, err = startAuto(ctx, root, name, limit); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			stopAuto()
+			sampleAuto(rep, "search/agent_auto", auto)
+			auto.Close()
+		}()
 	} else {
 		// One read in 16 reported: the agent shares 2 cores with
 		// ripgrep, and MRU needs recency only roughly here.

@@ -261,7 +261,17 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode], 1)
+		var a *pagecache.Agent
+		var auto *pagecache.Auto
+		var cg *pagecache.Cgroup
+		var stop func()
+		var err error
+		name := fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid())
+		if mode == "agent_auto" {
+			auto, cg, stop, err = startAuto(ctx, s.db.Dir, name, s.limit)
+		} else {
+			a, cg, stop, err = rdbAgent(ctx, s.db.Dir, name, s.limit, policies[mode], 1)
+		}
 		if err != nil {
 			return err
 		}
@@ -297,6 +307,15 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 				pcAgentStats(rep, m, a)
 			}
 		}
+		if auto != nil {
+			if err == nil {
+				sampleAuto(rep, m, auto)
+			}
+			if cerr := auto.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
 		if cerr := pcClose(a, cg); err == nil {
 			err = cerr
 		}
@@ -309,7 +328,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	worstCPU := math.Inf(-1)
 	var agents []string
 	for _, mode := range modes {
-		if !strings.HasPrefix(mode, "agent_") {
+		if !strings.HasPrefix(mode, "agent_") || mode == "agent_auto" {
 			continue
 		}
 		agents = append(agents, mode)
@@ -331,6 +350,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	rep.Target("rocksdb_agent_cpu_pct_per_10k_reads", worstCPU, "<=", 3)
 	simBest, gain := headroomVerdicts(rep, "rocksdb_reads", "ops_per_sec", agents)
 	rep.SetConfig("rocksdb_reads_sim_gain_pct", gain)
+	autoTargets(rep, "rocksdb_reads", "ops_per_sec", false, agents)
 	if gain < 15 {
 		rep.Note(fmt.Sprintf("rocksdb reads: no headroom: the best policy in simulation (%s) has %.1f %% fewer misses than the kernel model (< 15 %%)", simBest, gain))
 	}
@@ -742,7 +762,7 @@ func rdbPlot(rep *benchkit.Report, path string) error {
 		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
 		{"GET-SCAN", "agent_get_scan"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
 		{"tailored (LFU+MRU)", "tailored"}, {"LFU both", "global_lfu"}, {"MRU both", "global_mru"},
-		{"default, traced", "traced"},
+		{"default, traced", "traced"}, {"auto", "agent_auto"},
 	}
 	get := func(mode, metric string) (float64, bool) {
 		v, ok := rep.Get(mode, metric)
