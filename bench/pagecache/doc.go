@@ -10,9 +10,10 @@
 // reads, GET-SCAN, and two cgroups with policies of their own.
 // --workload ycsb (ycsb.go) runs YCSB's own workloads A, B, C, D, F and a
 // uniform one (go-ycsb, its RocksDB binding) against RocksDB in a cgroup a
-// quarter of the database; --quick runs C only and takes about 2 minutes,
-// not 60 s: 4 modes × 3 rounds of a warm-up (6 s, shorter leaves the cgroup
-// half full) and a measured go-ycsb process (4 s), each opening RocksDB.
+// quarter of the database; --quick runs C only and takes about 2.5
+// minutes, not 60 s: 4 modes × 3 rounds of a warm-up (6 s, training the
+// policies) and a measured go-ycsb process (4 s), each opening RocksDB,
+// and the agent's start.
 //
 // Modes: searchModes, getScanModes, overheadModes and the rdb*Modes
 // (modes.go); report rows are PART/MODE.

@@ -82,9 +82,9 @@ type ycsbSetup struct {
 
 func ycsbPrepare(ctx context.Context, rep *benchkit.Report, opt Options) (*ycsbSetup, error) {
 	want := int64(1 << 30) // the cgroup's limit asked for; the database is 4× it
-	// The warm-up is long enough to fill the cgroup on this loaded 2-core
-	// machine (3 s left a 126 MiB cgroup at 48-86 MiB: the measured run
-	// was the fill, not a steady state).
+	// The cgroup is full well within the warm-up (cache_mib and rss_mib are
+	// taken just before each run's end); its length is for training the
+	// policies.
 	s := &ycsbSetup{warm: 25 * time.Second, measure: 15 * time.Second, cacheDir: filepath.Join(opt.CacheDir, "ycsb")}
 	if opt.Quick {
 		want, s.warm, s.measure = 128<<20, 6*time.Second, 4*time.Second
@@ -120,6 +120,10 @@ type ycsbRunResult struct {
 	// 1000 operations (go-ycsb's TOTAL: every database call) of the
 	// measured run, as the rocksdb part counts them.
 	loadsPer1k float64
+	// cacheMiB, rssMiB: the cgroup's page cache and anonymous memory
+	// (memory.stat cache, rss; v1) just before the run was stopped: the
+	// room the policy had, beside go-ycsb's and RocksDB's own memory.
+	cacheMiB, rssMiB float64
 }
 
 // ycsbRun runs go-ycsb for d in cgroup cg and stops it with SIGINT (it
@@ -160,6 +164,13 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 	case <-time.After(d):
 	case <-done: // exited early: the error below says why
 	case <-ctx.Done():
+	}
+	out.cacheMiB, out.rssMiB = math.NaN(), math.NaN()
+	if v, ok := memStat(r.Cgroup, "cache"); ok {
+		out.cacheMiB = float64(v) / (1 << 20)
+	}
+	if v, ok := memStat(r.Cgroup, "rss"); ok {
+		out.rssMiB = float64(v) / (1 << 20)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
 	<-done
@@ -242,17 +253,14 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		if err != nil {
 			return err
 		}
-		warmMiB := math.NaN() // the cgroup's usage after the warm-up: how full the measured run starts
 		r, err := func() (ycsbRunResult, error) {
 			defer stop()
 			run := servers.YCSBRun{Dir: clone, Records: s.db.Records, Props: w.Props, Threads: rdbWarmThreads, Cgroup: cg.Path}
-			if _, err := ycsbRun(ctx, run, s.warm, nil); err != nil {
+			wr, err := ycsbRun(ctx, run, s.warm, nil)
+			if err != nil {
 				return ycsbRunResult{}, fmt.Errorf("warm-up: %w", err)
 			}
-			if u, err := cg.Usage(); err == nil {
-				opt.Progress(fmt.Sprintf("ycsb %s: %s: warm: cgroup at %d MiB of %d", w.Name, mode, u>>20, s.limit>>20))
-				warmMiB = float64(u) / (1 << 20)
-			}
+			opt.Progress(fmt.Sprintf("ycsb %s: %s: warm-up's end: page cache %.0f MiB, anonymous %.0f MiB, limit %d MiB", w.Name, mode, wr.cacheMiB, wr.rssMiB, s.limit>>20))
 			run.Threads = rdbThreads
 			return ycsbRun(ctx, run, s.measure, a)
 		}()
@@ -265,7 +273,8 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			rep.Sample(m, "p50_us", rd.P50)
 			rep.Sample(m, "all_ops_p99_us", t.P99)
 			rep.Sample(m, "page_loads_per_1k_ops", r.loadsPer1k)
-			rep.Sample(m, "warm_cgroup_mib", warmMiB)
+			rep.Sample(m, "cache_mib", r.cacheMiB)
+			rep.Sample(m, "rss_mib", r.rssMiB)
 			if a != nil {
 				pct := math.NaN()
 				if r.wall > 0 && t.OpsPerSec > 0 {
@@ -377,12 +386,12 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 		}
 		w := YCSBWorkloads[i]
 		rep.Section(fmt.Sprintf("ycsb %s: %s", w.Name, ycsbDescribe(w)), rows("ycsb_"+w.Name, ycsbModes),
-			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_ops", "agent_cpu_pct_per_10k_ops"})
+			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_ops", "cache_mib", "agent_cpu_pct_per_10k_ops"})
 	}
 	rep.Note(fmt.Sprintf("ycsb: go-ycsb v1.0.3 (YCSB's core workload and generators; zipfian = YCSB's scrambled zipfian, constant 0.99) against RocksDB (Debian's librocksdb 7.8, go-ycsb's binding: "+
 		"block cache RocksDB's default 8 MiB, reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+
 		"Each round clones the database (table files hard-linked: what A, B, D, F write stays in the clone), drops its pages, runs a warm-up go-ycsb (%d threads, %.0f s), then the measured one (%d threads, %.0f s, stopped by SIGINT). "+
-		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_ops: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations. "+
+		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_ops: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations; cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
 		"sim_misses_per_1000 / opt_misses_per_1000: the run's trace replayed under each policy / Belady's OPT (null until recorded); the headroom targets are judged only on them.",
 		s.db.Records, s.dbBytes>>20, s.limit>>20, rdbWarmThreads, s.warm.Seconds(), rdbThreads, s.measure.Seconds()))
 	if opt.PlotPath != "" {

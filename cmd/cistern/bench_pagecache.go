@@ -57,8 +57,8 @@ headroom auto >= 0.97x; without a simulation none is judged ("no
 simulation"). Each round: a warm-up go-ycsb (16 threads, 25 s; --quick 6 s)
 then the measured one (4 threads, 15 s; --quick 4 s). --quick cannot finish
 in 60 s: 4 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
-plus the agent's start, take about 2 minutes (plus the load, once: ~1 min);
-shorter warm-ups leave the cgroup half full, so the run measures the fill.
+plus the agent's start, take about 2.5 minutes (plus the load, once: ~1 min);
+the warm-up trains the policies (the cgroup is full within 3 s).
 Files are dropped from the page cache (fadvise DONTNEED) before each mode.
 Modes run interleaved for 5 rounds (--quick 3); ratios are medians of the
 rounds' ratios. The overhead target is the agent's own cost (BPF run time
