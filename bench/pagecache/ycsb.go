@@ -429,7 +429,7 @@ func ycsbPlot(rep *benchkit.Report, path string, names []string) error {
 		for _, g := range []struct {
 			label, metric string
 			inverse       bool
-		}{{"ops/s", "ops_per_sec", false}, {"P99", "p99_us", true}} {
+		}{{"ops/s", "ops_per_sec", false}, {"1/P99", "p99_us", true}} {
 			part := "ycsb_" + n
 			base, ok := get(part+"/default", g.metric)
 			if !ok {
