@@ -276,11 +276,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			rep.Sample(m, "cache_mib", r.cacheMiB)
 			rep.Sample(m, "rss_mib", r.rssMiB)
 			if a != nil {
-				pct := math.NaN()
-				if r.wall > 0 && t.OpsPerSec > 0 {
-					pct = r.agentCPU.Seconds() / r.wall.Seconds() * 100 / (t.OpsPerSec / 1e4)
-				}
-				rep.Sample(m, "agent_cpu_pct_per_10k_ops", pct)
+				rep.Sample(m, "agent_cpu_pct_per_10k_ops", agentPctPer10k(r.agentCPU, r.wall, t.OpsPerSec))
 				pcAgentStats(rep, m, a)
 			}
 		}
@@ -414,50 +410,11 @@ func ycsbDescribe(w YCSBWorkload) string {
 // ycsbPlot draws, per workload, each policy's ops/s and P99 against the
 // default's (P99 inverted: higher is better).
 func ycsbPlot(rep *benchkit.Report, path string, names []string) error {
-	kinds := []struct{ name, mode string }{{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"}, {"auto", "agent_auto"}}
-	get := func(mode, metric string) (float64, bool) {
-		v, ok := rep.Get(mode, metric)
-		f, isF := v.(float64)
-		return f, ok && isF && f > 0 && !math.IsNaN(f)
-	}
-	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
-	for i, k := range kinds {
-		series[i].Name = k.name
-	}
+	var groups []barGroup
 	for _, n := range names {
-		for _, g := range []struct {
-			label, metric string
-			inverse       bool
-		}{{"ops/s", "ops_per_sec", false}, {"1/P99", "p99_us", true}} {
-			part := "ycsb_" + n
-			base, ok := get(part+"/default", g.metric)
-			if !ok {
-				continue
-			}
-			labels = append(labels, strings.ToUpper(n[:1])+n[1:]+"\n"+g.label)
-			for i, k := range kinds {
-				v, ok := get(part+"/"+k.mode, g.metric)
-				switch {
-				case !ok:
-					v = 0
-				case g.inverse:
-					v = base / v
-				default:
-					v /= base
-				}
-				series[i].Values = append(series[i].Values, v)
-			}
-		}
+		w := strings.ToUpper(n[:1]) + n[1:]
+		groups = append(groups, barGroup{w + "\nops/s", "ycsb_" + n, "ops_per_sec", false}, barGroup{w + "\n1/P99", "ycsb_" + n, "p99_us", true})
 	}
-	if len(labels) == 0 {
-		return nil
-	}
-	var used []benchkit.BarSeries
-	for _, s := range series {
-		if slices.ContainsFunc(s.Values, func(v float64) bool { return v > 0 }) {
-			used = append(used, s)
-		}
-	}
-	return benchkit.BarChart(path, "YCSB on RocksDB under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
+	kinds := []barKind{{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"}, {"auto", "agent_auto"}}
+	return relativeBars(rep, path, "YCSB on RocksDB under page-cache policies ("+rep.Kernel()+")", groups, kinds)
 }

@@ -211,15 +211,7 @@ func (r YCSBRun) Command(ctx context.Context) (*exec.Cmd, error) {
 	for _, k := range keys {
 		args = append(args, "-p", k+"="+r.Props[k])
 	}
-	var c *exec.Cmd
-	if r.Cgroup != "" {
-		// Inside the cgroup from its first page: the shell joins, then execs
-		// go-ycsb in place (same pid, so SIGINT reaches go-ycsb).
-		c = exec.CommandContext(ctx, "sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, r.Cgroup, bin}, args...)...)
-	} else {
-		c = exec.CommandContext(ctx, bin, args...)
-	}
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c := inCgroup(ctx, r.Cgroup, bin, args)
 	c.Cancel = func() error { return c.Process.Signal(syscall.SIGKILL) }
 	return c, nil
 }
