@@ -3,6 +3,7 @@ package pagecachebench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -203,39 +204,14 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 	return out, nil
 }
 
-// YCSBSim is the simulated figures of one workload (issue #35 §1): the
-// run's own recorded page-access trace replayed at the cgroup's size, in
-// misses per 1000 operations, under each policy ("default" is the model
-// of the kernel's active/inactive lists; "lfu", "s3fifo", "lhd" the
-// agent's) and under Belady's OPT.
-type YCSBSim struct {
-	MissesPer1000    map[string]float64
-	OPTMissesPer1000 float64
-}
-
-// ycsbSimulate returns workload w's simulated figures, or nil when there
-// is no simulation: the access-trace recording and OPT replay (issue #35
-// §1) set it. Until then the headroom targets say "no simulation" and are
-// not judged.
-var ycsbSimulate = func(ctx context.Context, s *ycsbSetup, w YCSBWorkload) (*YCSBSim, error) { return nil, nil }
-
-// ycsbHeadroom is the share of misses a policy must save in simulation,
-// against the default's model, for the workload to count as having
-// headroom (then that policy's targets are ycsbHeadroomSpeedup and
-// ycsbHeadroomP99; without headroom, auto's is ycsbNoHeadroomAuto).
-const (
-	ycsbHeadroom        = 0.15
-	ycsbHeadroomSpeedup = 1.2
-	ycsbHeadroomP99     = 0.8
-	ycsbNoHeadroomAuto  = 0.97
-)
-
 // ycsbWorkloadRun: one workload under every mode, interleaved. Each round
 // clones the loaded database (writes stay in the clone), drops its pages,
-// starts the mode's cgroup (and agent), runs a warm-up go-ycsb
-// (rdbWarmThreads) and then the measured one (rdbThreads).
+// starts the mode's cgroup (and agent; traced: the access-trace recorder),
+// runs a warm-up go-ycsb (rdbWarmThreads) and then the measured one
+// (rdbThreads). The traced run's trace, replayed (headroom.go), gives the
+// simulated figures and OPT, and the headroom targets (winTargets).
 func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *ycsbSetup, w YCSBWorkload) error {
-	policies := map[string]string{"default": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd", "agent_auto": "auto"}
+	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd", "agent_auto": "auto"}
 	part := "ycsb_" + w.Name
 	modes := ycsbModes
 	rounds := benchkit.Rounds(opt.Quick)
@@ -253,18 +229,42 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		if err != nil {
 			return err
 		}
+		m := part + "/" + mode
 		r, err := func() (ycsbRunResult, error) {
 			defer stop()
+			var tr *tracer
+			if mode == "traced" {
+				var err error
+				if tr, err = startTrace(ctx, s.cacheDir, clone, cg.Path); err != nil {
+					return ycsbRunResult{}, err
+				}
+			}
 			run := servers.YCSBRun{Dir: clone, Records: s.db.Records, Props: w.Props, Threads: rdbWarmThreads, Cgroup: cg.Path}
 			wr, err := ycsbRun(ctx, run, s.warm, nil)
 			if err != nil {
+				if tr != nil {
+					tr.finish()
+				}
 				return ycsbRunResult{}, fmt.Errorf("warm-up: %w", err)
 			}
 			opt.Progress(fmt.Sprintf("ycsb %s: %s: warm-up's end: page cache %.0f MiB, anonymous %.0f MiB, limit %d MiB", w.Name, mode, wr.cacheMiB, wr.rssMiB, s.limit>>20))
 			run.Threads = rdbThreads
-			return ycsbRun(ctx, run, s.measure, a)
+			r, err := ycsbRun(ctx, run, s.measure, a)
+			if tr == nil {
+				return r, err
+			}
+			evs, terr := tr.finish()
+			if err != nil || terr != nil {
+				return r, errors.Join(err, terr)
+			}
+			warmOps, ops := float64(wr.res.Ops["TOTAL"].Count), float64(r.res.Ops["TOTAL"].Count)
+			h, err := sampleHeadroom(rep, m, evs, warmOps/(warmOps+ops), ops)
+			if err == nil {
+				opt.Progress(fmt.Sprintf("ycsb %s: traced: kernel model %.0f, OPT %.0f pages per 1000 ops; best %s, %.1f %% fewer misses than the model (cache %d pages)",
+					w.Name, 1000*float64(h.Kernel.Misses)/ops, 1000*float64(h.OPT.Misses)/ops, h.Best, h.BestGainPct, h.CapacityPages))
+			}
+			return r, err
 		}()
-		m := part + "/" + mode
 		if err == nil {
 			t, rd := r.res.Ops["TOTAL"], r.res.Ops["READ"]
 			opt.Progress(fmt.Sprintf("ycsb %s: %s: %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops", w.Name, mode, t.OpsPerSec, rd.P99, r.loadsPer1k))
@@ -272,7 +272,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			rep.Sample(m, "p99_us", rd.P99)
 			rep.Sample(m, "p50_us", rd.P50)
 			rep.Sample(m, "all_ops_p99_us", t.P99)
-			rep.Sample(m, "page_loads_per_1k_ops", r.loadsPer1k)
+			rep.Sample(m, "page_loads_per_1k_reads", r.loadsPer1k)
 			rep.Sample(m, "cache_mib", r.cacheMiB)
 			rep.Sample(m, "rss_mib", r.rssMiB)
 			if a != nil {
@@ -288,70 +288,20 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 	if err != nil {
 		return err
 	}
-	for _, mode := range modes[1:] {
-		p := strings.TrimPrefix(mode, "agent_")
+	var agents []string
+	for _, mode := range modes {
+		p, ok := strings.CutPrefix(mode, "agent_")
+		if !ok {
+			continue
+		}
+		agents = append(agents, mode)
 		rep.PairedRatio(part+"_speedup_"+p, part+"/"+mode, "ops_per_sec", part+"/default", "ops_per_sec")
 		rep.PairedRatio(part+"_p99_vs_default_"+p, part+"/"+mode, "p99_us", part+"/default", "p99_us")
+		rep.PairedRatio(part+"_loads_vs_default_"+p, part+"/"+mode, "page_loads_per_1k_reads", part+"/default", "page_loads_per_1k_reads")
 	}
-	sim, err := ycsbSimulate(ctx, s, w)
-	if err != nil {
-		return fmt.Errorf("ycsb %s: simulation: %w", w.Name, err)
-	}
-	ycsbTargets(rep, part, modes, sim)
+	best, gain := headroomVerdicts(rep, part, "ops_per_sec", agents)
+	winTargets(rep, part, best, gain)
 	return nil
-}
-
-// ycsbTargets records the simulated figures beside the live ones (null in
-// the JSON without a simulation) and judges the headroom targets on them:
-// every policy that saves >= 15 % of the default model's misses in
-// simulation must give >= 1.2× the default's ops/s with P99 <= 0.8×;
-// with no such policy, auto must give >= 0.97×. Without a simulation no
-// target is judged: the config says "no simulation".
-func ycsbTargets(rep *benchkit.Report, part string, modes []string, sim *YCSBSim) {
-	simOf := func(policy string) float64 {
-		if sim == nil {
-			return math.NaN()
-		}
-		if v, ok := sim.MissesPer1000[policy]; ok {
-			return v
-		}
-		return math.NaN()
-	}
-	opt := math.NaN()
-	if sim != nil {
-		opt = sim.OPTMissesPer1000
-	}
-	for _, mode := range modes {
-		p := strings.TrimPrefix(mode, "agent_")
-		rep.Set(part+"/"+mode, "sim_misses_per_1000", simOf(p))
-		rep.Set(part+"/"+mode, "opt_misses_per_1000", opt)
-	}
-	base := simOf("default")
-	if sim == nil || math.IsNaN(base) || base <= 0 {
-		rep.SetConfig(part+"_headroom", "no simulation")
-		return
-	}
-	var room []string
-	for _, mode := range modes[1:] {
-		p := strings.TrimPrefix(mode, "agent_")
-		if v := simOf(p); p != "auto" && !math.IsNaN(v) && v <= (1-ycsbHeadroom)*base {
-			room = append(room, p)
-		}
-	}
-	if len(room) == 0 {
-		rep.SetConfig(part+"_headroom", fmt.Sprintf("none (no policy saves %.0f%% of the default model's misses)", ycsbHeadroom*100))
-		if !slices.Contains(modes, "agent_auto") {
-			rep.SetConfig(part+"_auto", "not run: auto joins with the kernel-path issue")
-			return
-		}
-		rep.TargetRatio(part+"_speedup_auto", ">=", ycsbNoHeadroomAuto)
-		return
-	}
-	rep.SetConfig(part+"_headroom", strings.Join(room, ","))
-	for _, p := range room {
-		rep.TargetRatio(part+"_speedup_"+p, ">=", ycsbHeadroomSpeedup)
-		rep.TargetRatio(part+"_p99_vs_default_"+p, "<=", ycsbHeadroomP99)
-	}
 }
 
 // pagecacheYCSB runs the ycsb workload: each workload of opt.Parts
@@ -382,13 +332,15 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 		}
 		w := YCSBWorkloads[i]
 		rep.Section(fmt.Sprintf("ycsb %s: %s", w.Name, ycsbDescribe(w)), rows("ycsb_"+w.Name, ycsbModes),
-			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_ops", "cache_mib", "agent_cpu_pct_per_10k_ops"})
+			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_ops"})
+		rep.Section("ycsb "+w.Name+" headroom: the traced run replayed, pages loaded per 1000 operations", []string{"ycsb_" + w.Name + "/traced"},
+			[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
 	}
 	rep.Note(fmt.Sprintf("ycsb: go-ycsb v1.0.3 (YCSB's core workload and generators; zipfian = YCSB's scrambled zipfian, constant 0.99) against RocksDB (Debian's librocksdb 7.8, go-ycsb's binding: "+
 		"block cache RocksDB's default 8 MiB, reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+
 		"Each round clones the database (table files hard-linked: what A, B, D, F write stays in the clone), drops its pages, runs a warm-up go-ycsb (%d threads, %.0f s), then the measured one (%d threads, %.0f s, stopped by SIGINT). "+
-		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_ops: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations; cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
-		"sim_misses_per_1000 / opt_misses_per_1000: the run's trace replayed under each policy / Belady's OPT (null until recorded); the headroom targets are judged only on them.",
+		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_reads: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations (here every *_per_1k_reads is per 1000 go-ycsb operations); cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
+		"traced: the default with the access-trace recorder on; its trace replayed at the cache size the run held (warm-up excluded) gives sim_* (OPT, the kernel model, each policy), on which the headroom targets are judged (winTargets).",
 		s.db.Records, s.dbBytes>>20, s.limit>>20, rdbWarmThreads, s.warm.Seconds(), rdbThreads, s.measure.Seconds()))
 	if opt.PlotPath != "" {
 		return ycsbPlot(rep, opt.PlotPath, names)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/pagecache"
@@ -75,55 +74,5 @@ func TestYCSBRun(t *testing.T) {
 	after, size2, err := db.Files()
 	if err != nil || !slices.Equal(after, files) || size2 != size {
 		t.Fatalf("the loaded database changed: %d files of %d bytes, was %d of %d (%v)", len(after), size2, len(files), size, err)
-	}
-}
-
-// TestYCSBTargets: without a simulation no headroom target is judged (the
-// config says so, the JSON has null figures); with one, the policies that
-// save >= 15% of the default model's misses get the speedup and P99
-// targets, and without such a policy auto is named (not yet run).
-func TestYCSBTargets(t *testing.T) {
-	modes := ycsbModes
-	fill := func(rep *benchkit.Report) {
-		for _, m := range modes {
-			rep.Sample("ycsb_c/"+m, "ops_per_sec", 1000)
-			rep.Sample("ycsb_c/"+m, "p99_us", 100)
-		}
-		for _, m := range modes[1:] {
-			rep.PairedRatio("ycsb_c_speedup_"+m[len("agent_"):], "ycsb_c/"+m, "ops_per_sec", "ycsb_c/default", "ops_per_sec")
-			rep.PairedRatio("ycsb_c_p99_vs_default_"+m[len("agent_"):], "ycsb_c/"+m, "p99_us", "ycsb_c/default", "p99_us")
-		}
-	}
-	rep := benchkit.New("pagecache", true)
-	fill(rep)
-	ycsbTargets(rep, "ycsb_c", modes, nil)
-	if n := len(rep.Targets()); n != 0 {
-		t.Fatalf("no simulation: %d targets judged: %+v", n, rep.Targets())
-	}
-	if v, ok := rep.Get("ycsb_c/agent_lfu", "sim_misses_per_1000"); !ok || !math.IsNaN(v.(float64)) {
-		t.Fatalf("no simulation: sim_misses_per_1000 = %v %v, want NaN (null in the JSON)", v, ok)
-	}
-	rep = benchkit.New("pagecache", true)
-	fill(rep)
-	ycsbTargets(rep, "ycsb_c", modes, &YCSBSim{MissesPer1000: map[string]float64{"default": 100, "lfu": 80, "s3fifo": 90, "lhd": 85}, OPTMissesPer1000: 50})
-	var names []string
-	for _, tg := range rep.Targets() {
-		names = append(names, tg.Name)
-		if tg.Pass { // equal ops/s: 1.0 < 1.2, and P99 1.0 > 0.8
-			t.Errorf("%s passed on equal figures", tg.Name)
-		}
-	}
-	want := []string{"ycsb_c_speedup_lfu", "ycsb_c_p99_vs_default_lfu", "ycsb_c_speedup_lhd", "ycsb_c_p99_vs_default_lhd"}
-	if !slices.Equal(names, want) {
-		t.Fatalf("targets %v, want %v", names, want)
-	}
-	if v, _ := rep.Get("ycsb_c/agent_s3fifo", "opt_misses_per_1000"); v != 50.0 {
-		t.Errorf("opt_misses_per_1000 = %v", v)
-	}
-	rep = benchkit.New("pagecache", true)
-	fill(rep)
-	ycsbTargets(rep, "ycsb_c", modes, &YCSBSim{MissesPer1000: map[string]float64{"default": 100, "lfu": 95, "s3fifo": 90, "lhd": 99}, OPTMissesPer1000: 50})
-	if n := len(rep.Targets()); n != 0 {
-		t.Fatalf("no headroom and no auto mode: %d targets judged", n)
 	}
 }
