@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/pagecache"
@@ -18,8 +19,9 @@ import (
 // TestYCSBRun: go-ycsb loads a tiny database (20k records), then runs
 // workload A (reads and updates, scrambled zipfian) and C on a clone in a
 // memory cgroup through the bench's own ycsbRun: operations measured,
-// go-ycsb's output parsed, pages loaded counted, and the loaded database
-// left as it was (the updates went to the clone).
+// go-ycsb's output parsed, pages loaded counted, C traced and replayed (OPT
+// no worse than the kernel model), and the loaded database left as it was
+// (the updates went to the clone).
 func TestYCSBRun(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := servers.GoYCSBPath(); err != nil {
@@ -54,9 +56,30 @@ func TestYCSBRun(t *testing.T) {
 		if err := pcDrop(files); err != nil {
 			t.Fatal(err)
 		}
+		var tr *tracer
+		if name == "c" { // the traced mode's path: the recorder on the clone
+			if tr, err = startTrace(ctx, dir, clone, cg.Path); err != nil {
+				t.Fatal(err)
+			}
+		}
 		r, err := ycsbRun(ctx, servers.YCSBRun{Dir: clone, Records: db.Records, Props: w.Props, Threads: 2, Cgroup: cg.Path}, 2*time.Second*testenv.TimeScale(), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if tr != nil {
+			evs, err := tr.finish()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := benchkit.New("pagecache", true)
+			h, err := sampleHeadroom(rep, "ycsb_c/traced", evs, 0, float64(r.res.Ops["TOTAL"].Count))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("c traced: %d events; kernel model %d misses, OPT %d, best %s (cache %d pages)", len(evs), h.Kernel.Misses, h.OPT.Misses, h.Best, h.CapacityPages)
+			if h.OPT.Misses == 0 || h.OPT.Misses > h.Kernel.Misses {
+				t.Errorf("c traced: OPT %d misses against the kernel model's %d", h.OPT.Misses, h.Kernel.Misses)
+			}
 		}
 		total, read := r.res.Ops["TOTAL"], r.res.Ops["READ"]
 		t.Logf("%s: %d ops, %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops; %v", name, total.Count, total.OpsPerSec, read.P99, r.loadsPer1k, r.res.Ops)
