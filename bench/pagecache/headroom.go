@@ -76,11 +76,14 @@ func (t *tracer) finish() ([]pctrace.Event, error) {
 }
 
 // sampleHeadroom replays a traced run's events (warm: the share of its
-// reads that were the warm-up; ops: the measured part's operations) and
-// samples, under mode m: the trace's own pages loaded, and each simulated
-// figure, all per 1000 operations.
+// reads that were the warm-up; ops: the measured part's operations, 0 for
+// the trace's own read calls) and samples, under mode m: the trace's own
+// pages loaded, and each simulated figure, all per 1000 operations.
 func sampleHeadroom(rep *benchkit.Report, m string, evs []pctrace.Event, warm, ops float64) (sim.Report, error) {
 	keys, from, s := pctrace.Accesses(evs, warm)
+	if ops <= 0 {
+		ops = float64(s.Reads)
+	}
 	if s.Reads == 0 || s.MaxResident == 0 || ops <= 0 {
 		return sim.Report{}, fmt.Errorf("%s: the trace holds no measured reads or loaded pages (%+v)", m, s)
 	}

@@ -89,6 +89,8 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	rep.Section("search: ripgrep over the tree, seconds", rows("search", searchModes),
 		[]string{"seconds", "first_search_seconds", "repeat_search_seconds"})
+	rep.Section("search headroom: the traced run replayed, pages loaded per 1000 reads", []string{"search/traced"},
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_mru_loads_per_1k_reads", "sim_lru_loads_per_1k_reads"})
 	rep.Section("get-scan: GETs on a hot file while a scan runs", rows("getscan", getScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec"})
 	rep.Section("overhead: fio randread on a cached file", rows("overhead", overheadModes),
@@ -193,7 +195,7 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.SetConfig("search_rounds", rounds)
 	err = benchkit.Interleave(ctx, rounds, searchModes, func(s string) { opt.Progress("search: " + s) }, func(ctx context.Context, _ int, mode string) error {
 		opt.Progress(fmt.Sprintf("search: %s, %d searches of %d files (%d MiB), cgroup limit %d MiB", mode, searches, len(files), bytes>>20, limit>>20))
-		each, a, err := pcSearchRun(ctx, mode, root, files, limit, searches)
+		each, a, err := pcSearchRun(ctx, rep, mode, root, files, limit, searches)
 		if err != nil {
 			return err
 		}
@@ -219,6 +221,8 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		return err
 	}
 	rep.PairedRatio("search_speedup_mru", "search/default", "repeat_search_seconds", "search/agent_mru", "repeat_search_seconds")
+	headroomVerdicts(rep, "search", "", nil)
+	rep.PairedRatio("search_traced_vs_default", "search/default", "repeat_search_seconds", "search/traced", "repeat_search_seconds")
 	rep.PairedRatio("search_speedup_mru_with_first", "search/default", "seconds", "search/agent_mru", "seconds")
 	rep.TargetRatio("search_speedup_mru", ">=", 1.5)
 	rep.Note("search: the cgroup limit is 70% of the tree's page cache; v1 also charges the tree's inodes and dentries to it. " +
@@ -230,20 +234,38 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 }
 
 // pcSearchRun drops the tree's pages and runs the searches in a fresh
-// cgroup, with the agent when mode asks for it; the caller closes the
+// cgroup, with the agent when mode asks for it (traced: the default with
+// the access-trace recorder, its headroom sampled into rep); the caller closes the
 // returned agent (nil for default) after reading its counters.
-func pcSearchRun(ctx context.Context, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
+func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
 	if err := pcDrop(files); err != nil {
 		return nil, nil, err
 	}
 	var cg *pagecache.Cgroup
 	stop := func() {}
 	name := fmt.Sprintf("cistern-bench-pagecache-%d", os.Getpid())
-	if mode == "default" {
+	if mode == "default" || mode == "traced" {
 		if cg, err = pagecache.OpenCgroup(name, limit); err != nil {
 			return nil, nil, err
 		}
 		defer cg.Close()
+		if mode == "traced" {
+			tr, err := startTrace(ctx, filepath.Dir(root), root, cg.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer func() {
+				evs, terr := tr.finish()
+				if err == nil && terr == nil {
+					// The first search reads the tree cold in every mode:
+					// it is the warm-up.
+					_, terr = sampleHeadroom(rep, "search/traced", evs, 1/float64(searches), 0)
+				}
+				if err == nil {
+					err = terr
+				}
+			}()
+		}
 	} else {
 		// One read in 16 reported: the agent shares 2 cores with
 		// ripgrep, and MRU needs recency only roughly here.
