@@ -16,6 +16,9 @@ var (
 	rdbReadModes    = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
 	rdbGetScanModes = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
+	// --workload ycsb: every workload (ycsb.go)
+	// (traced: the default with the access-trace recorder on, headroom.go)
+	ycsbModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd"}
 )
 
 // rows are a part's modes as report rows (PART/MODE).

@@ -20,8 +20,8 @@ type Options struct {
 	Quick    bool
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
-	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup
-	// Workload: "" (the synthetic parts) or "rocksdb" (db_bench).
+	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup; ycsb: YCSB workloads
+	// Workload: "" (the synthetic parts), "rocksdb" (db_bench) or "ycsb" (go-ycsb on RocksDB).
 	Workload string
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
@@ -35,14 +35,17 @@ func (o *Options) defaults() {
 	if o.CacheDir == "" {
 		o.CacheDir = "/var/cache/cistern/pagecache"
 	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	if o.Workload == "ycsb" {
+		return // no Parts: every YCSB workload, --quick fewer (pagecacheYCSB)
+	}
 	if len(o.Parts) == 0 && o.Workload == "rocksdb" {
 		o.Parts = RocksDBParts
 	}
 	if len(o.Parts) == 0 {
 		o.Parts = Parts
-	}
-	if o.Progress == nil {
-		o.Progress = func(string) {}
 	}
 }
 
@@ -52,6 +55,13 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
 	rep.SetConfig("cache_dir", opt.CacheDir)
+	if opt.Workload == "ycsb" {
+		rep.SetConfig("workload", "ycsb")
+		if err := pagecacheYCSB(ctx, rep, opt); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 	if opt.Workload == "rocksdb" {
 		rep.SetConfig("workload", "rocksdb")
 		if err := pagecacheRocksDB(ctx, rep, opt); err != nil {

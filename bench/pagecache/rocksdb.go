@@ -161,10 +161,19 @@ type rdbResult struct {
 // agentPct is agent i's CPU during the measured benchmark, in % of one core,
 // per 10k reads/s of it.
 func (r rdbResult) agentPctPer10k(i int) float64 {
-	if i >= len(r.agentCPU) || r.wall <= 0 || r.OpsPerSec <= 0 {
+	if i >= len(r.agentCPU) {
 		return math.NaN()
 	}
-	return r.agentCPU[i].Seconds() / r.wall.Seconds() * 100 / (r.OpsPerSec / 1e4)
+	return agentPctPer10k(r.agentCPU[i], r.wall, r.OpsPerSec)
+}
+
+// agentPctPer10k is an agent's CPU over a run of wall, in % of one core,
+// per 10k operations/s of it.
+func agentPctPer10k(cpu, wall time.Duration, opsPerSec float64) float64 {
+	if wall <= 0 || opsPerSec <= 0 {
+		return math.NaN()
+	}
+	return cpu.Seconds() / wall.Seconds() * 100 / (opsPerSec / 1e4)
 }
 
 // rdbStart starts db_bench (cmd, running benchmark) and returns a wait
@@ -748,62 +757,18 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 // rdbPlot draws each mode against its part's default (higher is better):
 // one group per part and measure, one series per policy.
 func rdbPlot(rep *benchkit.Report, path string) error {
-	groups := []struct {
-		label, part, metric string
-		inverse             bool
-	}{
+	groups := []barGroup{
 		{"reads\nops/s", "rocksdb_reads", "ops_per_sec", false},
 		{"GET-SCAN\nGETs", "rocksdb_getscan", "get_ops_per_sec", false},
 		{"GET-SCAN\nscan", "rocksdb_getscan", "scan_mb_per_sec", false},
 		{"per-cgroup\nRocksDB", "percgroup", "rocksdb_ops_per_sec", false},
 		{"per-cgroup\nsearch", "percgroup", "search_seconds", true},
 	}
-	kinds := []struct{ name, mode string }{
+	kinds := []barKind{
 		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
 		{"GET-SCAN", "agent_get_scan"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
 		{"tailored (LFU+MRU)", "tailored"}, {"LFU both", "global_lfu"}, {"MRU both", "global_mru"},
 		{"default, traced", "traced"}, {"auto", "agent_auto"},
 	}
-	get := func(mode, metric string) (float64, bool) {
-		v, ok := rep.Get(mode, metric)
-		f, isF := v.(float64)
-		return f, ok && isF && f > 0 && !math.IsNaN(f)
-	}
-	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
-	for i, k := range kinds {
-		series[i].Name = k.name
-	}
-	for _, g := range groups {
-		base, ok := get(g.part+"/default", g.metric)
-		if !ok {
-			continue
-		}
-		labels = append(labels, g.label)
-		for i, k := range kinds {
-			v, ok := get(g.part+"/"+k.mode, g.metric)
-			switch {
-			case !ok:
-				v = 0
-			case g.inverse:
-				v = base / v
-			default:
-				v = v / base
-			}
-			series[i].Values = append(series[i].Values, v)
-		}
-	}
-	if len(labels) == 0 {
-		return nil
-	}
-	var used []benchkit.BarSeries
-	for _, s := range series {
-		for _, v := range s.Values {
-			if v > 0 {
-				used = append(used, s)
-				break
-			}
-		}
-	}
-	return benchkit.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
+	return relativeBars(rep, path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", groups, kinds)
 }
