@@ -225,7 +225,17 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		if err := pcDrop(s.files); err != nil {
 			return err
 		}
-		a, cg, stop, err := rdbAgent(ctx, clone, fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid()), s.limit, policies[mode], 1)
+		var a *pagecache.Agent
+		var auto *pagecache.Auto
+		var cg *pagecache.Cgroup
+		var stop func()
+		var err error
+		name := fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid())
+		if mode == "agent_auto" {
+			auto, cg, stop, err = startAuto(ctx, clone, name, s.limit)
+		} else {
+			a, cg, stop, err = rdbAgent(ctx, clone, name, s.limit, policies[mode], 1)
+		}
 		if err != nil {
 			return err
 		}
@@ -280,6 +290,15 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 				pcAgentStats(rep, m, a)
 			}
 		}
+		if auto != nil {
+			if err == nil {
+				sampleAuto(rep, m, auto)
+			}
+			if cerr := auto.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
 		if cerr := pcClose(a, cg); err == nil {
 			err = cerr
 		}
@@ -291,7 +310,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 	var agents []string
 	for _, mode := range modes {
 		p, ok := strings.CutPrefix(mode, "agent_")
-		if !ok {
+		if !ok || mode == "agent_auto" {
 			continue
 		}
 		agents = append(agents, mode)
@@ -301,6 +320,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 	}
 	best, gain := headroomVerdicts(rep, part, "ops_per_sec", agents)
 	winTargets(rep, part, best, gain)
+	autoTargets(rep, part, "ops_per_sec", false, agents)
 	return nil
 }
 
