@@ -95,8 +95,31 @@ type captureResult struct {
 	lostEvents, lostByte float64
 	ringPer, eventsPS    float64
 	cpuPct               float64
+	cpuSec               float64 // the agent's CPU time over the run (cpuPct's numerator)
 	badBytes             float64 // protocol bytes the parser skipped
 	ok                   bool    // the tracer ran (bpftrace may be missing)
+}
+
+// cpuPerQueryRatio judges the accumulated agent's CPU against the naive
+// one's: per query sent, within each round (both drain the same pgbench -S
+// load, run next to each other), the median of the rounds' ratios <= 1/3.
+// Each agent's CPU share (agent_cpu_pct, still reported) follows the rate
+// pgbench reaches, which the machine sets: naive's measured 8.3 % in one
+// quick run and 13.4 % in the run before, and a target of a third of
+// naive's median moved with it (issue #34). CPU per query takes the rate
+// out and the round's pairing takes out the machine's drift; queries sent,
+// not captured, so a naive agent that loses records is not charged for the
+// queries it lost.
+func cpuPerQueryRatio(rep *benchkit.Report, byRound map[int]map[string]float64, rounds int) {
+	const name = "accumulated_vs_naive_agent_cpu_per_query"
+	for i := range rounds {
+		a, okA := byRound[i]["accumulated"]
+		n, okN := byRound[i]["naive"]
+		if okA && okN && n > 0 {
+			rep.SampleRatio(name, a/n)
+		}
+	}
+	rep.TargetRatio(name, "<=", 1.0/3)
 }
 
 // Run runs the capture benchmark and returns its report.
@@ -156,7 +179,10 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	sum := map[string]float64{}       // per mode: queries missed and events lost, all rounds
 	var churn churnTotals
 	var attach attachTotals
-	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
+	// The agents' CPU per query sent, by round and mode: the CPU target is
+	// the ratio within each round (cpuPerQueryRatio).
+	cpuPerQuery := map[int]map[string]float64{}
+	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, round int, mode string) error {
 		if mode == "attach" { // exec-to-attached latency (attach.go)
 			r, err := runAttach(ctx, attachPerRound(opt.AttachExecs, opt.Rounds))
 			if err != nil {
@@ -198,6 +224,12 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			sample("ring_bytes_per_payload_byte", r.ringPer)
 			sample("events_per_sec", r.eventsPS)
 			sample("agent_cpu_pct", r.cpuPct)
+			if r.sent > 0 {
+				if cpuPerQuery[round] == nil {
+					cpuPerQuery[round] = map[string]float64{}
+				}
+				cpuPerQuery[round][mode] = r.cpuSec / r.sent
+			}
 			sum[mode+" missed"] += r.sent - r.captured
 			sum[mode+" lost"] += r.lostEvents
 			if mode != "naive" && mode != "naive_4m" {
@@ -257,9 +289,8 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 				v = max(v, 10)
 			}
 			rep.Target("naive lost_events > 0 or ring_bytes_per_payload_byte >= 10", v, ">=", 10)
-			nc, _ := get("naive", "agent_cpu_pct")
-			rep.TargetMetric("accumulated agent_cpu_pct <= naive/3", "accumulated", "agent_cpu_pct", "<=", nc/3)
 			rep.PairedRatio("naive_vs_accumulated_agent_cpu", "naive", "agent_cpu_pct", "accumulated", "agent_cpu_pct")
+			cpuPerQueryRatio(rep, cpuPerQuery, opt.Rounds)
 		}
 		if ran("bpftrace") {
 			// Per round: both probe effects are against that round's
@@ -535,6 +566,7 @@ func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query
 	r.ringPer = st.RingPerPayload()
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }
@@ -589,6 +621,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 	}
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }
@@ -676,6 +709,7 @@ func runBpftrace(ctx context.Context, pg *servers.Postgres, opt Options) (captur
 	}
 	r.ringPer = 0
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }
