@@ -4,7 +4,9 @@
 //
 // Workload: an in-process manager per experiment and C peers built from
 // peer/cbufbench.c against libcbuf (and jemalloc when installed), plus an
-// iceoryx2 peer built with cargo from iox2/ (build.go).
+// iceoryx2 peer built with cargo from iox2/ (build.go). The web workload
+// (web.go) builds examples/cbufweb with go build and runs it as a program
+// (webprog.go), as its users would.
 //
 // Modes: the experiments are Parts (fast, rtt, gc, policy). fast compares
 // fast_cbuf with glibc and jemalloc malloc; rtt's modes are rttModes
