@@ -139,3 +139,28 @@ func TestLateDelta(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupOnly: only a joined syscalls plan with one cgroup_id = X at
+// entry turns other tasks away first; any other clause shape keeps every
+// task reaching the filter.
+func TestCgroupOnly(t *testing.T) {
+	eq := func(vals ...uint64) Clause {
+		return Clause{Slot: slotCgroup, Op: OpEQ, Mask: ^uint64(0), Vals: vals, Enter: true}
+	}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want uint64
+	}{
+		{"one cgroup", Config{Object: "syscalls", Join: true, Clauses: []Clause{{Slot: 6, Op: OpEQ, Mask: ^uint64(0), Vals: []uint64{17}}, eq(42)}}, 42},
+		{"IN two cgroups", Config{Object: "syscalls", Join: true, Clauses: []Clause{eq(42, 43)}}, 0},
+		{"not equal", Config{Object: "syscalls", Join: true, Clauses: []Clause{{Slot: slotCgroup, Op: OpNE, Mask: ^uint64(0), Vals: []uint64{42}, Enter: true}}}, 0},
+		{"no kernel join", Config{Object: "syscalls", Clauses: []Clause{eq(42)}}, 0},
+		{"completion in interrupt context", Config{Object: "block_io", Join: true, Clauses: []Clause{eq(42)}}, 0},
+		{"no clause", Config{Object: "syscalls", Join: true}, 0},
+	} {
+		if got := c.cfg.cgroupOnly(); got != c.want {
+			t.Errorf("%s: cgroupOnly %d, want %d", c.name, got, c.want)
+		}
+	}
+}
