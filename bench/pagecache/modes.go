@@ -1,7 +1,7 @@
 package pagecachebench
 
 // Parts are the experiments, in the order they run by default.
-var Parts = []string{"search", "getscan", "overhead"}
+var Parts = []string{"search", "getscan", "overhead", "zipf"}
 
 // RocksDBParts are the parts of --workload rocksdb (db_bench), in order.
 var RocksDBParts = []string{"reads", "getscan", "percgroup"}

@@ -12,14 +12,11 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
-
-// agentPolicies are the --policy names of `cistern cache agent` ("none" is
-// the bench's no-op policy, accepted but not advertised).
-const agentPolicies = "mru|fifo|lru|lfu|s3fifo|lhd|get-scan|scan-only"
 
 func newCacheAgentCmd() *cobra.Command {
 	var (
@@ -28,6 +25,9 @@ func newCacheAgentCmd() *cobra.Command {
 		headroom         string
 		scanPIDs         []int
 	)
+	// The registry's page-cache policies ("none", the bench's no-op, is
+	// accepted but not offered).
+	agentPolicies := strings.Join(evict.Names(evict.PageCache), "|")
 	c := &cobra.Command{
 		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ...] [--metrics ADDR]",
 		Short: "Run a page-cache eviction policy for a memory cgroup",
@@ -45,11 +45,12 @@ SIGINT or SIGTERM and prints its counters.`,
 			if cfg.Cgroup == "" || cfg.Dir == "" || cfg.Policy == "" {
 				return cli.Usagef("--cgroup, --dir and --policy are required")
 			}
-			if !pagecache.ValidPolicy(cfg.Policy) {
-				return cli.Usagef("--policy %q: want one of %s", cfg.Policy, agentPolicies)
+			policy, err := evict.Lookup(cfg.Policy, evict.PageCache)
+			if err != nil {
+				return cli.Usagef("--%v", err)
 			}
-			if len(scanPIDs) > 0 && !pagecache.TakesScanPIDs(cfg.Policy) {
-				return cli.Usagef("--scan-pid is for --policy get-scan or scan-only")
+			if len(scanPIDs) > 0 && !policy.ScanIDs {
+				return cli.Usagef("--scan-pid: --policy %s takes no scanner ids", cfg.Policy)
 			}
 			for _, p := range scanPIDs {
 				if p <= 0 {
@@ -100,7 +101,7 @@ SIGINT or SIGTERM and prints its counters.`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
-			if pagecache.UsesAccesses(cfg.Policy) {
+			if policy.Accesses {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
 			}
 			runErr := a.Run(ctx)
