@@ -3,11 +3,15 @@ package kern
 import (
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -161,6 +165,55 @@ func TestCgroupOnly(t *testing.T) {
 	} {
 		if got := c.cfg.cgroupOnly(); got != c.want {
 			t.Errorf("%s: cgroupOnly %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCgroupOnlyFilters loads a joined syscalls plan for this test's own
+// cgroup and one for a cgroup id nobody has: the first sees a child's
+// syscalls, the second never gets past q_foreign (not even to counting an
+// entry), while the machine's other tasks keep making syscalls.
+func TestCgroupOnlyFilters(t *testing.T) {
+	testenv.RequireRoot(t)
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rel, ok := strings.Cut(strings.TrimSpace(string(b)), "0::")
+	if !ok {
+		testenv.Missing(t, "cgroup v2 (a 0:: line in /proc/self/cgroup)", "mount cgroup2 at /sys/fs/cgroup")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join("/sys/fs/cgroup", rel), &st); err != nil {
+		t.Fatal(err)
+	}
+	own := st.Ino // a cgroup v2 id is its directory's inode number
+	for _, c := range []struct {
+		id   uint64
+		seen bool
+	}{{own, true}, {own + 1<<40, false}} {
+		cfg := Config{Object: "syscalls", Emit: EmitNone, Join: true, NeedCgroup: true,
+			Clauses: []Clause{{Slot: slotCgroup, Op: OpEQ, Mask: ^uint64(0), Vals: []uint64{c.id}, Enter: true}}}
+		if cfg.cgroupOnly() != c.id {
+			t.Fatalf("cgroupOnly %d, want %d", cfg.cgroupOnly(), c.id)
+		}
+		p, err := Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ { // this process is q_self: a child makes the syscalls
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				p.Close()
+				t.Fatal(err)
+			}
+		}
+		s := p.Stats()
+		p.Close()
+		if c.seen && (s[StEntries] == 0 || s[StMatched] == 0) {
+			t.Errorf("own cgroup %d: %d entries, %d matched; want the children's syscalls", c.id, s[StEntries], s[StMatched])
+		}
+		if !c.seen && (s[StEntries] != 0 || s[StEvents] != 0) {
+			t.Errorf("cgroup %d (nobody's): %d entries, %d events; want none past q_foreign", c.id, s[StEntries], s[StEvents])
 		}
 	}
 }
