@@ -227,7 +227,13 @@ func cbufFast(ctx context.Context, rep *benchkit.Report, opt Options, tmp, peer,
 		if err != nil {
 			return err
 		}
-		rep.TargetMetric("cached alloc+free <= 40 ns (1 page)", "fast_cbuf", "alloc_free_ns_1p", "<=", 40)
+		// Judged against glibc's malloc+free of the same size, timed by
+		// the same peer process in the same round: the nanoseconds move
+		// with the machine (a slower one measured CBUF 52.3 ns where this
+		// VM measures 13-20, and glibc 54.0 there), the ratio does not.
+		// fast_cbuf's alloc_free_ns stay reported (issue #34).
+		rep.PairedRatio("cbuf_vs_glibc_alloc_free_1p", "fast_cbuf", "alloc_free_ns_1p", "fast_glibc", "alloc_free_ns_1p")
+		rep.TargetRatio("cbuf_vs_glibc_alloc_free_1p", "<=", 1.0)
 		if jepeer == "" {
 			rep.Note("jemalloc baseline skipped: Debian's libjemalloc-dev is not installed")
 		}
