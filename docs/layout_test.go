@@ -95,6 +95,21 @@ func TestLayoutNamesEveryDirectory(t *testing.T) {
 			t.Errorf("top-level directory %s/ is missing from the README's Layout map", n)
 		}
 	}
+	// internal/ holds many small packages, each a room of its own: the map
+	// names every one.
+	named := map[string]bool{}
+	for _, p := range paths {
+		named[strings.TrimSuffix(p, "/")] = true
+	}
+	ents, err = os.ReadDir("../internal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if p := "internal/" + e.Name(); e.IsDir() && !named[p] {
+			t.Errorf("package %s/ is missing from the README's Layout map", p)
+		}
+	}
 }
 
 var numbers = []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
@@ -119,5 +134,28 @@ func TestSystemsCount(t *testing.T) {
 		if !strings.Contains(section, "`"+sys.Name+"`") {
 			t.Errorf("the systems section does not name `%s`", sys.Name)
 		}
+	}
+}
+
+// TestNoSourceIncludesAnotherSource: BPF code is shared through headers
+// (bpf/include/cistern, a system's own *.bpf.h), never by one .c file
+// including another's: a policy is a header its stubs include.
+func TestNoSourceIncludesAnotherSource(t *testing.T) {
+	re := regexp.MustCompile(`(?m)^\s*#\s*include\s+["<]([^">]+\.c)[">]`)
+	err := filepath.WalkDir("../bpf", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".c") || strings.HasSuffix(p, ".h")) {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			t.Errorf("%s includes %s: share it as a header", strings.TrimPrefix(p, "../"), m[1])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

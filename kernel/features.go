@@ -28,11 +28,14 @@ type Feature struct {
 // the kernel lacks it, with the release that has it when it is a matter of
 // version. Their names, releases and descriptions are in table.
 var (
-	BTF            func() error // the kernel's own BTF, which CO-RE and tp_btf programs need
-	Tracepoint     func() error
-	RawTP          func() error
-	TPBTF          func() error // loaded for sys_enter
-	Uprobe         func() error // the program type and the uprobe PMU (CONFIG_UPROBE_EVENTS)
+	BTF        func() error // the kernel's own BTF, which CO-RE and tp_btf programs need
+	Tracepoint func() error
+	RawTP      func() error
+	TPBTF      func() error // loaded for sys_enter
+	Uprobe     func() error // the program type and the uprobe PMU (CONFIG_UPROBE_EVENTS)
+	// UprobeMulti: uprobe_multi links, one link for many addresses; without,
+	// capture attaches one perf-event uprobe per address.
+	UprobeMulti    func() error
 	XDP            func() error
 	RingBuf        func() error
 	MmapArray      func() error // arrays user space maps (BPF_F_MMAPABLE)
@@ -88,6 +91,7 @@ var table = []struct {
 	{&RawTP, Feature{Name: "raw_tp", Since: "4.17", What: "raw tracepoint programs"}, probeRawTP},
 	{&TPBTF, Feature{Name: "tp_btf", Since: "5.5", What: "BTF-typed tracepoint programs"}, probeTPBTF},
 	{&Uprobe, Feature{Name: "uprobe", Since: "4.1", What: "uprobes"}, probeUprobe},
+	{&UprobeMulti, Feature{Name: "uprobe_multi", Since: "6.6", What: "uprobe_multi links"}, features.HaveBPFLinkUprobeMulti},
 	{&XDP, Feature{Name: "xdp", Since: "4.8", What: "XDP programs"}, probeXDP},
 	{&RingBuf, Feature{Name: "ringbuf", Since: "5.8", What: "ring buffer maps"}, probeRingBuf},
 	{&MmapArray, Feature{Name: "mmap_array", Since: "5.5", What: "mmapable arrays"}, probeMmapArray},

@@ -119,3 +119,27 @@ func TestAnswerNamesTheRelease(t *testing.T) {
 		t.Error("nil answer")
 	}
 }
+
+func TestParseRelease(t *testing.T) {
+	for _, c := range []struct {
+		in           string
+		major, minor int
+		ok           bool
+	}{
+		{"6.12.38+deb13-amd64", 6, 12, true},
+		{"6.1.0-50-cloud-amd64", 6, 1, true},
+		{"6.18.0", 6, 18, true},
+		{"5.10", 5, 10, true},
+		{"6", 0, 0, false},
+		{"unknown", 0, 0, false},
+	} {
+		ma, mi, ok := parseRelease(c.in)
+		if ok != c.ok || ok && (ma != c.major || mi != c.minor) {
+			t.Errorf("parseRelease(%q) = %d, %d, %v; want %d, %d, %v", c.in, ma, mi, ok, c.major, c.minor, c.ok)
+		}
+	}
+	ma, mi, ok := parseRelease(Release())
+	if !ok || !AtLeast(ma, mi) || AtLeast(ma, mi+1) || !AtLeast(ma-1, 99) {
+		t.Errorf("AtLeast around the running release %s (%d.%d, %v) is wrong", Release(), ma, mi, ok)
+	}
+}

@@ -48,7 +48,7 @@ func TestMemccapable(t *testing.T) {
 	pair := testenv.NetPair(t, "kvcap")
 	mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
 	alone := memccapable(t, pair, bin, mc.Opt.Addr)
-	srv, err := Load(Config{PoolMB: 8})
+	srv, err := Load(Config{PoolMB: 8, TCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestMemcaslap(t *testing.T) {
 			pair := testenv.NetPair(t, "kvms"+name)
 			mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
 			alone := memcaslap(t, pair, bin, mc.Addr(), udp, 3*time.Second)
-			srv, err := Load(Config{PoolMB: 64, MaxBlocks: 16})
+			srv, err := Load(Config{PoolMB: 64, MaxBlocks: 16, TCP: true})
 			if err != nil {
 				t.Fatal(err)
 			}

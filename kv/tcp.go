@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -115,26 +116,43 @@ func (t *tcpPath) close() error {
 	return errors.Join(errs...)
 }
 
+// tcpProgram tells the TCP path's programs (tcp.bpf.h) from the rest:
+// they are the ones that run on sockets (sockops, the sk_skb verdict,
+// sk_msg); everything else runs on packets (XDP, tc).
+func tcpProgram(p *ebpf.ProgramSpec) bool {
+	switch p.Type {
+	case ebpf.SockOps, ebpf.SkSKB, ebpf.SkMsg:
+		return true
+	}
+	return false
+}
+
 // loadWithoutTCP loads the object without its TCP programs (the maps
-// stay, so nothing else changes) into objs.
+// stay, so nothing else changes) into objs; their fields stay nil.
 func loadWithoutTCP(spec *ebpf.CollectionSpec, objs *kernObjects) error {
 	spec = spec.Copy()
-	for _, p := range []string{"kv_sockops", "kv_tcp_verdict", "kv_tcp_msg"} {
-		delete(spec.Programs, p)
+	for name, p := range spec.Programs {
+		if tcpProgram(p) {
+			delete(spec.Programs, name)
+		}
 	}
-	var lite struct {
-		kernMaps
-		KvEgress  *ebpf.Program `ebpf:"kv_egress"`
-		KvIngress *ebpf.Program `ebpf:"kv_ingress"`
-		KvReap    *ebpf.Program `ebpf:"kv_reap"`
-		KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
-		KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
-	}
-	if err := spec.LoadAndAssign(&lite, nil); err != nil {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		return err
 	}
-	objs.kernMaps = lite.kernMaps
-	objs.KvEgress, objs.KvIngress, objs.KvReap, objs.KvXdp, objs.KvXdpPass = lite.KvEgress, lite.KvIngress, lite.KvReap, lite.KvXdp, lite.KvXdpPass
+	defer coll.Close() // nothing is left in it on success
+	var o kernObjects
+	if err := errors.Join(coll.Assign(&o.kernMaps), coll.Assign(&o.kernVariables)); err != nil {
+		o.Close()
+		return err
+	}
+	progs := reflect.ValueOf(&o.kernPrograms).Elem()
+	for i := range progs.NumField() {
+		if p := coll.DetachProgram(progs.Type().Field(i).Tag.Get("ebpf")); p != nil {
+			progs.Field(i).Set(reflect.ValueOf(p))
+		}
+	}
+	*objs = o
 	return nil
 }
 

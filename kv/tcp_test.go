@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func (t *tcpClient) get(text string) (string, error) {
 // kernel with the same bytes; a TCP write invalidates it before memcached
 // answers.
 func TestTCPGetServedInKernel(t *testing.T) {
-	e := newKVEnv(t, "kvtcp", Config{})
+	e := newKVEnv(t, "kvtcp", Config{TCP: true})
 	if e.srv.TCPMode != "sockmap" {
 		t.Fatalf("TCP path: %s", e.srv.TCPMode)
 	}
@@ -100,7 +101,7 @@ func (e *kvEnv) dialer() func(ctx context.Context, network, addr string) (net.Co
 // its connections; every answer is checked and most warm gets are answered
 // in the kernel.
 func TestTCPGomemcache(t *testing.T) {
-	e := newKVEnv(t, "kvgomc", Config{})
+	e := newKVEnv(t, "kvgomc", Config{TCP: true})
 	mc := memcache.New(e.mc.Addr())
 	mc.DialContext = e.dialer()
 	mc.Timeout = 2 * time.Second
@@ -215,7 +216,7 @@ func TestTCPGomemcache(t *testing.T) {
 // answered in the kernel) and sometimes not. Every reply arrives in request
 // order with the right value.
 func TestTCPPipelineOrder(t *testing.T) {
-	e := newKVEnv(t, "kvorder", Config{})
+	e := newKVEnv(t, "kvorder", Config{TCP: true})
 	c := e.tcp(t)
 	model := map[string]string{}
 	flags := map[string]int{}
@@ -407,7 +408,8 @@ func dropCAS(s string) string {
 }
 
 // TestLoadWithoutTCP: where a kernel's verifier refuses the TCP programs,
-// Kerby-KV loads without them and still serves UDP.
+// Kerby-KV loads without them and still serves UDP; the TCP programs are
+// the socket ones (sockops, sk_skb, sk_msg), whatever their names.
 func TestLoadWithoutTCP(t *testing.T) {
 	testenv.RequireRoot(t)
 	cfg := Config{PoolMB: 8}
@@ -419,12 +421,46 @@ func TestLoadWithoutTCP(t *testing.T) {
 	if err := cfg.PoolConfig().Apply(spec); err != nil {
 		t.Fatal(err)
 	}
+	var tcp []string
+	for name, p := range spec.Programs {
+		if tcpProgram(p) {
+			tcp = append(tcp, name)
+		}
+	}
+	slices.Sort(tcp)
+	if want := []string{"kv_sockops", "kv_tcp_msg", "kv_tcp_verdict"}; !slices.Equal(tcp, want) {
+		t.Errorf("TCP programs %v, want %v (tcp.bpf.h's)", tcp, want)
+	}
 	var objs kernObjects
 	if err := loadWithoutTCP(spec, &objs); err != nil {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	if objs.KvXdp == nil || objs.KvEgress == nil || objs.KvEntries == nil || objs.KvTcpVerdict != nil {
-		t.Fatalf("loaded without TCP: xdp %v egress %v entries %v verdict %v", objs.KvXdp, objs.KvEgress, objs.KvEntries, objs.KvTcpVerdict)
+	if objs.KvXdp == nil || objs.KvXdpPass == nil || objs.KvIngress == nil || objs.KvEgress == nil || objs.KvReap == nil ||
+		objs.KvEntries == nil || objs.KvSocks == nil || objs.KvPort == nil {
+		t.Fatalf("loaded without TCP, something else is missing: %+v", objs)
+	}
+	if objs.KvSockops != nil || objs.KvTcpVerdict != nil || objs.KvTcpMsg != nil {
+		t.Fatalf("loaded without TCP, yet: sockops %v verdict %v msg %v", objs.KvSockops, objs.KvTcpVerdict, objs.KvTcpMsg)
+	}
+}
+
+// TestTCPOnlyWhenAskedFor: Config's zero value, like the CLI's default,
+// leaves the TCP programs unloaded (the verifier never sees them); TCP:
+// true loads them.
+func TestTCPOnlyWhenAskedFor(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, on := range []bool{false, true} {
+		srv, err := Load(Config{PoolMB: 8, TCP: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := srv.objs
+		loaded := o.KvSockops != nil && o.KvTcpVerdict != nil && o.KvTcpMsg != nil
+		none := o.KvSockops == nil && o.KvTcpVerdict == nil && o.KvTcpMsg == nil
+		if o.KvXdp == nil || on && !loaded || !on && !none {
+			t.Errorf("TCP %v: xdp %v sockops %v verdict %v msg %v", on, o.KvXdp, o.KvSockops, o.KvTcpVerdict, o.KvTcpMsg)
+		}
+		srv.Close()
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cistern-ebpf/cistern/bench/capture/naive"
 	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 )
 
@@ -286,24 +287,24 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		"bpftrace: its own utime+stime over the same interval (startup and compilation excluded)")
 	rep.Note("the BPF programs run in pgbench's context: their cost shows in probe_effect_pct, not in agent_cpu_pct")
 	if opt.PlotPath != "" {
-		var s []benchkit.BarSeries
+		var s []plot.BarSeries
 		for _, m := range opt.Modes {
 			if strings.HasPrefix(m, "sysbench") {
 				continue // another workload: its rate is in the table, not on this axis
 			}
 			if v, lo, hi, ok := rep.Spread(m, "tps"); ok {
-				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
+				s = append(s, plot.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
 			}
 		}
 		title, ylabel, groups := "Capture: pgbench -S over TLS ("+rep.Kernel()+")", "transactions per second", []string{"pgbench -S"}
 		if len(s) == 0 && attach.rounds > 0 { // the attach mode alone: its latencies
 			title, ylabel, groups = "Capture: exec (or libssl open) to uprobes attached ("+rep.Kernel()+")", "ms", []string{"Go program", "libssl copy"}
-			s = []benchkit.BarSeries{
+			s = []plot.BarSeries{
 				{Name: "median", Values: []float64{benchkit.Median(attach.goLat), benchkit.Median(attach.sslLat)}},
 				{Name: "p99", Values: []float64{benchkit.Percentile(attach.goLat, 99), benchkit.Percentile(attach.sslLat, 99)}},
 			}
 		}
-		if err := benchkit.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
+		if err := plot.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
 			return nil, err
 		}
 	}

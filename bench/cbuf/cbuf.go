@@ -18,6 +18,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/cbuf"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // Options configure `cistern bench cbuf`.
@@ -99,7 +100,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			return nil, err
 		}
 	}
-	var series []benchkit.Series
+	var series []plot.Series
 	if part["policy"] {
 		if series, err = cbufPolicies(ctx, rep, opt, tmp, peer); err != nil {
 			return nil, err
@@ -112,7 +113,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	cbufSections(rep, iox2 != "")
 	if opt.PlotPath != "" && part["policy"] {
-		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
+		if err := plot.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
 			"seconds", "producer messages per second", series); err != nil {
 			return nil, err
 		}
@@ -417,9 +418,9 @@ var cbufGCPools = []int{16, 64, 256, 1024, 4096}
 
 func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	modes := rttModes(iox2)
-	var series []benchkit.BarSeries
+	var series []plot.BarSeries
 	for _, m := range modes {
-		s := benchkit.BarSeries{Name: m}
+		s := plot.BarSeries{Name: m}
 		for _, p := range cbufPages {
 			med, lo, hi, _ := rep.Spread(m, fmt.Sprintf("rtt_us_%dp", p))
 			if math.IsNaN(med) {
@@ -433,7 +434,7 @@ func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	for _, p := range cbufPages {
 		groups = append(groups, fmt.Sprintf("%d KiB", p*4))
 	}
-	return benchkit.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
+	return plot.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
 }
 
 // PingPong is the demo's piece: a two-process ping-pong of pages-page

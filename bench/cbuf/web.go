@@ -20,6 +20,7 @@ import (
 	"github.com/cistern-ebpf/cistern/cbuf"
 	"github.com/cistern-ebpf/cistern/examples/cbufweb"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // The web workload (issue #28): cbufweb against nginx and Apache with the
@@ -362,10 +363,10 @@ func webPlot(rep *benchkit.Report, path string) error {
 	for _, size := range webSizes {
 		groups = append(groups, sizeName(size))
 	}
-	bars := func(metric string, scale float64) []benchkit.BarSeries {
-		var out []benchkit.BarSeries
+	bars := func(metric string, scale float64) []plot.BarSeries {
+		var out []plot.BarSeries
 		for _, name := range []string{"cbufweb", "nginx", "apache"} {
-			s := benchkit.BarSeries{Name: name}
+			s := plot.BarSeries{Name: name}
 			for _, size := range webSizes {
 				med, lo, hi, _ := rep.Spread(name+" "+sizeName(size), metric)
 				s.Values = append(s.Values, med*scale)
@@ -376,14 +377,14 @@ func webPlot(rep *benchkit.Report, path string) error {
 		}
 		return out
 	}
-	if err := benchkit.BarChart(path, "Web servers under wrk (-c16), FastCGI baselines ("+rep.Kernel()+")", "MB/s of response bodies", groups, bars("MB_per_sec", 1)); err != nil {
+	if err := plot.BarChart(path, "Web servers under wrk (-c16), FastCGI baselines ("+rep.Kernel()+")", "MB/s of response bodies", groups, bars("MB_per_sec", 1)); err != nil {
 		return err
 	}
 	base := strings.TrimSuffix(path, filepath.Ext(path))
-	if err := benchkit.BarChart(base+"-rps.png", "Requests per second by payload size", "requests/s", groups, bars("req_per_sec", 1)); err != nil {
+	if err := plot.BarChart(base+"-rps.png", "Requests per second by payload size", "requests/s", groups, bars("req_per_sec", 1)); err != nil {
 		return err
 	}
-	return benchkit.BarChart(base+"-cpu.png", "Server CPU per request (all its processes)", "CPU µs per request", groups, bars("cpu_us_per_req", 1))
+	return plot.BarChart(base+"-cpu.png", "Server CPU per request (all its processes)", "CPU µs per request", groups, bars("cpu_us_per_req", 1))
 }
 
 // ---- memory contention (Figure 10) ----
@@ -440,7 +441,7 @@ func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins 
 		if opt.PlotPath != "" {
 			base := strings.TrimSuffix(opt.PlotPath, filepath.Ext(opt.PlotPath))
 			p := fmt.Sprintf("%s-contention-%s.png", base, pol)
-			if err := benchkit.LineChart(p, fmt.Sprintf("cbufweb %s under an interfering allocator, policy %s", sizeName(webContSize), pol),
+			if err := plot.LineChart(p, fmt.Sprintf("cbufweb %s under an interfering allocator, policy %s", sizeName(webContSize), pol),
 				"seconds", "% (throughput of undisturbed; pools of all memory)", series); err != nil {
 				return err
 			}
@@ -460,7 +461,7 @@ func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins 
 	return nil
 }
 
-func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Binaries, pol string, ph webPhase) ([]benchkit.Series, error) {
+func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Binaries, pol string, ph webPhase) ([]plot.Series, error) {
 	dir, err := os.MkdirTemp("", "cistern-bench-web-")
 	if err != nil {
 		return nil, err
@@ -644,7 +645,7 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 	}
 	// chart: throughput in % of undisturbed; pools in % of all memory;
 	// the interferer's demand; its start and end as vertical marks
-	var thr, cpool, ipool, dem benchkit.Series
+	var thr, cpool, ipool, dem plot.Series
 	thr.Name, cpool.Name, ipool.Name, dem.Name = "throughput % of undisturbed", "content pool % (policy)", "interferer pool % (policy)", "interferer demand %"
 	for _, s := range samples {
 		thr.X, thr.Y = append(thr.X, s.t), append(thr.Y, 100*s.rps/base)
@@ -652,8 +653,8 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 		ipool.X, ipool.Y = append(ipool.X, s.t), append(ipool.Y, 100*s.intf/webContMemory)
 		dem.X, dem.Y = append(dem.X, s.t), append(dem.Y, 100*float64(ph.demand(s.t))/webContMemory)
 	}
-	marks := benchkit.Series{Name: "interferer runs", X: []float64{ph.quiet, ph.quiet, ph.end(), ph.end()}, Y: []float64{0, 130, 130, 0}}
-	return []benchkit.Series{thr, cpool, ipool, dem, marks}, nil
+	marks := plot.Series{Name: "interferer runs", X: []float64{ph.quiet, ph.quiet, ph.end(), ph.end()}, Y: []float64{0, 130, 130, 0}}
+	return []plot.Series{thr, cpool, ipool, dem, marks}, nil
 }
 
 // webCount reads cbufweb's 200 responses from its metrics.

@@ -14,10 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/kv"
 )
@@ -25,7 +26,7 @@ import (
 // TraceOptions configure the trace mode of the Kerby-KV benchmark.
 type TraceOptions struct {
 	Quick     bool
-	TraceDir  string   // default cache.TraceDir()
+	TraceDir  string   // default replay.TraceDir()
 	Requests  int      // trace prefix replayed (default all; quick 100000)
 	PoolMB    uint32   // Kerby pool (default 4; quick 1)
 	Policies  []string // default every policy (quick: fifo, lru, s3fifo)
@@ -46,7 +47,7 @@ const ringMode = "ring"
 // block budget) as a yardstick.
 func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	if opt.TraceDir == "" {
-		opt.TraceDir = cache.TraceDir()
+		opt.TraceDir = replay.TraceDir()
 	}
 	if opt.PoolMB == 0 {
 		opt.PoolMB = 4
@@ -81,21 +82,21 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	}
 	path := filepath.Join(opt.TraceDir, "twitter_cluster52_1m.csv.zst")
 	opt.Progress("reading " + path)
-	reqs, err := cache.ReadFile(path, "twitter")
+	reqs, err := replay.ReadFile(path, "twitter")
 	if err != nil {
 		return nil, err
 	}
 	if opt.Requests > 0 && opt.Requests < len(reqs) {
 		reqs = reqs[:opt.Requests]
 	}
-	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond}
+	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond, TCP: true}
 	pc := cfg.PoolConfig()
 	budget, _ := kv.PolicyBudget(cfg)
 
 	rep := benchkit.New("kv-trace", opt.Quick)
 	rep.SetConfig("trace", "twitter_cluster52_1m (look-aside: GET; on a memcached miss, SET)")
 	rep.SetConfig("requests", len(reqs))
-	rep.SetConfig("distinct_keys", cache.Distinct(reqs))
+	rep.SetConfig("distinct_keys", replay.Distinct(reqs))
 	rep.SetConfig("pool_blocks", pc.CapacityBlocks)
 	rep.SetConfig("block_bytes", pc.BlockSize)
 	rep.SetConfig("policy_budget_blocks", budget)
@@ -114,9 +115,9 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		n := min(int(r.Size), opt.MaxValues)
 		blockReqs[i] = evict.Request{Key: r.Key, Size: uint32(max(1, (n+int(pc.BlockSize)-1)/int(pc.BlockSize)))}
 	}
-	var series []benchkit.BarSeries
-	kernel := benchkit.BarSeries{Name: "Kerby-KV kernel hit ratio"}
-	offline := benchkit.BarSeries{Name: "offline replay, same block budget"}
+	var series []plot.BarSeries
+	kernel := plot.BarSeries{Name: "Kerby-KV kernel hit ratio"}
+	offline := plot.BarSeries{Name: "offline replay, same block budget"}
 	for _, p := range opt.Policies {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -133,7 +134,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		kernel.Values = append(kernel.Values, st["kernel_hit_ratio"])
 		off := 0.0
 		if p != ringMode {
-			res, err := cache.Replay(blockReqs, cache.Options{Policy: p, Size: budget, Unit: "bytes"})
+			res, err := replay.Run(blockReqs, replay.Options{Policy: p, Size: budget, Unit: "bytes"})
 			if err != nil {
 				return nil, err
 			}
@@ -150,7 +151,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		"key partitions, and events reach the policy through a queue drained every millisecond. " +
 		"ring: Kerby-KV without --policy (its built-in FIFO ring).")
 	if opt.PlotPath != "" {
-		if err := benchkit.BarChart(opt.PlotPath, fmt.Sprintf("Kerby-KV on the Twitter trace, pool %d MiB (%s)", opt.PoolMB, rep.Kernel()),
+		if err := plot.BarChart(opt.PlotPath, fmt.Sprintf("Kerby-KV on the Twitter trace, pool %d MiB (%s)", opt.PoolMB, rep.Kernel()),
 			"hit ratio", opt.Policies, series); err != nil {
 			return rep, err
 		}

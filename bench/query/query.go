@@ -15,6 +15,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/bench/queryref"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // Options configure the query benchmark.
@@ -320,9 +321,9 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	rep.Note("Q2 workload check: workload_syscalls is fio's own read count (total_ios, one pread64 each with psync); events_pread64 counts the Q2 file's pread64 rows from fio's job process")
 	rep.Note(fmt.Sprintf("max_latency_agree: the mode and hand_written run together on one fio run; every (pid, syscall) key must be in both and its maximum over the windows must differ by at most %v or %.0f%%", agreeAbs, agreeRel*100))
 	if opt.PlotPath != "" {
-		var s []benchkit.BarSeries
+		var s []plot.BarSeries
 		for _, mode := range opt.Modes {
-			bs := benchkit.BarSeries{Name: mode}
+			bs := plot.BarSeries{Name: mode}
 			ok := false
 			for _, q := range opt.Queries {
 				med, lo, hi, has := rep.Spread(mode+" "+q, "probe_effect_pct")
@@ -344,7 +345,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		if opt.Workload == "rocksdb" {
 			app, unit = "RocksDB db_bench readrandom", "db_bench Gets"
 		}
-		if err := benchkit.BarChart(opt.PlotPath, "Query: probe effect on "+app+" ("+rep.Kernel()+")",
+		if err := plot.BarChart(opt.PlotPath, "Query: probe effect on "+app+" ("+rep.Kernel()+")",
 			"probe effect (% drop of "+unit+" per CPU second)", groups, s); err != nil {
 			return nil, err
 		}

@@ -197,7 +197,7 @@ static __always_inline struct kv_scratch *scratch(void)
 	return bpf_map_lookup_elem(&kv_scratch_map, &k);
 }
 
-/* ---- TCP (tcp.bpf.h): connections, staged replies ---- */
+/* ---- TCP (tcp*.bpf.h): connections, staged replies ---- */
 
 #define KV_LINE 256          /* a request line split across segments, kept */
 #define KV_STAGE_BUF 8192   /* a segment's replies: 4 GETs of 1 KiB values fit */
