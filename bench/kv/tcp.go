@@ -317,7 +317,7 @@ func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (t
 			}
 			after, _ := srv.Counters()
 			p.counters = map[string]float64{}
-			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_first", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
 				p.counters[k] = float64(after[k] - before[k])
 			}
 		}
@@ -382,14 +382,14 @@ func (b *kvBench) tcpSample(row string, p tcpPart) error {
 	}
 	if p.kernelServed {
 		c := p.counters
-		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_large"]
+		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_first"] + c["tcp_pass_large"]
 		if hits := c["tcp_hits"]; hits+passed > 0 {
 			put(row, "kernel_hit_ratio", hits/(hits+passed))
 		}
 		if p.bpfMeasured {
 			put(row, "bpf_us_per_op", perOp(p.bpf))
 		}
-		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_first", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
 			put(row, k, c[k])
 		}
 		// Segments the kernel answered: the client writes depth GETs per
