@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // readReply reads one reply to a get: VALUE blocks until END.
@@ -548,4 +550,36 @@ func TestTCPPreAcceptGets(t *testing.T) {
 			t.Errorf("connection from %s keeps %d unread bytes (Recv-Q) after every reply", peer, q)
 		}
 	}
+}
+
+// TestTCPDefault: kv serve's TCP default follows the kernel's answers:
+// on where the self-redirect self-test passes, opt-in where it fails (as
+// on 6.1 to 7.2, docs/kerby-kv.md), off without sk_skb verdicts; and on the
+// running kernel it agrees with the probe.
+func TestTCPDefault(t *testing.T) {
+	missing := errors.New("not supported by this kernel")
+	for _, c := range []struct {
+		lacking string
+		on      bool
+		why     string
+	}{
+		{"", true, "on by default"},
+		{"sockmap_self_redirect", false, "opt-in (--tcp)"},
+		{"sockmap_verdict", false, "off: "},
+	} {
+		on, why := tcpDefault(func(f string) error {
+			if f == c.lacking {
+				return missing
+			}
+			return nil
+		})
+		if on != c.on || !strings.HasPrefix(why, c.why) {
+			t.Errorf("lacking %q: default %v (%s), want %v (%s…)", c.lacking, on, why, c.on, c.why)
+		}
+	}
+	on, why := TCPDefault()
+	if want := kernel.Has("sockmap_verdict") == nil && kernel.Has("sockmap_self_redirect") == nil; on != want {
+		t.Errorf("on %s: TCP default %v (%s), the probes say %v", kernel.Release(), on, why, want)
+	}
+	t.Logf("%s: TCP GETs %s", kernel.Release(), why)
 }
