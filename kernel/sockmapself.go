@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -104,7 +105,7 @@ func selfRedirect(pending bool) error {
 	}
 	cli.SetReadDeadline(time.Now().Add(2 * time.Second))
 	got := make([]byte, len(msg))
-	if _, err := ioReadFull(cli, got); err != nil {
+	if _, err := io.ReadFull(cli, got); err != nil {
 		return fmt.Errorf("the redirected segment did not come back: %w", err)
 	}
 	// The advance may follow the reply; give it a moment.
@@ -128,16 +129,4 @@ func waitReadable(fd int, d time.Duration) error {
 		return errors.New("not readable")
 	}
 	return nil
-}
-
-func ioReadFull(c net.Conn, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := c.Read(b[n:])
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
