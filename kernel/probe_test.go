@@ -147,7 +147,7 @@ func TestParseRelease(t *testing.T) {
 // TestSockmapSelfRedirect: the self-test's own machinery works on every
 // kernel (a segment sent after the socket joined the map comes back and
 // leaves nothing unread), and its answer is one of the two behaviours,
-// never "unknown": 6.1 to 7.2 keep the pending segment counted as unread
+// never "unknown": 6.12, 6.18 and 7.2 keep the pending segment counted as unread
 // (docs/kerby-kv.md, "TCP on each kernel").
 func TestSockmapSelfRedirect(t *testing.T) {
 	for i := 0; i < 3; i++ {

@@ -554,7 +554,7 @@ func TestTCPPreAcceptGets(t *testing.T) {
 
 // TestTCPDefault: kv serve's TCP default follows the kernel's answers:
 // on where the self-redirect self-test passes, opt-in where it fails (as
-// on 6.1 to 7.2, docs/kerby-kv.md), off without sk_skb verdicts; and on the
+// on 6.12, 6.18 and 7.2, docs/kerby-kv.md), off without sk_skb verdicts; and on the
 // running kernel it agrees with the probe.
 func TestTCPDefault(t *testing.T) {
 	missing := errors.New("not supported by this kernel")

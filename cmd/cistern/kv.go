@@ -48,7 +48,7 @@ values go to memcached, which stays the source of truth. UDP sets write
 through; TCP writes invalidate the kernel copy before memcached sees them.
 --tcp also answers GET hits on memcached's TCP connections in the kernel
 (sockmap). It is on by default only where the kernel passes the doctor's
-sockmap_self_redirect self-test (none of 6.1, 6.12, 6.18, 7.2 does: their
+sockmap_self_redirect self-test (6.12, 6.18 and 7.2 do not: their
 sockmap can leave an answered segment counted as unread, and memcached
 spin); elsewhere --tcp turns it on, and serve prints which and why
 (docs/kerby-kv.md, "TCP on each kernel").
