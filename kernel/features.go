@@ -67,8 +67,13 @@ var (
 	// FilemapGetPages: the page-cache agent's read signal; without, it
 	// watches read(2) and pread64(2).
 	FilemapGetPages func() error
-	Kprobe          func() error // Cistern never needs kprobes: the doctor reports them
-	Fentry          func() error // nor fentry
+	// SockmapSelfRedirect: a behaviour, not a release (probeSockmapSelfRedirect):
+	// a segment an sk_skb verdict redirects to its own socket is accounted
+	// as read even when the verdict runs during the socket's first read.
+	// Without it kv's TCP GETs stay opt-in: memcached could spin.
+	SockmapSelfRedirect func() error
+	Kprobe              func() error // Cistern never needs kprobes: the doctor reports them
+	Fentry              func() error // nor fentry
 )
 
 // table is every feature, one row each, in the order the doctor reports
@@ -103,6 +108,7 @@ var table = []struct {
 	{&TCX, Feature{Name: "tcx", Since: "6.6", What: "TCX links"}, probeTCX},
 	{&SockmapVerdict, Feature{Name: "sockmap_verdict", Since: "5.15", What: "sk_skb verdict programs on a sockmap, without a stream parser"}, probeSockmapVerdict},
 	{&FilemapGetPages, Feature{Name: "filemap_get_pages", Since: "6.10", What: "the mm_filemap_get_pages tracepoint"}, probeFilemapGetPages},
+	{&SockmapSelfRedirect, Feature{Name: "sockmap_self_redirect", What: "a segment an sk_skb verdict redirects to its own socket, counted as read"}, probeSockmapSelfRedirect},
 	{&Kprobe, Feature{Name: "kprobe", Since: "4.1", What: "kprobes"}, probeKprobe},
 	{&Fentry, Feature{Name: "fentry", Since: "5.5", What: "fentry programs"}, probeFentry},
 }

@@ -130,7 +130,7 @@ func TestMemcaslap(t *testing.T) {
 				served, gets = d("hits"), d("hits")+d("misses")
 			} else {
 				served = d("tcp_hits")
-				gets = served + d("tcp_misses") + d("tcp_pass_order") + d("tcp_pass_mixed") + d("tcp_pass_large")
+				gets = served + d("tcp_misses") + d("tcp_pass_order") + d("tcp_pass_mixed") + d("tcp_pass_large") + d("tcp_pass_first")
 			}
 			ratio := served / max(gets, 1)
 			t.Logf("%s: %.0f warm GETs, %.3f answered in the kernel; memaslap %.0f ops/s with Kerby-KV, %.0f alone (load %s); passes: malformed %.0f syntax %.0f long %.0f, tcp_misses %.0f tcp_pass_order %.0f tcp_pass_large %.0f oversize %.0f tcp_blind %.0f",

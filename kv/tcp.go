@@ -179,3 +179,24 @@ func cgroupRoot() string {
 	}
 	return ""
 }
+
+// TCPDefault says whether kv serve answers TCP GETs in the kernel when
+// --tcp is not given, and why. It follows a behaviour of the running
+// kernel, not its version: on by default only where the kernel passes the
+// sockmap_self_redirect self-test (package kernel), opt-in elsewhere.
+// Kerby-KV already avoids the case that test finds (the verdict waits for
+// memcached's first reply on a connection: kv_conn.replied), but memcached
+// is still woken for segments the kernel answered (docs/kerby-kv.md).
+func TCPDefault() (bool, string) { return tcpDefault(kernel.Has) }
+
+func tcpDefault(has func(feature string) error) (bool, string) {
+	if err := has("sockmap_verdict"); err != nil {
+		return false, "off: " + err.Error()
+	}
+	if err := has("sockmap_self_redirect"); err != nil {
+		return false, "opt-in (--tcp) on this kernel: its sockmap can leave a segment redirected to its own socket counted as unread " +
+			"(cistern doctor: sockmap_self_redirect), where memcached would spin; Kerby-KV passes each connection's requests to memcached " +
+			"until memcached's first reply, which avoids that case"
+	}
+	return true, "on by default: this kernel passed the sockmap_self_redirect self-test (--tcp=false turns it off)"
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/plot"
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -55,6 +56,10 @@ func (o *Options) defaults() {
 func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
+	// The kernel's own reclaim is the "default" every policy is compared with.
+	reclaim := kernel.PageReclaim()
+	rep.SetConfig("kernel_mglru", reclaim.MGLRU)
+	rep.Note("kernel reclaim: " + reclaim.Detail)
 	rep.SetConfig("cache_dir", opt.CacheDir)
 	if opt.Workload == "ycsb" {
 		rep.SetConfig("workload", "ycsb")

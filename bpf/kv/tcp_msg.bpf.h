@@ -304,6 +304,7 @@ int kv_tcp_msg(struct sk_msg_md *msg)
 			return SK_PASS;
 		}
 	}
+	c->replied = 1; /* memcached's own send: its first read is over */
 	if (c->blind)
 		return SK_PASS;
 	for (int i = 0; i < KV_TCP_LINES; i++) {

@@ -133,7 +133,10 @@ static __always_inline void tcp_account(struct kv_conn *c, struct kv_scratch *s,
 			h = kv_take_key(s, j, ke - j);
 			e = bpf_map_lookup_elem(&kv_entries, &h);
 			if (tcp_servable(e, cmd == CMD_GETS, now)) {
-				stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_PASS_MIXED);
+				if (!c->replied)
+					stat(KV_TCP_PASS_FIRST);
+				else
+					stat(c->pending ? KV_TCP_PASS_ORDER : KV_TCP_PASS_MIXED);
 			} else {
 				ticket(h, now);
 				stat(KV_TCP_MISSES);
@@ -240,8 +243,16 @@ int kv_tcp_verdict(struct __sk_buff *skb)
 	c = bpf_map_lookup_elem(&kv_conns, &k);
 	if (!c || c->blind || len == 0)
 		return SK_PASS;
-	if (c->pending == 0 && c->skip == 0 && c->part == 0 && c->stail - c->shead < KV_SQ &&
-	    len < BUF) {
+	/* First read: a connection joins kv_socks before memcached accepts
+	 * it, and a segment that arrived before the accept runs this verdict
+	 * only inside memcached's first read (tcp_bpf_recvmsg_parser's
+	 * catch-up). A redirect there advances copied_seq while that read
+	 * holds the old value, which it writes back: on kernels that fail
+	 * sockmap_self_redirect the answered bytes stay counted as unread and
+	 * memcached spins on EAGAIN. So nothing is answered until memcached
+	 * has sent on the connection: it sends only after it read. */
+	if (c->replied && c->pending == 0 && c->skip == 0 && c->part == 0 &&
+	    c->stail - c->shead < KV_SQ && len < BUF) {
 		__u32 marker = KV_MARKER;
 
 		if (kv_tcp_serve(skb, c, len, c->stail) > 0 && bpf_skb_store_bytes(skb, 0, &marker, 4, 0) == 0) {

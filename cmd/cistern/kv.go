@@ -46,9 +46,12 @@ func newKVServeCmd() *cobra.Command {
 UDP get hits are answered in the kernel (XDP_TX); misses, TCP and oversize
 values go to memcached, which stays the source of truth. UDP sets write
 through; TCP writes invalidate the kernel copy before memcached sees them.
---tcp (experimental) also answers GET hits on memcached's TCP connections
-in the kernel (sockmap); on 6.12 and 6.18 memcached was seen spinning on a
-connection so answered, so it is off by default (docs/kerby-kv.md).
+--tcp also answers GET hits on memcached's TCP connections in the kernel
+(sockmap). It is on by default only where the kernel passes the doctor's
+sockmap_self_redirect self-test (6.12, 6.18 and 7.2 do not: their
+sockmap can leave an answered segment counted as unread, and memcached
+spin); elsewhere --tcp turns it on, and serve prints which and why
+(docs/kerby-kv.md, "TCP on each kernel").
 --policy NAME makes pool-full eviction follow an in-kernel eviction policy
 (cistern cache replay's): the data path queues hits and fills, a drainer
 applies them every millisecond and evicts ahead of need, keeping 1/16 of
@@ -100,7 +103,15 @@ dropped.`,
 			if err := kv.CheckMemcached(host, portStr); err != nil {
 				return err
 			}
-			cfg.TCP = tcpGets && !noTCP
+			tcpOn, tcpWhy := kv.TCPDefault()
+			switch {
+			case noTCP:
+				tcpOn, tcpWhy = false, "off: --no-tcp"
+			case cmd.Flags().Changed("tcp"):
+				tcpOn, tcpWhy = tcpGets, map[bool]string{true: "on: --tcp", false: "off: --tcp=false"}[tcpGets]
+			}
+			cfg.TCP = tcpOn
+			fmt.Fprintf(cmd.ErrOrStderr(), "TCP GETs in the kernel: %s\n", tcpWhy)
 			fmt.Fprintf(cmd.ErrOrStderr(), "loading Kerby-KV: pool of %d blocks…\n", cfg.PoolConfig().CapacityBlocks)
 			srv, err := kv.Load(cfg)
 			if err != nil {
@@ -175,9 +186,9 @@ dropped.`,
 	// TCP GETs in the kernel are opt-in: with them memcached can be left
 	// spinning on a connection the sockmap path answered (docs/kerby-kv.md,
 	// "TCP bench: where the time goes"); TCP writes always invalidate.
-	f.BoolVar(&tcpGets, "tcp", false, "also answer GET hits on memcached's TCP connections in the kernel (experimental: see docs/kerby-kv.md)")
-	f.BoolVar(&noTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached (the default)")
-	f.MarkDeprecated("no-tcp", "TCP GETs are off unless --tcp is given")
+	f.BoolVar(&tcpGets, "tcp", false, "answer GET hits on memcached's TCP connections in the kernel (default: on only where the kernel passes the sockmap_self_redirect self-test; see docs/kerby-kv.md)")
+	f.BoolVar(&noTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached")
+	f.MarkDeprecated("no-tcp", "use --tcp=false")
 	f.StringVar(&xdpMode, "xdp-mode", string(kv.XDPAuto), "auto (generic on a veth, else native when the driver has it), native or generic")
 	f.BoolVar(&generic, "generic", false, "same as --xdp-mode generic")
 	f.MarkDeprecated("generic", "use --xdp-mode generic")
