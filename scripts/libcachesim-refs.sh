@@ -3,7 +3,7 @@
 # writes evict/replay/testdata/libcachesim.json (committed). libCacheSim is
 # PyPI's libcachesim 0.3.5, installed in a venv ($LIBCACHESIM_VENV, default
 # /tmp/cistern-libcachesim); it replays the very keys evict/replay parses
-# (scripts/libcachesim writes them). About 10 minutes on 2 cores.
+# (scripts/libcachesim writes them). About 10 minutes on 2 cores (LFU and LHD are the slow ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${LIBCACHESIM_VENV:-/tmp/cistern-libcachesim}

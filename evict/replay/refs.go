@@ -23,12 +23,12 @@ const (
 )
 
 // LibCacheSimTraces are the traces and sizes of the comparison with
-// libCacheSim (scripts/libcachesim-refs.sh writes its figures to
+// libCacheSim (CloudPhysics, 8.2M block requests, is left out: libCacheSim's
+// Python reader takes minutes per policy on it) (scripts/libcachesim-refs.sh writes its figures to
 // testdata/libcachesim.json; TestMatchesLibCacheSim replays them).
 var LibCacheSimTraces = []RefTrace{
 	{Name: "twitter", File: "twitter_cluster52_1m.csv.zst", Format: "twitter", Sizes: []uint64{1000, 10000, 50000}},
 	{Name: "arc", File: "arc_oltp.lis.zst", Format: "arc", Sizes: []uint64{1000, 10000, 50000}},
-	{Name: "cloudphysics", File: "cloudphysics_io.csv.zst", Format: "cloudphysics", Sizes: []uint64{1000, 10000, 50000}},
 	{Name: "zipf", Sizes: []uint64{60000}},
 }
 
