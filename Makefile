@@ -44,13 +44,14 @@ test: root deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 
-# Boots Debian's 6.1, 6.12 and 5.10 cloud kernels under qemu and runs the
-# load-all test, the doctor and every system's tests inside each (docs/kernels.md).
-# FULL=1 adds the server tests and writes docs/kernels.md; KERNELS=6.1,6.12 picks kernels.
-KERNELS ?= 6.1,6.12,5.10
+# Boots Debian's 6.1, 6.12, sid's newest (7.x) and 5.10 cloud kernels under qemu
+# and runs the load-all test, the doctor and every system's tests inside each
+# (docs/kernels.md). FULL=1 adds the server tests and writes docs/kernels.md;
+# KERNELS=6.1,6.12 picks kernels; MERGE=1 replaces only their rows there.
+KERNELS ?= 6.1,6.12,sid,5.10
 kernel-matrix: root deps
 	@mkdir -p bin
-	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md --readme README.md)
+	$(GO) run ./cmd/kernel-matrix --kernels $(KERNELS) --json bin/kernel-matrix.json $(if $(FULL),--full --docs docs/kernels.md --readme README.md) $(if $(MERGE),--merge)
 
 demo: root deps-demo build
 	./$(BIN) demo

@@ -7,9 +7,9 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // Uprobes on a file: where the kernel has uprobe_multi links (6.6+), one
@@ -34,12 +34,12 @@ type uprobeReq struct {
 	ret  bool
 }
 
-var multiOnce = sync.OnceValue(func() bool { return features.HaveBPFLinkUprobeMulti() == nil })
-
 // useUprobeMulti tells whether the kernel has uprobe_multi links.
 // CISTERN_NO_UPROBE_MULTI=1 takes the perf-event path anyway (6.1's, on a
 // newer kernel).
-func useUprobeMulti() bool { return os.Getenv("CISTERN_NO_UPROBE_MULTI") != "1" && multiOnce() }
+func useUprobeMulti() bool {
+	return os.Getenv("CISTERN_NO_UPROBE_MULTI") != "1" && kernel.UprobeMulti() == nil
+}
 
 // setUprobeMulti makes spec's uprobe programs uprobe_multi programs when
 // the kernel has the links (the attach type is fixed at load).
@@ -99,8 +99,8 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 		}
 		g.names, g.addrs = append(g.names, r.name), append(g.addrs, r.addr)
 	}
-	if !multiPIDFilter() {
-		pid = 0 // every process traps; cap_selected decides
+	if !kernel.MultiUprobePIDFilter() {
+		pid = 0 // other threads would be missed: every process traps; cap_selected decides
 	}
 	for _, g := range groups {
 		o := &link.UprobeMultiOptions{Addresses: g.addrs, PID: uint32(pid)}
@@ -118,22 +118,6 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 	}
 	return links, nil
 }
-
-// multiPIDFilter: a uprobe_multi link's pid filter is right from 6.10
-// ("bpf: fix multi-uprobe PID filtering logic", 46ba0e49b642); before, it
-// let only the thread whose id is the pid trap, and a Go program's
-// other threads would be missed.
-var multiPIDFilter = sync.OnceValue(func() bool {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return false
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
-		return false
-	}
-	return major > 6 || (major == 6 && minor >= 10)
-})
 
 // closeLinks closes links, up to 16 at a time: a uprobe link's release
 // waits for a grace period, and those waits overlap.

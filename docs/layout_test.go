@@ -95,6 +95,21 @@ func TestLayoutNamesEveryDirectory(t *testing.T) {
 			t.Errorf("top-level directory %s/ is missing from the README's Layout map", n)
 		}
 	}
+	// internal/ holds many small packages, each a room of its own: the map
+	// names every one.
+	named := map[string]bool{}
+	for _, p := range paths {
+		named[strings.TrimSuffix(p, "/")] = true
+	}
+	ents, err = os.ReadDir("../internal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if p := "internal/" + e.Name(); e.IsDir() && !named[p] {
+			t.Errorf("package %s/ is missing from the README's Layout map", p)
+		}
+	}
 }
 
 var numbers = []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}

@@ -49,10 +49,10 @@ func TestDoctorCoreOK(t *testing.T) {
 
 // capabilities are the checks the doctor must report, once each.
 var capabilities = []string{
-	"kernel", "btf", "tracefs", "bpffs", "lockdown", "memlock", "memory_cgroup",
+	"kernel", "btf", "tracefs", "bpffs", "lockdown", "memlock", "memory_cgroup", "reclaim",
 	"tracepoint", "raw_tp", "tp_btf", "uprobe", "xdp_generic", "xdp_native", "tcx",
 	"ringbuf", "mmap_array", "bpf_loop", "xdp_load_bytes", "bpf_timer", "syscall_prog",
-	"struct_ops", "atomics", "for_each_map_elem", "cachestat", "filemap_get_pages", "xdp_live_frames", "sockmap_verdict", "kprobe", "fentry",
+	"struct_ops", "atomics", "for_each_map_elem", "cachestat", "filemap_get_pages", "xdp_live_frames", "sockmap_verdict", "sockmap_self_redirect", "kprobe", "fentry",
 }
 
 // TestReportJSON: the JSON report has one entry per capability (no

@@ -466,6 +466,7 @@ func featureChecks() []Check {
 		{"filemap_get_pages", "the mm_filemap_get_pages tracepoint exists"},
 		{"xdp_live_frames", "BPF_PROG_RUN sends XDP frames (bench kv's kernel load generator)"},
 		{"sockmap_verdict", "an sk_skb verdict attaches to a sockmap (kv answers TCP GETs in the kernel)"},
+		{"sockmap_self_redirect", "a segment redirected to its own socket during the socket's first read (loopback self-test) left no unread bytes: kv serve answers TCP GETs by default"},
 	} {
 		if err := kernel.Has(f.name); err != nil {
 			cs = append(cs, unsupported(f.name, f.name, err))

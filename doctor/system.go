@@ -68,6 +68,8 @@ func systemChecks() []Check {
 	}
 
 	cs = append(cs, memcgCheck())
+	// Not a requirement: which reclaim the page-cache agent competes with.
+	cs = append(cs, Check{Name: "reclaim", Status: OK, Detail: kernel.PageReclaim().Detail})
 	return cs
 }
 

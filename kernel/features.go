@@ -28,11 +28,14 @@ type Feature struct {
 // the kernel lacks it, with the release that has it when it is a matter of
 // version. Their names, releases and descriptions are in table.
 var (
-	BTF            func() error // the kernel's own BTF, which CO-RE and tp_btf programs need
-	Tracepoint     func() error
-	RawTP          func() error
-	TPBTF          func() error // loaded for sys_enter
-	Uprobe         func() error // the program type and the uprobe PMU (CONFIG_UPROBE_EVENTS)
+	BTF        func() error // the kernel's own BTF, which CO-RE and tp_btf programs need
+	Tracepoint func() error
+	RawTP      func() error
+	TPBTF      func() error // loaded for sys_enter
+	Uprobe     func() error // the program type and the uprobe PMU (CONFIG_UPROBE_EVENTS)
+	// UprobeMulti: uprobe_multi links, one link for many addresses; without,
+	// capture attaches one perf-event uprobe per address.
+	UprobeMulti    func() error
 	XDP            func() error
 	RingBuf        func() error
 	MmapArray      func() error // arrays user space maps (BPF_F_MMAPABLE)
@@ -64,8 +67,13 @@ var (
 	// FilemapGetPages: the page-cache agent's read signal; without, it
 	// watches read(2) and pread64(2).
 	FilemapGetPages func() error
-	Kprobe          func() error // Cistern never needs kprobes: the doctor reports them
-	Fentry          func() error // nor fentry
+	// SockmapSelfRedirect: a behaviour, not a release (probeSockmapSelfRedirect):
+	// a segment an sk_skb verdict redirects to its own socket is accounted
+	// as read even when the verdict runs during the socket's first read.
+	// Without it kv's TCP GETs stay opt-in: memcached could spin.
+	SockmapSelfRedirect func() error
+	Kprobe              func() error // Cistern never needs kprobes: the doctor reports them
+	Fentry              func() error // nor fentry
 )
 
 // table is every feature, one row each, in the order the doctor reports
@@ -83,6 +91,7 @@ var table = []struct {
 	{&RawTP, Feature{Name: "raw_tp", Since: "4.17", What: "raw tracepoint programs"}, probeRawTP},
 	{&TPBTF, Feature{Name: "tp_btf", Since: "5.5", What: "BTF-typed tracepoint programs"}, probeTPBTF},
 	{&Uprobe, Feature{Name: "uprobe", Since: "4.1", What: "uprobes"}, probeUprobe},
+	{&UprobeMulti, Feature{Name: "uprobe_multi", Since: "6.6", What: "uprobe_multi links"}, features.HaveBPFLinkUprobeMulti},
 	{&XDP, Feature{Name: "xdp", Since: "4.8", What: "XDP programs"}, probeXDP},
 	{&RingBuf, Feature{Name: "ringbuf", Since: "5.8", What: "ring buffer maps"}, probeRingBuf},
 	{&MmapArray, Feature{Name: "mmap_array", Since: "5.5", What: "mmapable arrays"}, probeMmapArray},
@@ -99,6 +108,7 @@ var table = []struct {
 	{&TCX, Feature{Name: "tcx", Since: "6.6", What: "TCX links"}, probeTCX},
 	{&SockmapVerdict, Feature{Name: "sockmap_verdict", Since: "5.15", What: "sk_skb verdict programs on a sockmap, without a stream parser"}, probeSockmapVerdict},
 	{&FilemapGetPages, Feature{Name: "filemap_get_pages", Since: "6.10", What: "the mm_filemap_get_pages tracepoint"}, probeFilemapGetPages},
+	{&SockmapSelfRedirect, Feature{Name: "sockmap_self_redirect", What: "a segment an sk_skb verdict redirects to its own socket, counted as read"}, probeSockmapSelfRedirect},
 	{&Kprobe, Feature{Name: "kprobe", Since: "4.1", What: "kprobes"}, probeKprobe},
 	{&Fentry, Feature{Name: "fentry", Since: "5.5", What: "fentry programs"}, probeFentry},
 }

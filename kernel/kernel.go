@@ -43,6 +43,27 @@ var Release = sync.OnceValue(func() string {
 	return unix.ByteSliceToString(u.Release[:])
 })
 
+// AtLeast reports whether the running kernel's release is major.minor or
+// newer. For what no probe can see (a fixed bug); a feature is probed
+// instead (features.go).
+func AtLeast(major, minor int) bool {
+	ma, mi, ok := parseRelease(Release())
+	return ok && (ma > major || ma == major && mi >= minor)
+}
+
+// parseRelease reads the major and minor numbers of a release such as
+// "6.12.38+deb13-amd64".
+func parseRelease(r string) (major, minor int, ok bool) {
+	_, err := fmt.Sscanf(r, "%d.%d", &major, &minor)
+	return major, minor, err == nil
+}
+
+// MultiUprobePIDFilter: a uprobe_multi link's pid filter traps every
+// thread of the process from Linux 6.10 ("bpf: fix multi-uprobe PID
+// filtering logic", 46ba0e49b642); before, only the thread whose id is the
+// pid. A fixed bug: no probe tells, the release does.
+func MultiUprobePIDFilter() bool { return AtLeast(6, 10) }
+
 func probeBPFLoop() error { return features.HaveProgramHelper(ebpf.XDP, asm.FnLoop) }
 
 func probeTimer() error { return features.HaveProgramHelper(ebpf.XDP, asm.FnTimerInit) }

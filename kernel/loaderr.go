@@ -36,17 +36,35 @@ func (e *RefusedError) Error() string {
 
 func (e *RefusedError) Unwrap() error { return e.Err }
 
+// FailedError is a load that failed before or beside the verifier (a map
+// the kernel would not create, a missing permission): "load what: err".
+type FailedError struct {
+	What string
+	Err  error
+}
+
+func (e *FailedError) Error() string { return fmt.Sprintf("load %s: %v", e.What, e.Err) }
+func (e *FailedError) Unwrap() error { return e.Err }
+
+// IsLoadError tells whether err is, or wraps, one of LoadError's: a load
+// the kernel refused or failed, which no flag can fix (a runtime error,
+// exit status 1, in the CLI).
+func IsLoadError(err error) bool {
+	return errors.As(err, new(*RefusedError)) || errors.As(err, new(*FailedError))
+}
+
 var progName = regexp.MustCompile(`program ([A-Za-z0-9_]+):`)
 
 // LoadError wraps an error from loading what (a collection or program): a
-// verifier refusal becomes a *RefusedError, anything else "load what: err".
+// verifier refusal becomes a *RefusedError, anything else a *FailedError
+// ("load what: err").
 func LoadError(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ve *ebpf.VerifierError
 	if !errors.As(err, &ve) {
-		return fmt.Errorf("load %s: %w", what, err)
+		return &FailedError{What: what, Err: err}
 	}
 	r := &RefusedError{What: what, Err: err, Reason: "its verifier refused it"}
 	if m := progName.FindStringSubmatch(err.Error()); m != nil {

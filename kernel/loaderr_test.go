@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -39,7 +40,15 @@ func TestLoadErrorIsOneSentence(t *testing.T) {
 	if !errors.Is(le, err) {
 		t.Fatal("the cause is not kept")
 	}
-	if got := LoadError("x", errors.New("boom")).Error(); got != "load x: boom" {
+	if !IsLoadError(fmt.Errorf("start: %w", le)) {
+		t.Fatal("IsLoadError does not see a wrapped refusal")
+	}
+	boom := errors.New("boom")
+	other := LoadError("x", boom)
+	if got := other.Error(); got != "load x: boom" {
 		t.Fatalf("other errors: %q", got)
+	}
+	if !IsLoadError(other) || !errors.Is(other, boom) || IsLoadError(boom) {
+		t.Fatalf("other errors: IsLoadError %v, cause kept %v; IsLoadError(cause) %v", IsLoadError(other), errors.Is(other, boom), IsLoadError(boom))
 	}
 }

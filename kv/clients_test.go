@@ -48,7 +48,7 @@ func TestMemccapable(t *testing.T) {
 	pair := testenv.NetPair(t, "kvcap")
 	mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
 	alone := memccapable(t, pair, bin, mc.Opt.Addr)
-	srv, err := Load(Config{PoolMB: 8})
+	srv, err := Load(Config{PoolMB: 8, TCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestMemcaslap(t *testing.T) {
 			pair := testenv.NetPair(t, "kvms"+name)
 			mc := testenv.Memcached(t, servers.MemcachedOptions{Netns: pair.ServerNSName(), Addr: pair.ServerIP.String(), Port: 11211})
 			alone := memcaslap(t, pair, bin, mc.Addr(), udp, 3*time.Second)
-			srv, err := Load(Config{PoolMB: 64, MaxBlocks: 16})
+			srv, err := Load(Config{PoolMB: 64, MaxBlocks: 16, TCP: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +130,7 @@ func TestMemcaslap(t *testing.T) {
 				served, gets = d("hits"), d("hits")+d("misses")
 			} else {
 				served = d("tcp_hits")
-				gets = served + d("tcp_misses") + d("tcp_pass_order") + d("tcp_pass_mixed") + d("tcp_pass_large")
+				gets = served + d("tcp_misses") + d("tcp_pass_order") + d("tcp_pass_mixed") + d("tcp_pass_large") + d("tcp_pass_first")
 			}
 			ratio := served / max(gets, 1)
 			t.Logf("%s: %.0f warm GETs, %.3f answered in the kernel; memaslap %.0f ops/s with Kerby-KV, %.0f alone (load %s); passes: malformed %.0f syntax %.0f long %.0f, tcp_misses %.0f tcp_pass_order %.0f tcp_pass_large %.0f oversize %.0f tcp_blind %.0f",

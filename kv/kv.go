@@ -61,10 +61,12 @@ type Config struct {
 	// Policy names an eviction policy of package evict ("": the built-in
 	// FIFO ring). Its drainer must run: Server.StartDrainer or Drain.
 	Policy string
-	// NoTCP leaves memcached's TCP connections to memcached (their writes
-	// still invalidate); by default GETs on them are answered in the
-	// kernel where it can (kernel feature sockmap_verdict).
-	NoTCP bool
+	// TCP also answers GETs on memcached's TCP connections in the kernel
+	// where it can (kernel feature sockmap_verdict): experimental, off by
+	// default as in the CLI (--tcp; docs/kerby-kv.md). Without it the TCP
+	// programs are neither loaded nor verified, and TCP writes still
+	// invalidate (kv_xdp).
+	TCP bool
 }
 
 func (c *Config) defaults() {
@@ -222,7 +224,11 @@ func load(cfg Config, pc pool.Config) (*Server, error) {
 		}
 	}
 	s := &Server{Cfg: cfg}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if !cfg.TCP {
+		if err := loadWithoutTCP(spec, &s.objs); err != nil {
+			return nil, kernel.LoadError("Kerby-KV", err)
+		}
+	} else if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		// The TCP path (tcp.bpf.h) is the part a kernel's verifier is
 		// likeliest to refuse: without it Kerby-KV still serves UDP, and
 		// TCP GETs go to memcached (TCPMode says why).
@@ -313,8 +319,8 @@ func (s *Server) Attach(ifindex int, mode XDPMode) error {
 		s.detach()
 		return err
 	}
-	if s.Cfg.NoTCP {
-		s.TCPMode = "off: asked for"
+	if !s.Cfg.TCP {
+		s.TCPMode = "off: not asked for"
 	} else if err := s.attachTCP(); err != nil {
 		s.detach()
 		return err

@@ -20,7 +20,7 @@ var StatNames = []string{
 	"events_lost", "policy_fallbacks", "pass_syntax", "pass_long", "pass_cas",
 	"udp_flushes", "tcp_conns", "tcp_hits", "tcp_misses", "tcp_pass_order",
 	"tcp_pass_large", "tcp_pass_split", "tcp_blind", "tcp_fills", "tcp_replies",
-	"tcp_stage_lost", "tcp_pass_mixed",
+	"tcp_stage_lost", "tcp_pass_mixed", "tcp_pass_first",
 }
 
 // entryRefOffset is where struct kv_body (and its pool_ref) starts in a

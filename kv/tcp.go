@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -115,26 +116,43 @@ func (t *tcpPath) close() error {
 	return errors.Join(errs...)
 }
 
+// tcpProgram tells the TCP path's programs (tcp.bpf.h) from the rest:
+// they are the ones that run on sockets (sockops, the sk_skb verdict,
+// sk_msg); everything else runs on packets (XDP, tc).
+func tcpProgram(p *ebpf.ProgramSpec) bool {
+	switch p.Type {
+	case ebpf.SockOps, ebpf.SkSKB, ebpf.SkMsg:
+		return true
+	}
+	return false
+}
+
 // loadWithoutTCP loads the object without its TCP programs (the maps
-// stay, so nothing else changes) into objs.
+// stay, so nothing else changes) into objs; their fields stay nil.
 func loadWithoutTCP(spec *ebpf.CollectionSpec, objs *kernObjects) error {
 	spec = spec.Copy()
-	for _, p := range []string{"kv_sockops", "kv_tcp_verdict", "kv_tcp_msg"} {
-		delete(spec.Programs, p)
+	for name, p := range spec.Programs {
+		if tcpProgram(p) {
+			delete(spec.Programs, name)
+		}
 	}
-	var lite struct {
-		kernMaps
-		KvEgress  *ebpf.Program `ebpf:"kv_egress"`
-		KvIngress *ebpf.Program `ebpf:"kv_ingress"`
-		KvReap    *ebpf.Program `ebpf:"kv_reap"`
-		KvXdp     *ebpf.Program `ebpf:"kv_xdp"`
-		KvXdpPass *ebpf.Program `ebpf:"kv_xdp_pass"`
-	}
-	if err := spec.LoadAndAssign(&lite, nil); err != nil {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		return err
 	}
-	objs.kernMaps = lite.kernMaps
-	objs.KvEgress, objs.KvIngress, objs.KvReap, objs.KvXdp, objs.KvXdpPass = lite.KvEgress, lite.KvIngress, lite.KvReap, lite.KvXdp, lite.KvXdpPass
+	defer coll.Close() // nothing is left in it on success
+	var o kernObjects
+	if err := errors.Join(coll.Assign(&o.kernMaps), coll.Assign(&o.kernVariables)); err != nil {
+		o.Close()
+		return err
+	}
+	progs := reflect.ValueOf(&o.kernPrograms).Elem()
+	for i := range progs.NumField() {
+		if p := coll.DetachProgram(progs.Type().Field(i).Tag.Get("ebpf")); p != nil {
+			progs.Field(i).Set(reflect.ValueOf(p))
+		}
+	}
+	*objs = o
 	return nil
 }
 
@@ -160,4 +178,25 @@ func cgroupRoot() string {
 		return mp
 	}
 	return ""
+}
+
+// TCPDefault says whether kv serve answers TCP GETs in the kernel when
+// --tcp is not given, and why. It follows a behaviour of the running
+// kernel, not its version: on by default only where the kernel passes the
+// sockmap_self_redirect self-test (package kernel), opt-in elsewhere.
+// Kerby-KV already avoids the case that test finds (the verdict waits for
+// memcached's first reply on a connection: kv_conn.replied), but memcached
+// is still woken for segments the kernel answered (docs/kerby-kv.md).
+func TCPDefault() (bool, string) { return tcpDefault(kernel.Has) }
+
+func tcpDefault(has func(feature string) error) (bool, string) {
+	if err := has("sockmap_verdict"); err != nil {
+		return false, "off: " + err.Error()
+	}
+	if err := has("sockmap_self_redirect"); err != nil {
+		return false, "opt-in (--tcp) on this kernel: its sockmap can leave a segment redirected to its own socket counted as unread " +
+			"(cistern doctor: sockmap_self_redirect), where memcached would spin; Kerby-KV passes each connection's requests to memcached " +
+			"until memcached's first reply, which avoids that case"
+	}
+	return true, "on by default: this kernel passed the sockmap_self_redirect self-test (--tcp=false turns it off)"
 }

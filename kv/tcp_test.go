@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // readReply reads one reply to a get: VALUE blocks until END.
@@ -57,7 +61,7 @@ func (t *tcpClient) get(text string) (string, error) {
 // kernel with the same bytes; a TCP write invalidates it before memcached
 // answers.
 func TestTCPGetServedInKernel(t *testing.T) {
-	e := newKVEnv(t, "kvtcp", Config{})
+	e := newKVEnv(t, "kvtcp", Config{TCP: true})
 	if e.srv.TCPMode != "sockmap" {
 		t.Fatalf("TCP path: %s", e.srv.TCPMode)
 	}
@@ -100,7 +104,7 @@ func (e *kvEnv) dialer() func(ctx context.Context, network, addr string) (net.Co
 // its connections; every answer is checked and most warm gets are answered
 // in the kernel.
 func TestTCPGomemcache(t *testing.T) {
-	e := newKVEnv(t, "kvgomc", Config{})
+	e := newKVEnv(t, "kvgomc", Config{TCP: true})
 	mc := memcache.New(e.mc.Addr())
 	mc.DialContext = e.dialer()
 	mc.Timeout = 2 * time.Second
@@ -215,7 +219,7 @@ func TestTCPGomemcache(t *testing.T) {
 // answered in the kernel) and sometimes not. Every reply arrives in request
 // order with the right value.
 func TestTCPPipelineOrder(t *testing.T) {
-	e := newKVEnv(t, "kvorder", Config{})
+	e := newKVEnv(t, "kvorder", Config{TCP: true})
 	c := e.tcp(t)
 	model := map[string]string{}
 	flags := map[string]int{}
@@ -407,7 +411,8 @@ func dropCAS(s string) string {
 }
 
 // TestLoadWithoutTCP: where a kernel's verifier refuses the TCP programs,
-// Kerby-KV loads without them and still serves UDP.
+// Kerby-KV loads without them and still serves UDP; the TCP programs are
+// the socket ones (sockops, sk_skb, sk_msg), whatever their names.
 func TestLoadWithoutTCP(t *testing.T) {
 	testenv.RequireRoot(t)
 	cfg := Config{PoolMB: 8}
@@ -419,12 +424,162 @@ func TestLoadWithoutTCP(t *testing.T) {
 	if err := cfg.PoolConfig().Apply(spec); err != nil {
 		t.Fatal(err)
 	}
+	var tcp []string
+	for name, p := range spec.Programs {
+		if tcpProgram(p) {
+			tcp = append(tcp, name)
+		}
+	}
+	slices.Sort(tcp)
+	if want := []string{"kv_sockops", "kv_tcp_msg", "kv_tcp_verdict"}; !slices.Equal(tcp, want) {
+		t.Errorf("TCP programs %v, want %v (tcp.bpf.h's)", tcp, want)
+	}
 	var objs kernObjects
 	if err := loadWithoutTCP(spec, &objs); err != nil {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	if objs.KvXdp == nil || objs.KvEgress == nil || objs.KvEntries == nil || objs.KvTcpVerdict != nil {
-		t.Fatalf("loaded without TCP: xdp %v egress %v entries %v verdict %v", objs.KvXdp, objs.KvEgress, objs.KvEntries, objs.KvTcpVerdict)
+	if objs.KvXdp == nil || objs.KvXdpPass == nil || objs.KvIngress == nil || objs.KvEgress == nil || objs.KvReap == nil ||
+		objs.KvEntries == nil || objs.KvSocks == nil || objs.KvPort == nil {
+		t.Fatalf("loaded without TCP, something else is missing: %+v", objs)
 	}
+	if objs.KvSockops != nil || objs.KvTcpVerdict != nil || objs.KvTcpMsg != nil {
+		t.Fatalf("loaded without TCP, yet: sockops %v verdict %v msg %v", objs.KvSockops, objs.KvTcpVerdict, objs.KvTcpMsg)
+	}
+}
+
+// TestTCPOnlyWhenAskedFor: Config's zero value, like the CLI's default,
+// leaves the TCP programs unloaded (the verifier never sees them); TCP:
+// true loads them.
+func TestTCPOnlyWhenAskedFor(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, on := range []bool{false, true} {
+		srv, err := Load(Config{PoolMB: 8, TCP: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := srv.objs
+		loaded := o.KvSockops != nil && o.KvTcpVerdict != nil && o.KvTcpMsg != nil
+		none := o.KvSockops == nil && o.KvTcpVerdict == nil && o.KvTcpMsg == nil
+		if o.KvXdp == nil || on && !loaded || !on && !none {
+			t.Errorf("TCP %v: xdp %v sockops %v verdict %v msg %v", on, o.KvXdp, o.KvSockops, o.KvTcpVerdict, o.KvTcpMsg)
+		}
+		srv.Close()
+	}
+}
+
+// unreadBytes is the Recv-Q of memcached's established connections, from
+// ss in the server's namespace: bytes the kernel counts as not yet read.
+func (e *kvEnv) unreadBytes(t *testing.T) map[string]int {
+	t.Helper()
+	out, err := netenv.Command(e.pair.ServerNSName(), "ss", "-tnH", "state", "established", "( sport = :11211 )").Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	m := map[string]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 {
+			var n int
+			fmt.Sscan(f[0], &n)
+			m[f[3]] = n
+		}
+	}
+	return m
+}
+
+// TestTCPPreAcceptGets: GETs of a cached key that reach memcached's
+// connections before memcached accepts them (memcached stopped meanwhile)
+// are answered, by memcached: the verdict answers only once memcached has
+// replied on a connection, since a segment it redirected during
+// memcached's first read stayed counted as unread (kernels failing
+// sockmap_self_redirect: memcached then spins on EAGAIN;
+// docs/kerby-kv.md, "TCP on each kernel"). No connection keeps unread
+// bytes, and the next GETs are answered in the kernel.
+func TestTCPPreAcceptGets(t *testing.T) {
+	testenv.NeedTool(t, "ss", "iproute2")
+	e := newKVEnv(t, "kvpre", Config{TCP: true})
+	c := e.tcp(t)
+	mustReply(t, must(c.cmd("set k 5 0 5\r\nhello\r\n")), nil, "STORED\r\n")
+	time.Sleep(60 * time.Millisecond) // the fill quarantine after a write
+	want := "VALUE k 5 5\r\nhello\r\nEND\r\n"
+	mustReply(t, must(c.get("get k\r\n")), nil, want) // fills
+	hits0 := e.counter(t, "tcp_hits")
+	mustReply(t, must(c.get("get k\r\n")), nil, want)
+	if e.counter(t, "tcp_hits") == hits0 {
+		t.Fatal("the warm GET was not answered in the kernel")
+	}
+	pid := e.mc.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	var conns []*tcpClient
+	for i := 0; i < n; i++ {
+		cc := e.tcp(t) // the kernel completes the handshake; memcached accepts later
+		if _, err := cc.c.Write([]byte("get k\r\n")); err != nil {
+			syscall.Kill(pid, syscall.SIGCONT)
+			t.Fatal(err)
+		}
+		conns = append(conns, cc)
+	}
+	time.Sleep(100 * time.Millisecond * time.Duration(testenv.TimeScale()))
+	first0, hits1 := e.counter(t, "tcp_pass_first"), e.counter(t, "tcp_hits")
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for _, cc := range conns {
+		cc.c.SetDeadline(time.Now().Add(5 * time.Second * time.Duration(testenv.TimeScale())))
+		mustReply(t, must(readReply(cc.r)), nil, want)
+	}
+	if got := e.counter(t, "tcp_pass_first") - first0; got != n {
+		t.Errorf("tcp_pass_first went up by %d, want %d (one GET per connection before memcached's first reply)", got, n)
+	}
+	if got := e.counter(t, "tcp_hits") - hits1; got != 0 {
+		t.Errorf("%d of the GETs sent before the accept were answered in the kernel, want 0", got)
+	}
+	// The next GET on each is the kernel's; nothing stays unread.
+	for _, cc := range conns {
+		mustReply(t, must(cc.get("get k\r\n")), nil, want)
+	}
+	if got := e.counter(t, "tcp_hits") - hits1; got != n {
+		t.Errorf("tcp_hits went up by %d after memcached's first replies, want %d", got, n)
+	}
+	time.Sleep(200 * time.Millisecond * time.Duration(testenv.TimeScale()))
+	for peer, q := range e.unreadBytes(t) {
+		if q != 0 {
+			t.Errorf("connection from %s keeps %d unread bytes (Recv-Q) after every reply", peer, q)
+		}
+	}
+}
+
+// TestTCPDefault: kv serve's TCP default follows the kernel's answers:
+// on where the self-redirect self-test passes, opt-in where it fails (as
+// on 6.12, 6.18 and 7.2, docs/kerby-kv.md), off without sk_skb verdicts; and on the
+// running kernel it agrees with the probe.
+func TestTCPDefault(t *testing.T) {
+	missing := errors.New("not supported by this kernel")
+	for _, c := range []struct {
+		lacking string
+		on      bool
+		why     string
+	}{
+		{"", true, "on by default"},
+		{"sockmap_self_redirect", false, "opt-in (--tcp)"},
+		{"sockmap_verdict", false, "off: "},
+	} {
+		on, why := tcpDefault(func(f string) error {
+			if f == c.lacking {
+				return missing
+			}
+			return nil
+		})
+		if on != c.on || !strings.HasPrefix(why, c.why) {
+			t.Errorf("lacking %q: default %v (%s), want %v (%s…)", c.lacking, on, why, c.on, c.why)
+		}
+	}
+	on, why := TCPDefault()
+	if want := kernel.Has("sockmap_verdict") == nil && kernel.Has("sockmap_self_redirect") == nil; on != want {
+		t.Errorf("on %s: TCP default %v (%s), the probes say %v", kernel.Release(), on, why, want)
+	}
+	t.Logf("%s: TCP GETs %s", kernel.Release(), why)
 }

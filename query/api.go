@@ -15,7 +15,6 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
-	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/query/exec"
 	"github.com/cistern-ebpf/cistern/query/kern"
@@ -24,9 +23,25 @@ import (
 	"github.com/cistern-ebpf/cistern/query/sema"
 )
 
-// Error is a positioned error in a query (line, column, caret and reason).
-// It unwraps to a cli usage error: exit status 2.
+// Error is a positioned error in a query (line, column, caret and reason):
+// the query is wrong (the CLI exits with status 2).
 type Error = parse.Error
+
+// OptionError is a bad field of Options, or an option the query cannot
+// have (--plot of raw rows): the caller's input is wrong, not the kernel's
+// answer (the CLI exits with status 2).
+type OptionError struct{ Err error }
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionErrorf(format string, a ...any) error {
+	return &OptionError{fmt.Errorf(format, a...)}
+}
+
+// ErrNotRoot is Run's answer to a caller that is not root: loading the
+// query's programs needs it.
+var ErrNotRoot = errors.New("loading a query's BPF programs needs root")
 
 // Modes.
 const (
@@ -93,17 +108,17 @@ func (o *Options) validate() error {
 		o.Mode = ModeOptimizer
 	case ModeOptimizer, ModeMVSFOnly:
 	default:
-		return cli.Usagef("mode %q: want optimizer or mvsf_only", o.Mode)
+		return optionErrorf("mode %q: want optimizer or mvsf_only", o.Mode)
 	}
 	switch o.Format {
 	case "":
 		o.Format = "table"
 	case "table", "json", "csv":
 	default:
-		return cli.Usagef("format %q: want table, json or csv", o.Format)
+		return optionErrorf("format %q: want table, json or csv", o.Format)
 	}
 	if o.Duration < 0 {
-		return cli.Usagef("duration must not be negative")
+		return optionErrorf("duration must not be negative")
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -135,10 +150,10 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 		q.Window = opt.Window
 	}
 	if opt.Plot != "" && !q.Grouped {
-		return nil, cli.Usagef("--plot needs an aggregate query (GROUP BY or an aggregate)")
+		return nil, optionErrorf("--plot needs an aggregate query (GROUP BY or an aggregate)")
 	}
-	if err := cli.RequireRoot("cistern query"); err != nil {
-		return nil, err
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
 	}
 	if opt.Explain != nil {
 		// --explain also reports what the chosen plan costs in the kernel
@@ -181,7 +196,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	eng := exec.New(q, p.Residual, opt.Out, opt.Format)
 	if opt.Plot != "" {
 		if err := eng.EnablePlot(); err != nil {
-			return nil, cli.UsageError{Err: err}
+			return nil, &OptionError{err}
 		}
 	}
 	res := &Result{Plan: p.Name}

@@ -9,6 +9,7 @@ import (
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // BundledTrace is one of the traces in the shared trace directory.
@@ -189,13 +190,13 @@ func PlotCurves(path string, curves []Curve) ([]string, error) {
 	}
 	paths := PlotPaths(path, traces)
 	for i, t := range traces {
-		var series []benchkit.Series
+		var series []plot.Series
 		for _, c := range curves {
 			if c.Trace == t {
-				series = append(series, benchkit.Series{Name: c.Policy, X: c.Percents, Y: c.MissRatios})
+				series = append(series, plot.Series{Name: c.Policy, X: c.Percents, Y: c.MissRatios})
 			}
 		}
-		if err := benchkit.LineChart(paths[i], "Miss ratio, "+t+" trace", "cache size (% of distinct objects)", "miss ratio", series); err != nil {
+		if err := plot.LineChart(paths[i], "Miss ratio, "+t+" trace", "cache size (% of distinct objects)", "miss ratio", series); err != nil {
 			return nil, err
 		}
 	}

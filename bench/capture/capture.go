@@ -22,6 +22,7 @@ import (
 	"github.com/cistern-ebpf/cistern/bench/capture/naive"
 	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 )
 
@@ -95,8 +96,41 @@ type captureResult struct {
 	lostEvents, lostByte float64
 	ringPer, eventsPS    float64
 	cpuPct               float64
+	cpuSec               float64 // the agent's CPU time over the run (cpuPct's numerator)
+	idleCPU              float64 // the agent's CPU per second while attached to the stopped workload (idleCPU)
 	badBytes             float64 // protocol bytes the parser skipped
 	ok                   bool    // the tracer ran (bpftrace may be missing)
+}
+
+// cpuPerQueryRatio judges the accumulated agent's CPU against the naive
+// one's: per query sent, within each round (both drain the same pgbench -S
+// load, run next to each other), the median of the rounds' ratios <= 1/3.
+// Each agent's CPU share (agent_cpu_pct, still reported) follows the rate
+// pgbench reaches, which the machine sets: naive's measured 8.3 % in one
+// quick run and 13.4 % in the run before, and a target of a third of
+// naive's median moved with it (issue #34). CPU per query takes the rate
+// out, and the round's pairing the machine's drift. What it keeps is each
+// agent's fixed cost, which per query grows as the rate falls: their CPU
+// per second while attached to the stopped workload (idleCPU) is reported
+// as accumulated_vs_naive_agent_idle_cpu, not subtracted (it is the
+// agent's cost; subtracted, the per-round ratios spread from -0.3 to 0.9
+// at load 30). Queries sent, not captured: a naive agent that loses
+// records gets no credit for the work it did not do.
+func cpuPerQueryRatio(rep *benchkit.Report, byRound map[int]map[string]float64, rounds int) {
+	const name = "accumulated_vs_naive_agent_cpu_per_query"
+	for i := range rounds {
+		a, okA := byRound[i]["accumulated"]
+		n, okN := byRound[i]["naive"]
+		if okA && okN && n > 0 {
+			rep.SampleRatio(name, a/n)
+		}
+		a, okA = byRound[i]["accumulated idle"]
+		n, okN = byRound[i]["naive idle"]
+		if okA && okN && n > 0 {
+			rep.SampleRatio("accumulated_vs_naive_agent_idle_cpu", a/n)
+		}
+	}
+	rep.TargetRatio(name, "<=", 1.0/3)
 }
 
 // Run runs the capture benchmark and returns its report.
@@ -156,7 +190,10 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	sum := map[string]float64{}       // per mode: queries missed and events lost, all rounds
 	var churn churnTotals
 	var attach attachTotals
-	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, _ int, mode string) error {
+	// The agents' CPU per query sent, by round and mode: the CPU target is
+	// the ratio within each round (cpuPerQueryRatio).
+	cpuPerQuery := map[int]map[string]float64{}
+	err = benchkit.Interleave(ctx, opt.Rounds, opt.Modes, opt.Progress, func(ctx context.Context, round int, mode string) error {
 		if mode == "attach" { // exec-to-attached latency (attach.go)
 			r, err := runAttach(ctx, attachPerRound(opt.AttachExecs, opt.Rounds))
 			if err != nil {
@@ -198,6 +235,13 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			sample("ring_bytes_per_payload_byte", r.ringPer)
 			sample("events_per_sec", r.eventsPS)
 			sample("agent_cpu_pct", r.cpuPct)
+			if r.sent > 0 {
+				if cpuPerQuery[round] == nil {
+					cpuPerQuery[round] = map[string]float64{}
+				}
+				cpuPerQuery[round][mode] = r.cpuSec / r.sent
+				cpuPerQuery[round][mode+" idle"] = r.idleCPU
+			}
 			sum[mode+" missed"] += r.sent - r.captured
 			sum[mode+" lost"] += r.lostEvents
 			if mode != "naive" && mode != "naive_4m" {
@@ -257,9 +301,8 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 				v = max(v, 10)
 			}
 			rep.Target("naive lost_events > 0 or ring_bytes_per_payload_byte >= 10", v, ">=", 10)
-			nc, _ := get("naive", "agent_cpu_pct")
-			rep.TargetMetric("accumulated agent_cpu_pct <= naive/3", "accumulated", "agent_cpu_pct", "<=", nc/3)
 			rep.PairedRatio("naive_vs_accumulated_agent_cpu", "naive", "agent_cpu_pct", "accumulated", "agent_cpu_pct")
+			cpuPerQueryRatio(rep, cpuPerQuery, opt.Rounds)
 		}
 		if ran("bpftrace") {
 			// Per round: both probe effects are against that round's
@@ -286,24 +329,24 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		"bpftrace: its own utime+stime over the same interval (startup and compilation excluded)")
 	rep.Note("the BPF programs run in pgbench's context: their cost shows in probe_effect_pct, not in agent_cpu_pct")
 	if opt.PlotPath != "" {
-		var s []benchkit.BarSeries
+		var s []plot.BarSeries
 		for _, m := range opt.Modes {
 			if strings.HasPrefix(m, "sysbench") {
 				continue // another workload: its rate is in the table, not on this axis
 			}
 			if v, lo, hi, ok := rep.Spread(m, "tps"); ok {
-				s = append(s, benchkit.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
+				s = append(s, plot.BarSeries{Name: m, Values: []float64{v}, Lo: []float64{lo}, Hi: []float64{hi}})
 			}
 		}
 		title, ylabel, groups := "Capture: pgbench -S over TLS ("+rep.Kernel()+")", "transactions per second", []string{"pgbench -S"}
 		if len(s) == 0 && attach.rounds > 0 { // the attach mode alone: its latencies
 			title, ylabel, groups = "Capture: exec (or libssl open) to uprobes attached ("+rep.Kernel()+")", "ms", []string{"Go program", "libssl copy"}
-			s = []benchkit.BarSeries{
+			s = []plot.BarSeries{
 				{Name: "median", Values: []float64{benchkit.Median(attach.goLat), benchkit.Median(attach.sslLat)}},
 				{Name: "p99", Values: []float64{benchkit.Percentile(attach.goLat, 99), benchkit.Percentile(attach.sslLat, 99)}},
 			}
 		}
-		if err := benchkit.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
+		if err := plot.BarChart(opt.PlotPath, title, ylabel, groups, s); err != nil {
 			return nil, err
 		}
 	}
@@ -480,6 +523,24 @@ func drain(pb *pgbenchRun, next func() error) (pbErr error, err error) {
 	return pbErr, nil
 }
 
+// idleWindow is how long idleCPU watches an agent with nothing to read:
+// two of the capture's rescans for new processes (every 250 ms), five
+// watchdog ticks, 25 pump polls.
+const idleWindow = 500 * time.Millisecond
+
+// idleCPU calls next, as drain does, for idleWindow while the workload is
+// still stopped, and returns the agent's CPU per second of it: its fixed
+// cost, paid whatever the query rate (reported, cpuPerQueryRatio).
+func idleCPU(next func() error) (float64, error) {
+	cpu0, t0 := benchkit.SelfCPU(), time.Now()
+	for time.Since(t0) < idleWindow {
+		if err := next(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, err
+		}
+	}
+	return (benchkit.SelfCPU() - cpu0).Seconds() / time.Since(t0).Seconds(), nil
+}
+
 func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt Options) (captureResult, error) {
 	pb, err := startPgbench(ctx, pg, opt, true)
 	if err != nil {
@@ -501,12 +562,7 @@ func runAccumulated(ctx context.Context, pg *servers.Postgres, ring uint32, opt 
 func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query) bool,
 	result func(error) (sent, rate float64, err error)) (captureResult, error) {
 	var r captureResult
-	cpu0, t0 := benchkit.SelfCPU(), time.Now()
-	if err := pb.resume(); err != nil {
-		pb.kill()
-		return r, err
-	}
-	pbErr, err := drain(pb, func() error {
+	next := func() error {
 		qs, err := c.Next(100 * time.Millisecond)
 		for _, q := range qs {
 			if count(q) {
@@ -517,7 +573,18 @@ func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query
 			}
 		}
 		return err
-	})
+	}
+	var err error
+	if r.idleCPU, err = idleCPU(next); err != nil {
+		pb.kill()
+		return r, err
+	}
+	cpu0, t0 := benchkit.SelfCPU(), time.Now()
+	if err := pb.resume(); err != nil {
+		pb.kill()
+		return r, err
+	}
+	pbErr, err := drain(pb, next)
 	if err != nil {
 		return r, err
 	}
@@ -535,6 +602,7 @@ func measureCapture(pb *pgbenchRun, c *capture.Capture, count func(capture.Query
 	r.ringPer = st.RingPerPayload()
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }
@@ -551,16 +619,11 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 	}
 	defer n.Close()
 	var r captureResult
-	cpu0, t0 := benchkit.SelfCPU(), time.Now()
-	if err := pb.resume(); err != nil {
-		pb.kill()
-		return r, err
-	}
 	// The same PostgreSQL parser as the accumulated agent, fed fragment by
 	// fragment: both agents do the same work per query, only the channel
 	// differs. A query split over a lost record is not counted.
 	parser := capture.NewPGParser()
-	pbErr, err := drain(pb, func() error {
+	next := func() error {
 		rec, err := n.Next(100 * time.Millisecond)
 		if err == nil {
 			for _, q := range parser.Feed(rec.SSL, accum.Direction(rec.Dir), rec.Data, rec.TS, rec.PID) {
@@ -570,7 +633,17 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 			}
 		}
 		return err
-	})
+	}
+	if r.idleCPU, err = idleCPU(next); err != nil {
+		pb.kill()
+		return r, err
+	}
+	cpu0, t0 := benchkit.SelfCPU(), time.Now()
+	if err := pb.resume(); err != nil {
+		pb.kill()
+		return r, err
+	}
+	pbErr, err := drain(pb, next)
 	if err != nil {
 		return r, err
 	}
@@ -589,6 +662,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 	}
 	r.eventsPS = float64(st.Records) / wall.Seconds()
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }
@@ -676,6 +750,7 @@ func runBpftrace(ctx context.Context, pg *servers.Postgres, opt Options) (captur
 	}
 	r.ringPer = 0
 	r.cpuPct = cpu.Seconds() / wall.Seconds() * 100
+	r.cpuSec = cpu.Seconds()
 	r.ok = true
 	return r, nil
 }

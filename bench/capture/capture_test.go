@@ -47,6 +47,9 @@ func checkBenchRuns(t *testing.T, hold bool) {
 			t.Errorf("%s: %v", m, row)
 		}
 	}
+	if med, lo, _, ok := rep.RatioSpread("accumulated_vs_naive_agent_cpu_per_query"); !ok || !(lo > 0) || !(med > 0) {
+		t.Errorf("accumulated/naive agent CPU per query: %v (min %v, recorded %v)", med, lo, ok)
+	}
 	a := doc.Modes["accumulated"]
 	if a["lost_events"] == 0 && a["queries_captured"] != a["queries_sent"] {
 		t.Errorf("accumulated captured %v of %v queries without loss", a["queries_captured"], a["queries_sent"])

@@ -16,7 +16,9 @@
 //
 // Targets (the end of Run and churnTotals.targets): accumulated captures
 // every query and loses no event; its ring carries <= 1.2 bytes per
-// payload byte; its agent uses <= 1/3 of the naive agent's CPU; its probe
+// payload byte; its agent uses <= 1/3 of the naive agent's CPU per query
+// sent, the ratio taken within each round (cpuPerQueryRatio: each agent's
+// CPU share follows pgbench's rate, which the machine sets); its probe
 // effect is within 5 points of bpftrace's; the same for sysbench and churn.
 //
 // Plot: pgbench -S transactions per second per mode, sysbench left out

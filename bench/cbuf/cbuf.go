@@ -18,6 +18,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/cbuf"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // Options configure `cistern bench cbuf`.
@@ -99,7 +100,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			return nil, err
 		}
 	}
-	var series []benchkit.Series
+	var series []plot.Series
 	if part["policy"] {
 		if series, err = cbufPolicies(ctx, rep, opt, tmp, peer); err != nil {
 			return nil, err
@@ -112,7 +113,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	cbufSections(rep, iox2 != "")
 	if opt.PlotPath != "" && part["policy"] {
-		if err := benchkit.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
+		if err := plot.LineChart(opt.PlotPath, "CBUF policies: producer throughput while an allocator interferes ("+rep.Kernel()+")",
 			"seconds", "producer messages per second", series); err != nil {
 			return nil, err
 		}
@@ -226,7 +227,13 @@ func cbufFast(ctx context.Context, rep *benchkit.Report, opt Options, tmp, peer,
 		if err != nil {
 			return err
 		}
-		rep.TargetMetric("cached alloc+free <= 40 ns (1 page)", "fast_cbuf", "alloc_free_ns_1p", "<=", 40)
+		// Judged against glibc's malloc+free of the same size, timed by
+		// the same peer process in the same round: the nanoseconds move
+		// with the machine (a slower one measured CBUF 52.3 ns where this
+		// VM measures 13-20, and glibc 54.0 there), the ratio does not.
+		// fast_cbuf's alloc_free_ns stay reported (issue #34).
+		rep.PairedRatio("cbuf_vs_glibc_alloc_free_1p", "fast_cbuf", "alloc_free_ns_1p", "fast_glibc", "alloc_free_ns_1p")
+		rep.TargetRatio("cbuf_vs_glibc_alloc_free_1p", "<=", 1.0)
 		if jepeer == "" {
 			rep.Note("jemalloc baseline skipped: Debian's libjemalloc-dev is not installed")
 		}
@@ -417,9 +424,9 @@ var cbufGCPools = []int{16, 64, 256, 1024, 4096}
 
 func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	modes := rttModes(iox2)
-	var series []benchkit.BarSeries
+	var series []plot.BarSeries
 	for _, m := range modes {
-		s := benchkit.BarSeries{Name: m}
+		s := plot.BarSeries{Name: m}
 		for _, p := range cbufPages {
 			med, lo, hi, _ := rep.Spread(m, fmt.Sprintf("rtt_us_%dp", p))
 			if math.IsNaN(med) {
@@ -433,7 +440,7 @@ func plotCBufRTT(rep *benchkit.Report, path string, iox2 bool) error {
 	for _, p := range cbufPages {
 		groups = append(groups, fmt.Sprintf("%d KiB", p*4))
 	}
-	return benchkit.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
+	return plot.BarChart(path, "CBUF round trip between two processes ("+rep.Kernel()+")", "round trip, microseconds", groups, series)
 }
 
 // PingPong is the demo's piece: a two-process ping-pong of pages-page

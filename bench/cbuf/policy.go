@@ -15,6 +15,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/cbuf"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // pshm mirrors struct pshm in bench/cbuf/peer/cbufbench.c.
@@ -54,7 +55,7 @@ func (p policyPhase) demand(t float64) uint64 {
 	return 100
 }
 
-func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt Options, tmp, peer string) ([]benchkit.Series, error) {
+func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt Options, tmp, peer string) ([]plot.Series, error) {
 	ph := policyPhase{4, 6, 8, 6}
 	if opt.Quick {
 		ph = policyPhase{2, 2, 3, 2}
@@ -68,7 +69,7 @@ func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt Options, tmp, p
 	// in three quick runs).
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("policy_rounds", rounds)
-	last := map[string]benchkit.Series{} // the plot shows the last round
+	last := map[string]plot.Series{} // the plot shows the last round
 	err := benchkit.Interleave(ctx, rounds, policies, opt.Progress, func(ctx context.Context, _ int, pol string) error {
 		opt.Progress(fmt.Sprintf("policy %s: producer -> consumer with an interfering allocator (%.0f s)", pol, ph.total()))
 		s, err := runPolicy(ctx, rep, tmp, peer, pol, ph)
@@ -81,7 +82,7 @@ func cbufPolicies(ctx context.Context, rep *benchkit.Report, opt Options, tmp, p
 	if _, _, _, ok := rep.RatioSpread(qosDeviation); ok {
 		rep.TargetRatio(qosDeviation, "<=", 0.25)
 	}
-	var series []benchkit.Series
+	var series []plot.Series
 	for _, pol := range policies {
 		series = append(series, last[pol])
 	}
@@ -103,8 +104,8 @@ var policyModes = func() []string {
 	return m
 }()
 
-func runPolicy(ctx context.Context, rep *benchkit.Report, tmp, peer, pol string, ph policyPhase) (benchkit.Series, error) {
-	series := benchkit.Series{Name: pol}
+func runPolicy(ctx context.Context, rep *benchkit.Report, tmp, peer, pol string, ph policyPhase) (plot.Series, error) {
+	series := plot.Series{Name: pol}
 	path := filepath.Join(tmp, "policy.shm")
 	f, err := os.Create(path)
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/cbuf"
-	"github.com/cistern-ebpf/cistern/examples/cbufweb"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // The web workload (issue #28): cbufweb against nginx and Apache with the
@@ -94,14 +94,20 @@ func parseWrk(out string) (wrkResult, error) {
 }
 
 // runWrk loads url for d and measures the server's CPU over the run.
-func runWrk(ctx context.Context, srv *cbufweb.Server, url string, d time.Duration) (wrkResult, error) {
+func runWrk(ctx context.Context, srv *exampleServer, url string, d time.Duration) (wrkResult, error) {
 	cmd := exec.CommandContext(ctx, "wrk", fmt.Sprintf("-t%d", webThreads), fmt.Sprintf("-c%d", webConns),
 		fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", url)
-	c0 := srv.CPU()
+	c0, err := srv.CPU()
+	if err != nil {
+		return wrkResult{}, err
+	}
 	out, err := cmd.Output()
-	c1 := srv.CPU()
+	c1, cerr := srv.CPU()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk: %v\n%s", err, out)
+	}
+	if cerr != nil {
+		return wrkResult{}, cerr
 	}
 	r, err := parseWrk(string(out))
 	if err != nil {
@@ -160,8 +166,8 @@ func Web(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	rep := benchkit.New("cbuf", opt.Quick)
 	rep.SetConfig("workload", "web")
-	opt.Progress("building cbufweb and the FastCGI application")
-	bins, err := cbufweb.Build(webCacheDir())
+	opt.Progress("building the cbufweb example (go build; it builds cbufweb and the FastCGI application)")
+	prog, err := buildExample(ctx, webCacheDir())
 	if err != nil {
 		return nil, err
 	}
@@ -173,12 +179,12 @@ func Web(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		rep.SetConfig("loadavg_before", strings.TrimSpace(string(load)))
 	}
 	if part["servers"] || part["send"] {
-		if err := webServers(ctx, rep, opt, bins, mgr, part); err != nil {
+		if err := webServers(ctx, rep, opt, prog, mgr, part); err != nil {
 			return nil, err
 		}
 	}
 	if part["contention"] {
-		if err := webContention(ctx, rep, opt, bins); err != nil {
+		if err := webContention(ctx, rep, opt, prog); err != nil {
 			return nil, err
 		}
 	}
@@ -190,11 +196,11 @@ func Web(ctx context.Context, opt Options) (*benchkit.Report, error) {
 
 type webServer struct {
 	name  string
-	srv   *cbufweb.Server
+	srv   *exampleServer
 	sizes []int
 }
 
-func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbufweb.Binaries, mgr []string, part map[string]bool) error {
+func webServers(ctx context.Context, rep *benchkit.Report, opt Options, prog string, mgr []string, part map[string]bool) error {
 	dur := 5 * time.Second
 	if opt.Quick {
 		dur = 2 * time.Second
@@ -212,62 +218,60 @@ func webServers(ctx context.Context, rep *benchkit.Report, opt Options, bins cbu
 	defer func() {
 		for _, s := range servers {
 			s.srv.Stop()
-			os.RemoveAll(s.srv.Dir)
 		}
 	}()
-	start := func(name string, sizes []int, f func() (*cbufweb.Server, error)) error {
+	start := func(name string, sizes []int, args ...string) error {
 		opt.Progress("starting " + name)
-		s, err := f()
+		// serve builds the C programs first (cc: seconds on a loaded machine)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		s, err := startExample(sctx, prog, args...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		servers = append(servers, &webServer{name, s, sizes})
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	// two processes serve in each: cbufweb's two front end + content pairs,
 	// nginx's two workers, Apache's two children, each baseline's two
 	// FastCGI processes
-	o := func() cbufweb.Options { return cbufweb.Options{Group: true, ManagerArgv: mgr, Pairs: 2} }
+	o := func(server string, extra ...string) []string {
+		args := append([]string{"--server", server, "--bins", webCacheDir(), "--group", "--pairs", "2"}, extra...)
+		if server == "cbufweb" {
+			args = append(append(args, "--"), mgr...)
+		}
+		return args
+	}
 	if part["servers"] {
-		if err := start("cbufweb", webSizes, func() (*cbufweb.Server, error) { return cbufweb.StartCBufWeb(sctx, bins, o()) }); err != nil {
-			return err
-		}
-		if err := start("nginx", webSizes, func() (*cbufweb.Server, error) { return cbufweb.StartNginx(sctx, bins, o()) }); err != nil {
-			return err
-		}
-		if err := start("apache", webSizes, func() (*cbufweb.Server, error) { return cbufweb.StartApache(sctx, bins, o()) }); err != nil {
-			return err
+		for _, name := range []string{"cbufweb", "nginx", "apache"} {
+			if err := start(name, webSizes, o(name)...); err != nil {
+				return err
+			}
 		}
 	}
 	if part["send"] {
 		big := webSizes[2:]
 		if !part["servers"] {
-			if err := start("cbufweb", big, func() (*cbufweb.Server, error) { return cbufweb.StartCBufWeb(sctx, bins, o()) }); err != nil {
+			if err := start("cbufweb", big, o("cbufweb")...); err != nil {
 				return err
 			}
 		}
 		for _, mode := range []string{"zerocopy", "splice"} {
-			oo := o()
-			oo.Send = mode
-			if err := start("cbufweb-"+mode, big, func() (*cbufweb.Server, error) { return cbufweb.StartCBufWeb(sctx, bins, oo) }); err != nil {
+			if err := start("cbufweb-"+mode, big, o("cbufweb", "--send", mode)...); err != nil {
 				return err
 			}
 		}
 	}
 	// every server's answers are checked (size and checksum) before timing
 	opt.Progress("checking every server's bodies")
-	hc := &http.Client{Timeout: 30 * time.Second}
 	for _, s := range servers {
 		for i, size := range s.sizes {
 			url := fmt.Sprintf("%s/gen?size=%d&seed=%d", s.srv.URL, size, i+1)
-			if err := cbufweb.CheckBody(hc, url, size, uint64(i+1), !strings.HasPrefix(s.name, "apache")); err != nil {
+			if err := checkBody(ctx, prog, url, size, uint64(i+1), strings.HasPrefix(s.name, "apache")); err != nil {
 				return fmt.Errorf("%s answers wrong before timing: %w", s.name, err)
 			}
 		}
 	}
-	hc.CloseIdleConnections()
 
 	type cell struct {
 		s    *webServer
@@ -362,10 +366,10 @@ func webPlot(rep *benchkit.Report, path string) error {
 	for _, size := range webSizes {
 		groups = append(groups, sizeName(size))
 	}
-	bars := func(metric string, scale float64) []benchkit.BarSeries {
-		var out []benchkit.BarSeries
+	bars := func(metric string, scale float64) []plot.BarSeries {
+		var out []plot.BarSeries
 		for _, name := range []string{"cbufweb", "nginx", "apache"} {
-			s := benchkit.BarSeries{Name: name}
+			s := plot.BarSeries{Name: name}
 			for _, size := range webSizes {
 				med, lo, hi, _ := rep.Spread(name+" "+sizeName(size), metric)
 				s.Values = append(s.Values, med*scale)
@@ -376,14 +380,14 @@ func webPlot(rep *benchkit.Report, path string) error {
 		}
 		return out
 	}
-	if err := benchkit.BarChart(path, "Web servers under wrk (-c16), FastCGI baselines ("+rep.Kernel()+")", "MB/s of response bodies", groups, bars("MB_per_sec", 1)); err != nil {
+	if err := plot.BarChart(path, "Web servers under wrk (-c16), FastCGI baselines ("+rep.Kernel()+")", "MB/s of response bodies", groups, bars("MB_per_sec", 1)); err != nil {
 		return err
 	}
 	base := strings.TrimSuffix(path, filepath.Ext(path))
-	if err := benchkit.BarChart(base+"-rps.png", "Requests per second by payload size", "requests/s", groups, bars("req_per_sec", 1)); err != nil {
+	if err := plot.BarChart(base+"-rps.png", "Requests per second by payload size", "requests/s", groups, bars("req_per_sec", 1)); err != nil {
 		return err
 	}
-	return benchkit.BarChart(base+"-cpu.png", "Server CPU per request (all its processes)", "CPU µs per request", groups, bars("cpu_us_per_req", 1))
+	return plot.BarChart(base+"-cpu.png", "Server CPU per request (all its processes)", "CPU µs per request", groups, bars("cpu_us_per_req", 1))
 }
 
 // ---- memory contention (Figure 10) ----
@@ -416,7 +420,7 @@ const (
 	webQosPct     = 25.0 // the web server's blocked-time target under qos (the paper's)
 )
 
-func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins cbufweb.Binaries) error {
+func webContention(ctx context.Context, rep *benchkit.Report, opt Options, prog string) error {
 	ph := webPhase{6, 6, 10, 5, 3}
 	if opt.Quick {
 		ph = webPhase{4, 3, 6, 4, 2}
@@ -433,14 +437,14 @@ func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins 
 	}
 	for _, pol := range pols {
 		opt.Progress(fmt.Sprintf("contention under %s (%.0f s)", pol, ph.end()+ph.after))
-		series, err := webContentionRun(ctx, rep, bins, pol, ph)
+		series, err := webContentionRun(ctx, rep, prog, pol, ph)
 		if err != nil {
 			return fmt.Errorf("contention %s: %w", pol, err)
 		}
 		if opt.PlotPath != "" {
 			base := strings.TrimSuffix(opt.PlotPath, filepath.Ext(opt.PlotPath))
 			p := fmt.Sprintf("%s-contention-%s.png", base, pol)
-			if err := benchkit.LineChart(p, fmt.Sprintf("cbufweb %s under an interfering allocator, policy %s", sizeName(webContSize), pol),
+			if err := plot.LineChart(p, fmt.Sprintf("cbufweb %s under an interfering allocator, policy %s", sizeName(webContSize), pol),
 				"seconds", "% (throughput of undisturbed; pools of all memory)", series); err != nil {
 				return err
 			}
@@ -460,7 +464,7 @@ func webContention(ctx context.Context, rep *benchkit.Report, opt Options, bins 
 	return nil
 }
 
-func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Binaries, pol string, ph webPhase) ([]benchkit.Series, error) {
+func webContentionRun(ctx context.Context, rep *benchkit.Report, prog string, pol string, ph webPhase) ([]plot.Series, error) {
 	dir, err := os.MkdirTemp("", "cistern-bench-web-")
 	if err != nil {
 		return nil, err
@@ -475,15 +479,15 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 	mdone := make(chan struct{})
 	go func() { m.Run(mctx); close(mdone) }()
 	defer func() { mcancel(); <-mdone }()
-	var env []string
+	args := []string{"--server", "cbufweb", "--bins", webCacheDir(), "--dir", filepath.Join(dir, "web"), "--cbuf", sock, "--metrics"}
 	switch pol {
 	case "priority":
-		env = []string{"CBUF_PRIORITY=10"}
+		args = append(args, "--env", "CBUF_PRIORITY=10")
 	case "qos":
-		env = []string{fmt.Sprintf("CBUF_QOS=%g", webQosPct)}
+		args = append(args, "--env", fmt.Sprintf("CBUF_QOS=%g", webQosPct))
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	srv, err := cbufweb.StartCBufWeb(sctx, bins, cbufweb.Options{Dir: filepath.Join(dir, "web"), CBufSocket: sock, Metrics: true, Env: env})
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	srv, err := startExample(sctx, prog, args...)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -644,7 +648,7 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 	}
 	// chart: throughput in % of undisturbed; pools in % of all memory;
 	// the interferer's demand; its start and end as vertical marks
-	var thr, cpool, ipool, dem benchkit.Series
+	var thr, cpool, ipool, dem plot.Series
 	thr.Name, cpool.Name, ipool.Name, dem.Name = "throughput % of undisturbed", "content pool % (policy)", "interferer pool % (policy)", "interferer demand %"
 	for _, s := range samples {
 		thr.X, thr.Y = append(thr.X, s.t), append(thr.Y, 100*s.rps/base)
@@ -652,8 +656,8 @@ func webContentionRun(ctx context.Context, rep *benchkit.Report, bins cbufweb.Bi
 		ipool.X, ipool.Y = append(ipool.X, s.t), append(ipool.Y, 100*s.intf/webContMemory)
 		dem.X, dem.Y = append(dem.X, s.t), append(dem.Y, 100*float64(ph.demand(s.t))/webContMemory)
 	}
-	marks := benchkit.Series{Name: "interferer runs", X: []float64{ph.quiet, ph.quiet, ph.end(), ph.end()}, Y: []float64{0, 130, 130, 0}}
-	return []benchkit.Series{thr, cpool, ipool, dem, marks}, nil
+	marks := plot.Series{Name: "interferer runs", X: []float64{ph.quiet, ph.quiet, ph.end(), ph.end()}, Y: []float64{0, 130, 130, 0}}
+	return []plot.Series{thr, cpool, ipool, dem, marks}, nil
 }
 
 // webCount reads cbufweb's 200 responses from its metrics.

@@ -1,8 +1,14 @@
 package cbufbench
 
 import (
+	"context"
 	"math"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/cbuf"
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // wrk 4.1 output (Debian 12) with latencies in three units and errors.
@@ -54,5 +60,48 @@ func TestWebPhaseDemand(t *testing.T) {
 		if got := ph.demand(c.t); got != c.want {
 			t.Errorf("demand(%v) = %d, want %d", c.t, got, c.want)
 		}
+	}
+}
+
+// TestExampleProgram builds examples/cbufweb as the web workload does and
+// runs a cbufweb server through it against an in-process manager: its
+// started line, a checked body, a wrong body refused, and the CPU of its
+// processes counted.
+func TestExampleProgram(t *testing.T) {
+	testenv.RequireRoot(t) // cgroup CPU accounting
+	testenv.NeedTool(t, "cc", "gcc")
+	testenv.NeedTool(t, "go", "golang")
+	ctx := context.Background()
+	dir := t.TempDir()
+	prog, err := buildExample(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "cbuf.sock")
+	m, err := cbuf.NewManager(cbuf.ManagerOptions{Socket: sock, Memory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(mctx) }()
+	defer func() { cancel(); <-done }()
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	srv, err := startExample(sctx, prog, "--server", "cbufweb", "--bins", dir, "--dir", filepath.Join(dir, "web"), "--cbuf", sock, "--group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	url := srv.URL + "/gen?size=65536&seed=3"
+	if err := checkBody(ctx, prog, url, 65536, 3, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBody(ctx, prog, url, 65536, 4, false); err == nil {
+		t.Fatal("a body of seed 3 passed the check for seed 4")
+	}
+	cpu, err := srv.CPU()
+	if err != nil || cpu <= 0 {
+		t.Fatalf("server CPU %v, %v", cpu, err)
 	}
 }

@@ -118,15 +118,16 @@ func (o *Options) defaults() {
 
 func kvConfig(mode string, keys int) (kv.Config, bool) {
 	// Pools sized to hold the whole working set with room to spare: the
-	// comparison is about layout, not about eviction.
+	// comparison is about layout, not about eviction. TCP: the bench
+	// measures the TCP path too (its tcp rows).
 	mb := uint32(keys*400/(1<<20)) + 8
 	switch mode {
 	case "kerby":
-		return kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: mb, MaxObjects: uint32(keys * 2)}, true
+		return kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: mb, MaxObjects: uint32(keys * 2), TCP: true}, true
 	case "fixed128":
-		return kv.Config{Mode: kv.ModeFixed, SlotSize: 128, PoolMB: mb, MaxObjects: uint32(keys * 2)}, true
+		return kv.Config{Mode: kv.ModeFixed, SlotSize: 128, PoolMB: mb, MaxObjects: uint32(keys * 2), TCP: true}, true
 	case "fixed1024":
-		return kv.Config{Mode: kv.ModeFixed, SlotSize: 1024, PoolMB: uint32(keys*1024*2/(1<<20)) + 8, MaxObjects: uint32(keys * 2)}, true
+		return kv.Config{Mode: kv.ModeFixed, SlotSize: 1024, PoolMB: uint32(keys*1024*2/(1<<20)) + 8, MaxObjects: uint32(keys * 2), TCP: true}, true
 	}
 	return kv.Config{}, false
 }

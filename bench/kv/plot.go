@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 )
 
 // plotKV draws Mops/s per mode (median bars, min–max error bars): the
@@ -30,9 +31,9 @@ func plotKV(rep *benchkit.Report, path string, modes []string, skews []float64, 
 	if gen {
 		all = append(all, reflector)
 	}
-	var series []benchkit.BarSeries
+	var series []plot.BarSeries
 	for _, m := range all {
-		s := benchkit.BarSeries{Name: m}
+		s := plot.BarSeries{Name: m}
 		for _, g := range groups {
 			med, lo, hi, _ := rep.Spread(g.prefix+m+g.suffix, "mops_per_sec")
 			if math.IsNaN(med) {
@@ -46,7 +47,7 @@ func plotKV(rep *benchkit.Report, path string, modes []string, skews []float64, 
 	for _, g := range groups {
 		labels = append(labels, g.label)
 	}
-	return benchkit.BarChart(path, "Kerby-KV: memcached UDP GETs ("+rep.Kernel()+")", "million replies per second (median, min–max)", labels, series)
+	return plot.BarChart(path, "Kerby-KV: memcached UDP GETs ("+rep.Kernel()+")", "million replies per second (median, min–max)", labels, series)
 }
 
 func phaseLabel(ph string) string {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -246,6 +247,8 @@ type tcpPart struct {
 	bpfMeasured  bool
 	kernelServed bool
 	stuck        int // server sockets with unread bytes once the client had every reply
+	mcN          mcCounts
+	mcErr        error // the read counter could not run: its metrics are left out
 }
 
 // add sums another phase of the same mode into p.
@@ -258,6 +261,8 @@ func (p *tcpPart) add(q tcpPart) {
 	p.mc, p.si, p.kw, p.bpf = p.mc+q.mc, p.si+q.si, p.kw+q.kw, p.bpf+q.bpf
 	p.bpfMeasured = p.bpfMeasured || q.bpfMeasured
 	p.stuck += q.stuck
+	p.mcN.Reads, p.mcN.EAGAIN, p.mcN.Wakeups = p.mcN.Reads+q.mcN.Reads, p.mcN.EAGAIN+q.mcN.EAGAIN, p.mcN.Wakeups+q.mcN.Wakeups
+	p.mcErr = errors.Join(p.mcErr, q.mcErr)
 	p.kernelServed = p.kernelServed || q.kernelServed
 	if p.counters == nil {
 		p.counters = map[string]float64{}
@@ -285,10 +290,23 @@ func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (t
 		if srv != nil {
 			bpf0, _, _ = srv.TCPRuntime()
 		}
+		// memcached's reads, EAGAINs and wake-ups: functional counts
+		// of the kernel behaviours (docs/kerby-kv.md), timing-free
+		mcc, err := newMCCounter(b.mc.Pid())
+		var mcBefore mcCounts
+		if err == nil {
+			defer mcc.close()
+			mcBefore, err = mcc.counts()
+		}
+		p.mcErr = err
 		mc0, si0, kw0 := benchkit.ProcCPU(b.mc.Pid()), benchkit.SoftirqCPU(), kworkerCPU()
 		res, err := b.tcpLoad(ctx, d, b.zipf, func() { p.stuck = b.stuckConnections() })
 		if err != nil {
 			return err
+		}
+		if p.mcErr == nil {
+			after, err := mcc.counts()
+			p.mcN, p.mcErr = after.sub(mcBefore), err
 		}
 		p.res = res
 		p.mc, p.si, p.kw = benchkit.ProcCPU(b.mc.Pid())-mc0, benchkit.SoftirqCPU()-si0, kworkerDelta(kw0, kworkerCPU())
@@ -299,7 +317,7 @@ func (b *kvBench) tcpPhase(ctx context.Context, mode string, d time.Duration) (t
 			}
 			after, _ := srv.Counters()
 			p.counters = map[string]float64{}
-			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+			for _, k := range []string{"tcp_hits", "tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_first", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
 				p.counters[k] = float64(after[k] - before[k])
 			}
 		}
@@ -357,17 +375,28 @@ func (b *kvBench) tcpSample(row string, p tcpPart) error {
 	put(row, "wrong_values", float64(res.wrong))
 	put(row, "out_of_order", float64(res.disorder))
 	put(row, "stuck_connections", float64(p.stuck))
+	if p.mcErr == nil {
+		put(row, "memcached_reads", float64(p.mcN.Reads))
+		put(row, "memcached_eagain_reads", float64(p.mcN.EAGAIN))
+		put(row, "memcached_wakeups", float64(p.mcN.Wakeups))
+	}
 	if p.kernelServed {
 		c := p.counters
-		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_large"]
+		passed := c["tcp_misses"] + c["tcp_pass_order"] + c["tcp_pass_mixed"] + c["tcp_pass_first"] + c["tcp_pass_large"]
 		if hits := c["tcp_hits"]; hits+passed > 0 {
 			put(row, "kernel_hit_ratio", hits/(hits+passed))
 		}
 		if p.bpfMeasured {
 			put(row, "bpf_us_per_op", perOp(p.bpf))
 		}
-		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
+		for _, k := range []string{"tcp_misses", "tcp_pass_order", "tcp_pass_mixed", "tcp_pass_first", "tcp_pass_large", "tcp_pass_split", "tcp_blind"} {
 			put(row, k, c[k])
+		}
+		// Segments the kernel answered: the client writes depth GETs per
+		// segment and a segment is answered whole or passed whole.
+		if seg := c["tcp_hits"] / float64(b.opt.TCPDepth); seg > 0 && p.mcErr == nil {
+			put(row, "kernel_segments", seg)
+			put(row, "memcached_wakeups_per_kernel_segment", float64(p.mcN.Wakeups)/seg)
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/kv"
 )
@@ -88,7 +89,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	if opt.Requests > 0 && opt.Requests < len(reqs) {
 		reqs = reqs[:opt.Requests]
 	}
-	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond}
+	cfg := kv.Config{Mode: kv.ModeKerby, BlockSize: 128, MaxBlocks: 8, PoolMB: opt.PoolMB, WriteWindow: time.Nanosecond, TCP: true}
 	pc := cfg.PoolConfig()
 	budget, _ := kv.PolicyBudget(cfg)
 
@@ -114,9 +115,9 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		n := min(int(r.Size), opt.MaxValues)
 		blockReqs[i] = evict.Request{Key: r.Key, Size: uint32(max(1, (n+int(pc.BlockSize)-1)/int(pc.BlockSize)))}
 	}
-	var series []benchkit.BarSeries
-	kernel := benchkit.BarSeries{Name: "Kerby-KV kernel hit ratio"}
-	offline := benchkit.BarSeries{Name: "offline replay, same block budget"}
+	var series []plot.BarSeries
+	kernel := plot.BarSeries{Name: "Kerby-KV kernel hit ratio"}
+	offline := plot.BarSeries{Name: "offline replay, same block budget"}
 	for _, p := range opt.Policies {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -150,7 +151,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		"key partitions, and events reach the policy through a queue drained every millisecond. " +
 		"ring: Kerby-KV without --policy (its built-in FIFO ring).")
 	if opt.PlotPath != "" {
-		if err := benchkit.BarChart(opt.PlotPath, fmt.Sprintf("Kerby-KV on the Twitter trace, pool %d MiB (%s)", opt.PoolMB, rep.Kernel()),
+		if err := plot.BarChart(opt.PlotPath, fmt.Sprintf("Kerby-KV on the Twitter trace, pool %d MiB (%s)", opt.PoolMB, rep.Kernel()),
 			"hit ratio", opt.Policies, series); err != nil {
 			return rep, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
@@ -76,11 +77,14 @@ func (t *tracer) finish() ([]pctrace.Event, error) {
 }
 
 // sampleHeadroom replays a traced run's events (warm: the share of its
-// reads that were the warm-up; ops: the measured part's operations) and
-// samples, under mode m: the trace's own pages loaded, and each simulated
-// figure, all per 1000 operations.
+// reads that were the warm-up; ops: the measured part's operations, 0 for
+// the trace's own read calls) and samples, under mode m: the trace's own
+// pages loaded, and each simulated figure, all per 1000 operations.
 func sampleHeadroom(rep *benchkit.Report, m string, evs []pctrace.Event, warm, ops float64) (sim.Report, error) {
 	keys, from, s := pctrace.Accesses(evs, warm)
+	if ops <= 0 {
+		ops = float64(s.Reads)
+	}
 	if s.Reads == 0 || s.MaxResident == 0 || ops <= 0 {
 		return sim.Report{}, fmt.Errorf("%s: the trace holds no measured reads or loaded pages (%+v)", m, s)
 	}
@@ -148,4 +152,86 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 	med, lo, hi, _ = rep.RatioSpread(part + "_sim_best_vs_kernel")
 	rep.TargetSpread(part+"_sim_best_vs_kernel_model", med, lo, hi, "<=", 0.9)
 	return best, gainPct
+}
+
+// autoInterval is --policy auto's decision interval in the bench: runs
+// last tens of seconds, so it decides a few times in each.
+const autoInterval = 3 * time.Second
+
+// startAuto runs --policy auto over dir in a new cgroup name of limit;
+// stop ends its loop, Close removes everything.
+func startAuto(ctx context.Context, dir, name string, limit int64) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
+	a, err := pagecache.StartAuto(pagecache.AutoConfig{
+		Config:   pagecache.Config{Dir: dir, Cgroup: name, Limit: limit},
+		Interval: autoInterval,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(actx); err != nil {
+			fmt.Fprintln(os.Stderr, "auto:", err)
+		}
+	}()
+	return a, a.Cgroup(), func() { cancel(); <-done }, nil
+}
+
+// sampleAuto records what auto chose in a run: auto_ran_policy is 1 when a
+// policy ran at the end (0: it stood aside), and its counters.
+func sampleAuto(rep *benchkit.Report, m string, a *pagecache.Auto) {
+	d := a.Decision()
+	ran := 0.0
+	if d.Policy != "" {
+		ran = 1
+	}
+	rep.Sample(m, "auto_ran_policy", ran)
+	rep.Sample(m, "auto_gain_pct", d.GainPct)
+	if st, err := a.Stats(); err == nil {
+		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped"} {
+			rep.Set(m, k, st[k])
+		}
+	}
+}
+
+// autoTargets: auto >= 0.97x the default and >= 0.8x the best fixed policy
+// of the part (medians of per-round ratios on metric; inverse: lower is
+// better, as for seconds).
+func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed []string) {
+	am := part + "/agent_auto"
+	ratio := func(name, a, b string) {
+		if inverse {
+			rep.PairedRatio(name, b, metric, a, metric)
+		} else {
+			rep.PairedRatio(name, a, metric, b, metric)
+		}
+	}
+	ratio(part+"_auto_vs_default", am, part+"/default")
+	med, lo, hi, ok := rep.RatioSpread(part + "_auto_vs_default")
+	if !ok {
+		return
+	}
+	rep.TargetSpread(part+"_auto_vs_default", med, lo, hi, ">=", 0.97)
+	best, bestV := "", 0.0
+	for _, f := range fixed {
+		v, _, _, ok := rep.Spread(part+"/"+f, metric)
+		if !ok {
+			continue
+		}
+		if inverse {
+			v = -v
+		}
+		if best == "" || v > bestV {
+			best, bestV = f, v
+		}
+	}
+	if best == "" {
+		return
+	}
+	ratio(part+"_auto_vs_best_fixed", am, part+"/"+best)
+	rep.SetConfig(part+"_best_fixed_policy", best)
+	med, lo, hi, _ = rep.RatioSpread(part + "_auto_vs_best_fixed")
+	rep.TargetSpread(part+"_auto_vs_best_fixed", med, lo, hi, ">=", 0.8)
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -20,8 +22,8 @@ type Options struct {
 	Quick    bool
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
-	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup
-	// Workload: "" (the synthetic parts) or "rocksdb" (db_bench).
+	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup; ycsb: YCSB workloads
+	// Workload: "" (the synthetic parts), "rocksdb" (db_bench) or "ycsb" (go-ycsb on RocksDB).
 	Workload string
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
@@ -35,14 +37,17 @@ func (o *Options) defaults() {
 	if o.CacheDir == "" {
 		o.CacheDir = "/var/cache/cistern/pagecache"
 	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	if o.Workload == "ycsb" {
+		return // no Parts: every YCSB workload, --quick fewer (pagecacheYCSB)
+	}
 	if len(o.Parts) == 0 && o.Workload == "rocksdb" {
 		o.Parts = RocksDBParts
 	}
 	if len(o.Parts) == 0 {
 		o.Parts = Parts
-	}
-	if o.Progress == nil {
-		o.Progress = func(string) {}
 	}
 }
 
@@ -51,7 +56,18 @@ func (o *Options) defaults() {
 func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
+	// The kernel's own reclaim is the "default" every policy is compared with.
+	reclaim := kernel.PageReclaim()
+	rep.SetConfig("kernel_mglru", reclaim.MGLRU)
+	rep.Note("kernel reclaim: " + reclaim.Detail)
 	rep.SetConfig("cache_dir", opt.CacheDir)
+	if opt.Workload == "ycsb" {
+		rep.SetConfig("workload", "ycsb")
+		if err := pagecacheYCSB(ctx, rep, opt); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 	if opt.Workload == "rocksdb" {
 		rep.SetConfig("workload", "rocksdb")
 		if err := pagecacheRocksDB(ctx, rep, opt); err != nil {
@@ -79,6 +95,8 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	rep.Section("search: ripgrep over the tree, seconds", rows("search", searchModes),
 		[]string{"seconds", "first_search_seconds", "repeat_search_seconds"})
+	rep.Section("search headroom: the traced run replayed, pages loaded per 1000 reads", []string{"search/traced"},
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_mru_loads_per_1k_reads", "sim_lru_loads_per_1k_reads"})
 	rep.Section("get-scan: GETs on a hot file while a scan runs", rows("getscan", getScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec"})
 	rep.Section("overhead: fio randread on a cached file", rows("overhead", overheadModes),
@@ -183,7 +201,7 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.SetConfig("search_rounds", rounds)
 	err = benchkit.Interleave(ctx, rounds, searchModes, func(s string) { opt.Progress("search: " + s) }, func(ctx context.Context, _ int, mode string) error {
 		opt.Progress(fmt.Sprintf("search: %s, %d searches of %d files (%d MiB), cgroup limit %d MiB", mode, searches, len(files), bytes>>20, limit>>20))
-		each, a, err := pcSearchRun(ctx, mode, root, files, limit, searches)
+		each, a, err := pcSearchRun(ctx, rep, mode, root, files, limit, searches)
 		if err != nil {
 			return err
 		}
@@ -209,6 +227,9 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		return err
 	}
 	rep.PairedRatio("search_speedup_mru", "search/default", "repeat_search_seconds", "search/agent_mru", "repeat_search_seconds")
+	headroomVerdicts(rep, "search", "", nil)
+	autoTargets(rep, "search", "repeat_search_seconds", true, []string{"agent_mru"})
+	rep.PairedRatio("search_traced_vs_default", "search/default", "repeat_search_seconds", "search/traced", "repeat_search_seconds")
 	rep.PairedRatio("search_speedup_mru_with_first", "search/default", "seconds", "search/agent_mru", "seconds")
 	rep.TargetRatio("search_speedup_mru", ">=", 1.5)
 	rep.Note("search: the cgroup limit is 70% of the tree's page cache; v1 also charges the tree's inodes and dentries to it. " +
@@ -220,20 +241,49 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 }
 
 // pcSearchRun drops the tree's pages and runs the searches in a fresh
-// cgroup, with the agent when mode asks for it; the caller closes the
+// cgroup, with the agent when mode asks for it (traced: the default with
+// the access-trace recorder, its headroom sampled into rep); the caller closes the
 // returned agent (nil for default) after reading its counters.
-func pcSearchRun(ctx context.Context, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
+func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
 	if err := pcDrop(files); err != nil {
 		return nil, nil, err
 	}
 	var cg *pagecache.Cgroup
 	stop := func() {}
 	name := fmt.Sprintf("cistern-bench-pagecache-%d", os.Getpid())
-	if mode == "default" {
+	if mode == "default" || mode == "traced" {
 		if cg, err = pagecache.OpenCgroup(name, limit); err != nil {
 			return nil, nil, err
 		}
 		defer cg.Close()
+		if mode == "traced" {
+			tr, err := startTrace(ctx, filepath.Dir(root), root, cg.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer func() {
+				evs, terr := tr.finish()
+				if err == nil && terr == nil {
+					// The first search reads the tree cold in every mode:
+					// it is the warm-up.
+					_, terr = sampleHeadroom(rep, "search/traced", evs, 1/float64(searches), 0)
+				}
+				if err == nil {
+					err = terr
+				}
+			}()
+		}
+	} else if mode == "agent_auto" {
+		var auto *pagecache.Auto
+		var stopAuto func()
+		if auto, cg, stopAuto, err = startAuto(ctx, root, name, limit); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			stopAuto()
+			sampleAuto(rep, "search/agent_auto", auto)
+			auto.Close()
+		}()
 	} else {
 		// One read in 16 reported: the agent shares 2 cores with
 		// ripgrep, and MRU needs recency only roughly here.
@@ -324,7 +374,7 @@ func pcPlot(rep *benchkit.Report, path string) error {
 		return f, ok && isF && f > 0
 	}
 	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
+	series := make([]plot.BarSeries, len(kinds))
 	for i, k := range kinds {
 		series[i].Name = k.name + " / default"
 	}
@@ -350,5 +400,5 @@ func pcPlot(rep *benchkit.Report, path string) error {
 	if len(labels) == 0 {
 		return nil
 	}
-	return benchkit.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, series)
+	return plot.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, series)
 }

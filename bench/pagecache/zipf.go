@@ -106,7 +106,7 @@ func zipfRun(ctx context.Context, cg, path string, size int64, d time.Duration, 
 
 // zipfModes: the kernel's default, the default traced, and the agent's
 // frequency-aware policies.
-var zipfModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd"}
+var zipfModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
 
 func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	if _, err := exec.LookPath("fio"); err != nil {
@@ -131,11 +131,22 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if !strings.HasPrefix(mode, "agent_") {
 			policy = ""
 		}
-		a, cg, stop, err := rdbAgent(ctx, dir, name, limit, policy, 1)
-		if err != nil {
-			return err
+		var a *pagecache.Agent
+		var auto *pagecache.Auto
+		var cg *pagecache.Cgroup
+		var stop func()
+		var err error
+		if policy == pagecache.AutoPolicy {
+			if auto, cg, stop, err = startAuto(ctx, dir, name, limit); err != nil {
+				return err
+			}
+			defer auto.Close()
+		} else {
+			if a, cg, stop, err = rdbAgent(ctx, dir, name, limit, policy, 1); err != nil {
+				return err
+			}
+			defer pcClose(a, cg)
 		}
-		defer pcClose(a, cg)
 		defer stop()
 		var tr *tracer
 		if mode == "traced" {
@@ -160,6 +171,9 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPct)
 			pcAgentStats(rep, m, a)
 		}
+		if auto != nil {
+			sampleAuto(rep, m, auto)
+		}
 		if tr != nil {
 			evs, err := tr.finish()
 			if err != nil {
@@ -179,7 +193,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	}
 	var agents []string
 	for _, m := range zipfModes {
-		if strings.HasPrefix(m, "agent_") {
+		if strings.HasPrefix(m, "agent_") && m != "agent_auto" {
 			agents = append(agents, m)
 			p := strings.TrimPrefix(m, "agent_")
 			rep.PairedRatio("zipf_speedup_"+p, "zipf/"+m, "ops_per_sec", "zipf/default", "ops_per_sec")
@@ -189,6 +203,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	}
 	best, gain := headroomVerdicts(rep, "zipf", "ops_per_sec", agents)
 	winTargets(rep, "zipf", best, gain)
+	autoTargets(rep, "zipf", "ops_per_sec", false, agents)
 	rep.Note(fmt.Sprintf("zipf: fio randread 4 KiB psync, zipf theta %s over a file 4x the cgroup (%d MiB in %d MiB); every round drops the file, warms with one seed, measures with another. "+
 		"traced: the default with the access-trace recorder on; its trace replayed at the cache size the run held (warm-up excluded) gives sim_* (misses per 1000 reads: OPT, the kernel model, each policy in the kernel).",
 		zipfTheta, size>>20, limit>>20))

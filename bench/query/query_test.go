@@ -84,6 +84,9 @@ func TestQueryBenchRuns(t *testing.T) {
 	if _, _, _, ok := rep.RatioSpread("q1_optimizer_minus_hand_written_pct_points"); !ok {
 		t.Error("no per-round q1 optimizer - hand_written difference")
 	}
+	if med, lo, _, ok := rep.RatioSpread("q1_optimizer_vs_hand_written_bpf_ns_per_read"); !ok || !(lo > 0) || !(med > 0) {
+		t.Errorf("q1 optimizer/hand_written BPF ns per read: %v (min %v, recorded %v)", med, lo, ok)
+	}
 	// The reference writes every syscall: fio's reads all appear, none lost.
 	h := row("hand_written", "q2")
 	if h["lost_events"].(float64) != 0 || h["events_pread64"] != h["workload_syscalls"] || h["workload_syscalls"].(float64) <= 0 {

@@ -9,7 +9,7 @@
  *              invalidate before memcached sees them, pass.
  *   kv_egress  (TCX egress)           memcached's single-datagram GET replies
  *              fill the pool, unless a write to that key raced with them.
- *   kv_sockops, kv_tcp_verdict, kv_tcp_msg (tcp.bpf.h)  GETs on memcached's
+ *   kv_sockops, kv_tcp_verdict, kv_tcp_msg (tcp*.bpf.h)  GETs on memcached's
  *              TCP connections answered in the kernel, in request order.
  *
  * Consistency (once memcached acknowledged a write, no GET answered here
@@ -41,10 +41,14 @@ char LICENSE[] SEC("license") = "GPL";
 #include "maps.bpf.h"
 #include "parse.bpf.h"
 #include "entries.bpf.h"
+#include "set.bpf.h"
 #include "xdp.bpf.h"
 #include "egress.bpf.h"
 #include "ingress.bpf.h"
 #include "tcp.bpf.h"
+#include "tcp_stage.bpf.h"
+#include "tcp_verdict.bpf.h"
+#include "tcp_msg.bpf.h"
 
 struct kv_reap_loop {
 	struct kv_scratch *s;

@@ -197,7 +197,7 @@ static __always_inline struct kv_scratch *scratch(void)
 	return bpf_map_lookup_elem(&kv_scratch_map, &k);
 }
 
-/* ---- TCP (tcp.bpf.h): connections, staged replies ---- */
+/* ---- TCP (tcp*.bpf.h): connections, staged replies ---- */
 
 #define KV_LINE 256          /* a request line split across segments, kept */
 #define KV_STAGE_BUF 8192   /* a segment's replies: 4 GETs of 1 KiB values fit */
@@ -225,6 +225,9 @@ struct kv_conn {
 	__u32 skip;          /* data bytes of a passed write still to come */
 	__u32 part;          /* bytes of an incomplete request line in line[] */
 	__u32 blind;
+	/* memcached has sent on this connection, so its first read is over:
+	 * only then does the verdict answer (kv_tcp_verdict, "first read") */
+	__u32 replied;
 	__u32 rskip;         /* reply data bytes still to come */
 	__u32 out_left;      /* bytes still to come of a marked segment being sent */
 	__u32 out_slot, out_off;

@@ -441,12 +441,13 @@ reply: {
 }
 
 /* "set <key> <flags> <exptime> <bytes> [noreply]\r\n<data>\r\n" over UDP:
- * written through to the kernel copy; the packet goes on to memcached. */
+ * written through to the kernel copy (set.bpf.h); the packet goes on to
+ * memcached. */
 __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32 text, __u32 tlen)
 {
 	__u64 flags, exptime, bytes, h, now = bpf_ktime_get_ns();
 	__u32 dataoff;
-	int ke, fe, ee, be, le, eo, conflict;
+	int ke, fe, ee, be, le, eo, copied;
 	__u8 crlf[2];
 
 	if (!ctx || !s)
@@ -480,43 +481,12 @@ __global int kv_udp_set(struct xdp_md *ctx, struct kv_scratch *s, __u32 n, __u32
 	    bpf_xdp_load_bytes(ctx, text + dataoff + bytes, crlf, 2) || crlf[0] != '\r' || crlf[1] != '\n')
 		goto bad_key;
 
-	conflict = note_write(h, now);
-	if (bytes > pool_max_len()) {
-		stat(KV_OVERSIZE);
-		kv_invalidate(s, h);
+	if (!kv_set_begin(s, h, flags, exptime, bytes, now))
 		return 0;
-	}
-	if (conflict) {
-		stat(KV_WRITE_CONFLICTS);
-		kv_invalidate(s, h);
-		return 0;
-	}
-	if (exptime > 30 * 24 * 3600) { /* an absolute time: leave it to memcached */
-		kv_invalidate(s, h);
-		return 0;
-	}
-	s->req.expire_ns = exptime ? now + exptime * 1000000000ULL : 0;
-	__builtin_memset(s->req.cas, 0, sizeof(s->req.cas));
-	kv_make_suffix(s, flags, bytes);
-	if (kv_alloc_value(s, bytes)) {
-		stat(KV_POOL_FULL);
-		kv_invalidate(s, h);
-		return 0;
-	}
-	if (kv_xdp_fill(ctx, s, text + dataoff, bytes)) {
-		pool_free(&s->req.ref);
+	copied = kv_xdp_fill(ctx, s, text + dataoff, bytes) == 0;
+	if (!copied)
 		stat(KV_PASS_MALFORMED);
-		kv_invalidate(s, h);
-		return 0;
-	}
-	s->req.seq = next_seq();
-	if (kv_publish(s, h, 0, 0)) {
-		pool_free(&s->req.ref);
-		kv_invalidate(s, h);
-		stat(KV_POOL_FULL);
-		return 0;
-	}
-	stat(KV_SETS);
+	kv_set_end(s, h, copied);
 	return 0;
 bad_key:
 	/* memcached may still store something under this key: the kernel
@@ -639,7 +609,7 @@ int kv_xdp(struct xdp_md *ctx)
 		if (doff < sizeof(*tcp) || tot < sizeof(*ip) + doff)
 			return XDP_PASS;
 		{
-			/* A connection in kv_socks: its verdict (tcp.bpf.h) reads
+			/* A connection in kv_socks: its verdict (tcp_verdict.bpf.h) reads
 			 * every request before memcached, writes included. */
 			struct kv_conn_key ck = {
 				.lip = ip->daddr, .rip = ip->saddr,

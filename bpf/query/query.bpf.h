@@ -56,6 +56,12 @@ const volatile __u32 q_join = 0;      /* 1: join entry/exit in the kernel */
 const volatile __u32 q_self = 0;      /* our own tgid: never observed */
 const volatile __u32 q_need_comm = 1;
 const volatile __u32 q_need_cgroup = 1;
+/* Nonzero: the plan admits this cgroup only (an entry clause cgroup_id =
+ * X), and the template checks it first, before any slot is filled or the
+ * join is looked up: every task's syscalls reach the global hooks, and
+ * the other tasks' then cost one helper call, as in a hand-written
+ * program. Set only for templates whose halves run in the task's context. */
+const volatile __u64 q_cgroup_only = 0;
 /* Entry slots the join keeps (q_inflight's value size is set to match):
  * the plan's, not all Q_NSAVED. */
 const volatile __u32 q_nsaved = Q_NSAVED;
@@ -171,12 +177,19 @@ static __always_inline int q_begin_at(__u64 *r)
 	r[0] = 0;
 	r[1] = pt >> 32;
 	r[2] = (__u32)pt;
-	r[3] = q_need_cgroup ? bpf_get_current_cgroup_id() : 0;
+	/* q_cgroup_only: the caller checked it (q_foreign) */
+	r[3] = q_cgroup_only ? q_cgroup_only : q_need_cgroup ? bpf_get_current_cgroup_id() : 0;
 	r[4] = 0;
 	r[5] = 0;
 	if (q_need_comm)
 		bpf_get_current_comm(&r[4], 16);
 	return 1;
+}
+
+/* q_foreign: the current task is outside the only cgroup the plan admits. */
+static __always_inline int q_foreign(void)
+{
+	return q_cgroup_only && bpf_get_current_cgroup_id() != q_cgroup_only;
 }
 
 static __always_inline int q_begin(__u64 *r)

@@ -19,6 +19,8 @@ struct q_argspan {
 SEC("raw_tp/sys_enter")
 int q_sys_enter(__u64 *ctx)
 {
+	if (q_foreign())
+		return 0;
 	__u64 *r = q_record();
 	if (!r || !q_begin_at(r))
 		return 0;
@@ -45,6 +47,8 @@ int q_sys_enter(__u64 *ctx)
 SEC("raw_tp/sys_exit")
 int q_sys_exit(__u64 *ctx)
 {
+	if (q_foreign())
+		return 0;
 	__u64 *r = q_record();
 	if (!r)
 		return 0;

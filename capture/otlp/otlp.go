@@ -26,7 +26,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cistern-ebpf/cistern/capture"
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 // Options configure New.
@@ -84,7 +83,7 @@ func New(opt Options) (*Exporter, error) {
 	case TextRaw:
 		raw = true
 	default:
-		return nil, cli.Usagef("--otlp-query-text %q: want sanitized or raw", opt.QueryText)
+		return nil, optionErrorf("--otlp-query-text %q: want sanitized or raw", opt.QueryText)
 	}
 	host, insecure, err := endpoint(opt.Endpoint)
 	if err != nil {
@@ -107,7 +106,7 @@ func New(opt Options) (*Exporter, error) {
 		}
 		exp, err = otlptracehttp.New(context.Background(), o...)
 	default:
-		return nil, cli.Usagef("--otlp-protocol %q: want grpc or http", opt.Protocol)
+		return nil, optionErrorf("--otlp-protocol %q: want grpc or http", opt.Protocol)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otlp exporter: %w", err)
@@ -128,15 +127,26 @@ func New(opt Options) (*Exporter, error) {
 	return e, nil
 }
 
+// OptionError is a bad option (protocol, query text, endpoint): the
+// caller's input is wrong (the CLI exits with status 2).
+type OptionError struct{ Err error }
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionErrorf(format string, a ...any) error {
+	return &OptionError{fmt.Errorf(format, a...)}
+}
+
 // endpoint accepts host:port or a URL; a URL with https uses TLS.
 func endpoint(s string) (host string, insecure bool, err error) {
 	if s == "" {
-		return "", false, cli.Usagef("--otlp: give the collector's HOST:PORT")
+		return "", false, optionErrorf("--otlp: give the collector's HOST:PORT")
 	}
 	if strings.Contains(s, "://") {
 		u, err := url.Parse(s)
 		if err != nil || u.Host == "" {
-			return "", false, cli.Usagef("--otlp %q: want HOST:PORT or http(s)://HOST:PORT", s)
+			return "", false, optionErrorf("--otlp %q: want HOST:PORT or http(s)://HOST:PORT", s)
 		}
 		return u.Host, u.Scheme != "https", nil
 	}

@@ -62,7 +62,7 @@ func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.plotPath)
 	}
 	if b.jsonPath != "" {
-		if err := rep.WriteJSON(b.jsonPath); err != nil {
+		if err := cli.WriteJSON(b.jsonPath, rep); err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.jsonPath)

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
@@ -15,6 +16,8 @@ import (
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/internal/size"
+	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
 
@@ -24,10 +27,12 @@ func newCacheAgentCmd() *cobra.Command {
 		limit, metricsAt string
 		headroom         string
 		scanPIDs         []int
+		autoMargin       float64
+		autoInterval     time.Duration
 	)
 	// The registry's page-cache policies ("none", the bench's no-op, is
 	// accepted but not offered).
-	agentPolicies := strings.Join(evict.Names(evict.PageCache), "|")
+	agentPolicies := strings.Join(append(evict.Names(evict.PageCache), pagecache.AutoPolicy), "|")
 	c := &cobra.Command{
 		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ...] [--metrics ADDR]",
 		Short: "Run a page-cache eviction policy for a memory cgroup",
@@ -39,15 +44,30 @@ drops the policy's victims itself (posix_fadvise DONTNEED) before the
 kernel has to reclaim. --limit creates the cgroup (removed at exit);
 without it PATH must exist. Files created or moved under DIR while it runs
 are watched too (fanotify). Put the workload in the cgroup (PATH/cgroup.procs). Stops on
-SIGINT or SIGTERM and prints its counters.`,
+SIGINT or SIGTERM and prints its counters.
+
+--policy auto samples the cgroup's reads (one page in 2^k, SHARDS: only
+the sampled pages' reads leave the kernel), simulates every candidate and
+the kernel's default on them every --auto-interval, runs the best while it
+misses --auto-margin percent less than the default, and otherwise steps
+aside: no policy runs, nothing is evicted, the kernel's default keeps the
+cache. Each change is printed with its reason; the choice is also in the
+metrics (auto_policy_<name>).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Cgroup == "" || cfg.Dir == "" || cfg.Policy == "" {
 				return cli.Usagef("--cgroup, --dir and --policy are required")
 			}
-			policy, err := evict.Lookup(cfg.Policy, evict.PageCache)
-			if err != nil {
-				return cli.Usagef("--%v", err)
+			auto := cfg.Policy == pagecache.AutoPolicy
+			var policy evict.Policy
+			if !auto {
+				var err error
+				if policy, err = evict.Lookup(cfg.Policy, evict.PageCache); err != nil {
+					return cli.Usagef("--%v, %s", err, pagecache.AutoPolicy)
+				}
+			}
+			if autoMargin <= 0 || autoMargin >= 100 {
+				return cli.Usagef("--auto-margin %g: want a percentage between 0 and 100", autoMargin)
 			}
 			if len(scanPIDs) > 0 && !policy.ScanIDs {
 				return cli.Usagef("--scan-pid: --policy %s takes no scanner ids", cfg.Policy)
@@ -58,16 +78,16 @@ SIGINT or SIGTERM and prints its counters.`,
 				}
 			}
 			if limit != "" {
-				n, err := parseSize(limit)
+				n, err := size.Parse(limit)
 				if err != nil {
-					return cli.Usagef("--limit %q: %v", limit, err)
+					return cli.Usagef("--limit: %v", err)
 				}
 				cfg.Limit = n
 			}
 			if headroom != "" {
-				n, err := parseSize(headroom)
+				n, err := size.Parse(headroom)
 				if err != nil {
-					return cli.Usagef("--headroom %q: %v", headroom, err)
+					return cli.Usagef("--headroom: %v", err)
 				}
 				cfg.Headroom = n
 			}
@@ -84,13 +104,16 @@ SIGINT or SIGTERM and prints its counters.`,
 				return cli.Usagef("--access-sample %d: want a power of 2", s)
 			}
 			cfg.ScanPIDs = scanPIDs
-			a, err := pagecache.Start(cfg)
-			if err != nil {
-				return cli.Usagef("%v", err)
-			}
-			defer a.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if auto {
+				return runAuto(ctx, cmd, pagecache.AutoConfig{Config: cfg, MarginPct: autoMargin, Interval: autoInterval}, metricsAt)
+			}
+			a, err := pagecache.Start(cfg)
+			if err != nil {
+				return agentStartError(err)
+			}
+			defer a.Close()
 			if metricsAt != "" {
 				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "pagecache", a.Stats))
 				if err != nil {
@@ -126,7 +149,43 @@ SIGINT or SIGTERM and prints its counters.`,
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M) up to limit/4; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
+	f.Float64Var(&autoMargin, "auto-margin", 10, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
+	f.DurationVar(&autoInterval, "auto-interval", 10*time.Second, "auto: time between decisions")
 	return c
+}
+
+// runAuto runs --policy auto until ctx ends, printing every decision.
+func runAuto(ctx context.Context, cmd *cobra.Command, cfg pagecache.AutoConfig, metricsAt string) error {
+	cfg.OnDecision = func(d pagecache.Decision) {
+		run := d.Policy
+		if run == "" {
+			run = "the kernel's default"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "auto: %s: running %s: %s\n", d.At.Format(time.TimeOnly), run, d.Reason)
+	}
+	a, err := pagecache.StartAuto(cfg)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	defer a.Close()
+	if metricsAt != "" {
+		addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "pagecache", a.Stats))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", addr)
+	}
+	bits, pages := a.SampleRate()
+	fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy auto, files under %s, cgroup %s: one page in %d sampled (a %d-page cache simulated), a decision every %s; the kernel's default runs until the first; Ctrl-C stops\n",
+		cfg.Dir, a.Cgroup().Path, 1<<bits, pages, cfg.Interval)
+	runErr := a.Run(ctx)
+	if st, err := a.Stats(); err == nil {
+		printCounters(cmd, st)
+	}
+	if cerr := a.Close(); cerr != nil && runErr == nil {
+		runErr = cerr
+	}
+	return runErr
 }
 
 func printCounters(cmd *cobra.Command, st map[string]uint64) {
@@ -140,30 +199,12 @@ func printCounters(cmd *cobra.Command, st map[string]uint64) {
 	}
 }
 
-// parseSize reads 4096, 64K, 512M, 2G (binary units).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
-	if t == "" {
-		return 0, fmt.Errorf("want a size such as 512M")
+// agentStartError maps pagecache.Start's errors: what the kernel refused or
+// failed to load is a runtime error (exit 1, kernel.LoadError's one
+// sentence); the rest concern the flags (the cgroup, the directory).
+func agentStartError(err error) error {
+	if kernel.IsLoadError(err) {
+		return err
 	}
-	switch t[len(t)-1] {
-	case 'K':
-		mult = 1 << 10
-	case 'M':
-		mult = 1 << 20
-	case 'G':
-		mult = 1 << 30
-	}
-	if mult > 1 {
-		t = t[:len(t)-1]
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("want a positive size such as 512M")
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("too large")
-	}
-	return n * mult, nil
+	return cli.Usagef("%v", err)
 }

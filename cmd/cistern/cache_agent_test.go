@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 func TestCacheAgentUsage(t *testing.T) {
@@ -75,5 +80,64 @@ func TestCacheAgentSignalCleansUp(t *testing.T) {
 	}
 	if _, err := os.Stat(cgPath); !os.IsNotExist(err) {
 		t.Errorf("cgroup %s left behind: %v", cgPath, err)
+	}
+}
+
+// TestCacheAgentLoadFailure: when the kernel will not load the agent's
+// programs (here: no CAP_PERFMON, which tracing programs need), the agent
+// exits 1 with kernel.LoadError's one line, not 2 as if a flag were wrong,
+// and leaves no cgroup behind.
+func TestCacheAgentLoadFailure(t *testing.T) {
+	testenv.RequireRoot(t)
+	setpriv := testenv.NeedTool(t, "setpriv", "util-linux")
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	name := fmt.Sprintf("cistern-test-cli-nocap-%d", os.Getpid())
+	var o, e bytes.Buffer
+	c := exec.Command(setpriv, "--bounding-set=-perfmon,-sys_admin", bin,
+		"cache", "agent", "--cgroup", name, "--limit", "64M", "--dir", dir, "--policy", "lru")
+	c.Stdout, c.Stderr = &o, &e
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	msg := e.String()
+	if code != 1 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "page-cache tracker") {
+		t.Errorf("agent without CAP_PERFMON: exit %d, want 1 with one line naming what failed to load; stderr %q", code, msg)
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/" + name + "*"); len(m) > 0 {
+		t.Errorf("cgroup left behind: %v", m)
+	}
+}
+
+// TestCacheAgentRefusalIsRuntime: a real verifier refusal (a program that
+// reads a register it never set), as pagecache.Start returns it through
+// kernel.LoadError, exits 1 with one sentence.
+func TestCacheAgentRefusalIsRuntime(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "uninit", Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Reg(asm.R0, asm.R2), asm.Return()},
+	})
+	if err == nil {
+		t.Fatal("the kernel loaded a program that reads an unset register")
+	}
+	le := kernel.LoadError("page-cache policy lru", err)
+	var r *kernel.RefusedError
+	if !errors.As(le, &r) {
+		t.Fatalf("%T %v: want a *kernel.RefusedError", le, le)
+	}
+	if r.LogFile != "" {
+		defer os.Remove(r.LogFile)
+	}
+	got := agentStartError(le)
+	if code := exitCode(got); code != 1 || strings.Contains(got.Error(), "\n") || !strings.Contains(got.Error(), "refused page-cache policy lru") {
+		t.Errorf("refusal: exit %d, message %q; want 1 and one sentence", code, got)
+	}
+	if code := exitCode(agentStartError(errors.New("cgroup x: no such cgroup"))); code != 2 {
+		t.Errorf("a bad --cgroup: exit %d, want 2", code)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/size"
 	"github.com/cistern-ebpf/cistern/pagecache"
 	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
 )
@@ -41,9 +42,9 @@ the trace's summary; 'cistern cache headroom --trace FILE' then replays it.`,
 				return cli.Usagef("--cgroup, --dir and --out are required")
 			}
 			if limit != "" {
-				n, err := parseSize(limit)
+				n, err := size.Parse(limit)
 				if err != nil {
-					return cli.Usagef("--limit %q: %v", limit, err)
+					return cli.Usagef("--limit: %v", err)
 				}
 				cfg.Limit = n
 			}

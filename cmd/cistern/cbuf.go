@@ -15,6 +15,7 @@ import (
 	"github.com/cistern-ebpf/cistern/cbuf/kcomp"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
+	"github.com/cistern-ebpf/cistern/internal/size"
 )
 
 const defaultCBufSocket = "/run/cistern-cbuf.sock"
@@ -47,14 +48,16 @@ owner granted to it (cbuf_export, cbuf_grant, cbuf_send_to). See the threat
 model in docs/cbuf.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if opt.Memory, err = cbuf.ParseSize(memory); err != nil {
+			n, err := size.Parse(memory)
+			if err != nil {
 				return cli.Usagef("--memory: %v", err)
 			}
+			opt.Memory = uint64(n)
 			if pool != "" {
-				if opt.Pool, err = cbuf.ParseSize(pool); err != nil {
+				if n, err = size.Parse(pool); err != nil {
 					return cli.Usagef("--pool: %v", err)
 				}
+				opt.Pool = uint64(n)
 			}
 			switch opt.Policy {
 			case "max-throughput", "priority", "qos":

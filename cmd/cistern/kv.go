@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -47,9 +46,12 @@ func newKVServeCmd() *cobra.Command {
 UDP get hits are answered in the kernel (XDP_TX); misses, TCP and oversize
 values go to memcached, which stays the source of truth. UDP sets write
 through; TCP writes invalidate the kernel copy before memcached sees them.
---tcp (experimental) also answers GET hits on memcached's TCP connections
-in the kernel (sockmap); on 6.12 and 6.18 memcached was seen spinning on a
-connection so answered, so it is off by default (docs/kerby-kv.md).
+--tcp also answers GET hits on memcached's TCP connections in the kernel
+(sockmap). It is on by default only where the kernel passes the doctor's
+sockmap_self_redirect self-test (6.12, 6.18 and 7.2 do not: their
+sockmap can leave an answered segment counted as unread, and memcached
+spin); elsewhere --tcp turns it on, and serve prints which and why
+(docs/kerby-kv.md, "TCP on each kernel").
 --policy NAME makes pool-full eviction follow an in-kernel eviction policy
 (cistern cache replay's): the data path queues hits and fills, a drainer
 applies them every millisecond and evicts ahead of need, keeping 1/16 of
@@ -92,15 +94,24 @@ dropped.`,
 			if err != nil {
 				return cli.Usagef("--iface %s: no such interface", iface)
 			}
+			warn := func(msg string) { fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: %s\n", msg) }
 			if mode == kv.XDPNative {
-				if err := checkNativePeer(cmd, l.Attrs().Index, iface); err != nil {
+				if err := kv.CheckNativePeer(l.Attrs().Index, iface, warn); err != nil {
 					return err
 				}
 			}
-			if err := checkMemcached(host, portStr); err != nil {
+			if err := kv.CheckMemcached(host, portStr); err != nil {
 				return err
 			}
-			cfg.NoTCP = !tcpGets || noTCP
+			tcpOn, tcpWhy := kv.TCPDefault()
+			switch {
+			case noTCP:
+				tcpOn, tcpWhy = false, "off: --no-tcp"
+			case cmd.Flags().Changed("tcp"):
+				tcpOn, tcpWhy = tcpGets, map[bool]string{true: "on: --tcp", false: "off: --tcp=false"}[tcpGets]
+			}
+			cfg.TCP = tcpOn
+			fmt.Fprintf(cmd.ErrOrStderr(), "TCP GETs in the kernel: %s\n", tcpWhy)
 			fmt.Fprintf(cmd.ErrOrStderr(), "loading Kerby-KV: pool of %d blocks…\n", cfg.PoolConfig().CapacityBlocks)
 			srv, err := kv.Load(cfg)
 			if err != nil {
@@ -144,7 +155,7 @@ dropped.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Kerby-KV (%s mode, eviction %s) on %s with %s XDP (%s); tc: %s; tcp: %s; memcached %s; pool %d blocks of %d B (max %d per value); maps pinned at %s\n",
 				cfg.Mode, policy, iface, srv.XDPMode, srv.XDPReason, srv.TCMode, srv.TCPMode, mcAddr, pc.CapacityBlocks, pc.BlockSize, pc.MaxBlocks, pin)
-			go watchDriver(ctx, cmd, srv, iface)
+			go srv.WatchDriver(ctx, warn)
 			fmt.Fprintln(cmd.OutOrStdout(), "serving; Ctrl-C to stop")
 			<-ctx.Done()
 			st, err := srv.Stats()
@@ -175,76 +186,13 @@ dropped.`,
 	// TCP GETs in the kernel are opt-in: with them memcached can be left
 	// spinning on a connection the sockmap path answered (docs/kerby-kv.md,
 	// "TCP bench: where the time goes"); TCP writes always invalidate.
-	f.BoolVar(&tcpGets, "tcp", false, "also answer GET hits on memcached's TCP connections in the kernel (experimental: see docs/kerby-kv.md)")
-	f.BoolVar(&noTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached (the default)")
-	f.MarkDeprecated("no-tcp", "TCP GETs are off unless --tcp is given")
+	f.BoolVar(&tcpGets, "tcp", false, "answer GET hits on memcached's TCP connections in the kernel (default: on only where the kernel passes the sockmap_self_redirect self-test; see docs/kerby-kv.md)")
+	f.BoolVar(&noTCP, "no-tcp", false, "leave GETs on memcached's TCP connections to memcached")
+	f.MarkDeprecated("no-tcp", "use --tcp=false")
 	f.StringVar(&xdpMode, "xdp-mode", string(kv.XDPAuto), "auto (generic on a veth, else native when the driver has it), native or generic")
 	f.BoolVar(&generic, "generic", false, "same as --xdp-mode generic")
 	f.MarkDeprecated("generic", "use --xdp-mode generic")
 	return c
-}
-
-// checkNativePeer refuses --xdp-mode native on a veth whose peer runs no
-// XDP program: the veth driver would drop every reply sent with XDP_TX
-// (or, with only GRO on the peer, lose it without counting it). A peer that
-// cannot be read gets a warning; the drop counters then tell.
-func checkNativePeer(cmd *cobra.Command, ifindex int, iface string) error {
-	li, err := kv.InspectLink(ifindex)
-	if err != nil {
-		return err
-	}
-	p := li.Peer
-	switch {
-	case p == nil || p.Delivers():
-		return nil
-	case p.Err == nil:
-		return cli.Usagef("--xdp-mode native on %s: its veth peer (%s) runs no XDP program, so the veth driver would drop every reply sent with XDP_TX; use --xdp-mode auto (generic on a veth) or attach an XDP program to the peer first", iface, p)
-	default:
-		fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: cannot see whether the veth peer of %s (%s) runs an XDP program (%v); without one, every reply sent with XDP_TX is dropped (watch driver_xdp_tx_errors; --xdp-mode auto avoids it)\n", iface, p, p.Err)
-		return nil
-	}
-}
-
-// watchDriver publishes the interface's drop counters for 'cistern kv
-// stats' every second and warns, at most every 10 s each, while XDP_TX
-// replies are being dropped by the driver, and while the veth peer that
-// native mode relies on runs no XDP program (with only GRO on the peer,
-// the veth loses XDP_TX frames without counting them).
-func watchDriver(ctx context.Context, cmd *cobra.Command, srv *kv.Server, iface string) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var warned uint64
-	var lastDrop, lastPeer time.Time
-	watchPeer := srv.XDPMode == "native" && srv.Link.Peer != nil
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if c, err := srv.PublishDriverCounters(); err == nil {
-			if n := c["driver_xdp_tx_errors"]; n > warned && time.Since(lastDrop) >= 10*time.Second {
-				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: %s dropped %d XDP_TX replies so far (driver_xdp_tx_errors): on a veth, the peer must run an XDP program, or restart with --xdp-mode auto\n", iface, n)
-				warned, lastDrop = n, time.Now()
-			}
-		}
-		if watchPeer && time.Since(lastPeer) >= 10*time.Second {
-			if li, err := kv.InspectLink(srv.Link.Ifindex); err == nil && li.Peer != nil && li.Peer.Err == nil && !li.Peer.Delivers() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "cistern: warning: the veth peer of %s (%s) no longer runs an XDP program: replies sent with XDP_TX are lost; give it one again, or restart with --xdp-mode auto\n", iface, li.Peer)
-				lastPeer = time.Now()
-			}
-		}
-	}
-}
-
-// checkMemcached fails clearly when nothing answers at host:port.
-func checkMemcached(host, port string) error {
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), 2*time.Second)
-	if err != nil {
-		return fmt.Errorf("memcached at %s:%s does not answer (%v): start it with UDP enabled, e.g. memcached -U %s -p %s", host, port, err, port, port)
-	}
-	c.Close()
-	return nil
 }
 
 func newKVStatsCmd() *cobra.Command {

@@ -25,6 +25,7 @@ import (
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/tc"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kv"
 )
 
 // syncBuf is a bytes.Buffer a running command writes while the test reads.
@@ -224,6 +225,13 @@ func TestKVServeVethXDPMode(t *testing.T) {
 	s := startKVServe(t, bin, pair)
 	if !strings.Contains(s.stdout.String(), "with generic XDP (auto") {
 		t.Errorf("default mode on a veth: %s", s.stdout.String())
+	}
+	// TCP GETs: the default follows the kernel's self-test, and serve
+	// says which and why (kv's TestTCPDefault covers both outcomes).
+	tcpOn, tcpWhy := kv.TCPDefault()
+	wantMode := map[bool]string{true: "tcp: sockmap;", false: "tcp: off"}[tcpOn]
+	if !strings.Contains(s.stderr.String(), "TCP GETs in the kernel: "+tcpWhy) || !strings.Contains(s.stdout.String(), wantMode) {
+		t.Errorf("default TCP GETs: want %q on stderr and %q on stdout:\n%s\n%s", tcpWhy, wantMode, s.stderr.String(), s.stdout.String())
 	}
 	if r, ok := mc.once("set k 0 0 16\r\n"+val+"\r\n", time.Second); !ok || r != "STORED\r\n" {
 		t.Fatalf("set: %q %v", r, ok)

@@ -52,11 +52,11 @@ func main() {
 	cmd, err := root.ExecuteC()
 	if err != nil {
 		// Unknown commands and argument-count errors come from cobra untyped.
-		if cli.ExitCode(err) != cli.ExitUsage && cmd != nil && isCobraUsage(err) {
+		if exitCode(err) != cli.ExitUsage && cmd != nil && isCobraUsage(err) {
 			err = cli.UsageError{Err: err}
 		}
 		fmt.Fprintf(os.Stderr, "cistern: %v\n", err)
-		os.Exit(cli.ExitCode(err))
+		os.Exit(exitCode(err))
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/query"
 	"github.com/cistern-ebpf/cistern/query/exporter"
 )
@@ -79,7 +80,7 @@ lists the tables and columns; docs/query.md has the details.`,
 				defer f.Close()
 				out = f
 			}
-			benchkit.ChartMode = cli.PrivateMode // --plot: the events' data, like --out
+			plot.ChartMode = cli.PrivateMode // --plot: the events' data, like --out
 			opt := query.Options{Duration: duration, Mode: mode, Out: out, Format: format, Metrics: maddr, Plot: plotPath,
 				OnMetrics: func(a string) { fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", a) }}
 			if explain {
@@ -91,6 +92,9 @@ lists the tables and columns; docs/query.md has the details.`,
 				ctx = context.Background()
 			}
 			res, err := query.Run(ctx, args[0], opt)
+			if errors.Is(err, query.ErrNotRoot) {
+				return cli.RequireRoot("cistern query")
+			}
 			if err != nil {
 				return err
 			}

@@ -20,7 +20,7 @@ import (
 // guest, since the guest's /tmp is its own.
 func execMain(args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ExitOnError)
-	kname := fs.String("kernel", "6.1", "5.10, 6.1 or 6.12")
+	kname := fs.String("kernel", "6.1", "6.1, 6.12, sid (or its version, 7.2) or 5.10")
 	timeout := fs.Duration("timeout", 20*time.Minute, "kill the guest after this long")
 	var copies multi
 	fs.Var(&copies, "copy", "file to copy into /results (repeatable)")
@@ -73,12 +73,11 @@ func resultsRoot() string {
 	return d
 }
 
-// openByName accepts 5.10, 6.1, 6.12 or a suite name.
+// openByName accepts a short name (6.1), a suite name (sid) or sid's
+// version once fetched (7.2).
 func openByName(name string) (*vm.Kernel, error) {
-	for _, s := range vm.Suites {
-		if s.Name == name || s.Suite == name {
-			return vm.Open(s.Suite)
-		}
+	if s, ok := vm.Lookup(name); ok {
+		return vm.Open(s.Suite)
 	}
-	return nil, fmt.Errorf("kernel-matrix: unknown kernel %q (5.10, 6.1, 6.12)", name)
+	return nil, fmt.Errorf("kernel-matrix: unknown kernel %q (%s)", name, vm.Names())
 }

@@ -84,17 +84,14 @@ func guestScript(root string, full bool, host map[string]string) string {
 
 func runKernel(root, bin, name string, full bool, host map[string]string) *kernelResult {
 	r := &kernelResult{Kernel: name, Objects: map[string]string{}, Steps: map[string]stepResult{}, Systems: map[string]cell{}, Replay: map[string]string{}}
-	for _, s := range vm.Suites {
-		if s.Name == name {
-			r.Who = s.Who
-		}
-	}
+	s, _ := vm.Lookup(name)
+	r.Who = s.Who
 	k, err := openByName(name)
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	r.Release = k.Release
+	r.Kernel, r.Release = s.Display(k), k.Release
 	// Each run has its own directory: two matrices at once (a developer's and
 	// CI's) must not write into each other's results.
 	res, err := os.MkdirTemp(resultsRoot(), "run-"+name+"-")

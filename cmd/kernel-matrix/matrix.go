@@ -20,16 +20,17 @@ import (
 
 func matrixMain(args []string) int {
 	fs := flag.NewFlagSet("kernel-matrix", flag.ExitOnError)
-	kernels := fs.String("kernels", "6.1,6.12,5.10", "comma-separated kernels: 5.10, 6.1, 6.12")
+	kernels := fs.String("kernels", "6.1,6.12,sid,5.10", "comma-separated kernels: 6.1, 6.12, sid (the newest, shown by its version) or its version (7.2), 5.10")
 	full := fs.Bool("full", os.Getenv("FULL") == "1", "also run the server and long tests (FULL=1)")
 	docs := fs.String("docs", "", "write the table as markdown to FILE (docs/kernels.md)")
 	readme := fs.String("readme", "", "replace the kernel table between the kernel-matrix markers in FILE (README.md)")
 	jsonOut := fs.String("json", "", "write all results as JSON to FILE")
 	fromJSON := fs.String("from-json", "", "render --docs/--readme from a saved --json FILE instead of running")
 	took := fs.Duration("took", 0, "with --from-json: how long that run took")
+	merge := fs.Bool("merge", os.Getenv("MERGE") == "1", "with --docs/--readme: replace only these kernels' rows, keep the others (MERGE=1)")
 	fs.Parse(args)
 	if *fromJSON != "" {
-		return render(*fromJSON, *full, *took, *docs, *readme)
+		return render(*fromJSON, *full, *merge, *took, *docs, *readme)
 	}
 
 	root, err := repoRoot()
@@ -106,14 +107,14 @@ func matrixMain(args []string) int {
 		os.WriteFile(*jsonOut, b, 0o644)
 	}
 	if *docs != "" {
-		if err := os.WriteFile(*docs, []byte(renderDocs(results, *full, time.Since(start))), 0o644); err != nil {
+		if err := writeDocs(*docs, results, *full, *merge, time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		fmt.Println("kernel-matrix: wrote", *docs)
 	}
 	if *readme != "" {
-		if err := spliceReadme(*readme, summaryTable(results)); err != nil {
+		if err := spliceReadme(*readme, summaryTable(results), *merge); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

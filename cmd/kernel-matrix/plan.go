@@ -101,17 +101,12 @@ func (c replayCheck) args() []string {
 func fetch(root string, names []string) error {
 	var suites []string
 	for _, n := range names {
-		found := false
-		for _, s := range vm.Suites {
-			if s.Name == n {
-				found = true
-				if _, err := vm.Open(s.Suite); err != nil {
-					suites = append(suites, s.Suite)
-				}
-			}
+		s, ok := vm.Lookup(n)
+		if !ok {
+			return fmt.Errorf("kernel-matrix: unknown kernel %q (%s)", n, vm.Names())
 		}
-		if !found {
-			return fmt.Errorf("kernel-matrix: unknown kernel %q (5.10, 6.1, 6.12)", n)
+		if _, err := vm.Open(s.Suite); err != nil {
+			suites = append(suites, s.Suite)
 		}
 	}
 	if len(suites) == 0 {

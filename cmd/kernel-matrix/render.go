@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/vm"
 )
 
 func renderTable(rs []*kernelResult) string {
@@ -45,7 +48,7 @@ func renderTable(rs []*kernelResult) string {
 }
 
 // render writes the docs and the README's table from a saved run.
-func render(path string, full bool, took time.Duration, docs, readme string) int {
+func render(path string, full, merge bool, took time.Duration, docs, readme string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,13 +61,13 @@ func render(path string, full bool, took time.Duration, docs, readme string) int
 	}
 	fmt.Print(renderTable(results))
 	if docs != "" {
-		if err := os.WriteFile(docs, []byte(renderDocs(results, full, took)), 0o644); err != nil {
+		if err := writeDocs(docs, results, full, merge, took); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
 	if readme != "" {
-		if err := spliceReadme(readme, summaryTable(results)); err != nil {
+		if err := spliceReadme(readme, summaryTable(results), merge); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -104,7 +107,9 @@ const (
 	markEnd   = "<!-- kernel-matrix: end -->"
 )
 
-func spliceReadme(path, table string) error {
+// spliceReadme replaces the README's table; merge keeps the rows of
+// kernels the table lacks.
+func spliceReadme(path, table string, merge bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -113,6 +118,9 @@ func spliceReadme(path, table string) error {
 	i, j := strings.Index(s, markBegin), strings.Index(s, markEnd)
 	if i < 0 || j < i {
 		return fmt.Errorf("kernel-matrix: %s has no %q … %q block", path, markBegin, markEnd)
+	}
+	if merge {
+		table = mergeTable(s[i+len(markBegin):j], table)
 	}
 	s = s[:i+len(markBegin)] + "\n" + table + s[j:]
 	return os.WriteFile(path, []byte(s), 0o644)
@@ -125,7 +133,7 @@ func renderDocs(rs []*kernelResult, full bool, took time.Duration) string {
 	if !full {
 		b.WriteString(" that need no server")
 	}
-	fmt.Fprintf(&b, ". Run: %s, %s.\n\n", time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
+	b.WriteString(". Each kernel's details say when it ran, how, and beside which kernels.\n\n")
 	b.WriteString(summaryTable(rs))
 	b.WriteString("\n## Details\n")
 	for _, r := range rs {
@@ -139,8 +147,12 @@ func renderDocs(rs []*kernelResult, full bool, took time.Duration) string {
 				okN++
 			}
 		}
+		fmt.Fprintf(&b, "- run: %s\n", runLine(rs, full, took))
 		fmt.Fprintf(&b, "- %s: %d of %d BPF objects load\n", r.Who, okN, len(r.Objects))
 		fmt.Fprintf(&b, "- boot to user space %.1f s, whole run %.0f s (qemu TCG)\n", r.Boot, r.Elapsed)
+		if d := doctorCheck(r.Doctor, "reclaim"); d != "" {
+			fmt.Fprintf(&b, "- page reclaim (doctor): %s\n", d)
+		}
 		for _, sys := range systemOrder {
 			if c := r.Systems[sys]; c.Why != "" {
 				fmt.Fprintf(&b, "- %s: %s: %s\n", sys, c.Status, c.Why)
@@ -182,6 +194,154 @@ func renderDocs(rs []*kernelResult, full bool, took time.Duration) string {
 		}
 	}
 	return b.String()
+}
+
+// doctorCheck is the detail of one of the doctor's checks, "" if absent.
+func doctorCheck(raw json.RawMessage, name string) string {
+	var d struct {
+		Checks []struct{ Name, Detail string } `json:"checks"`
+	}
+	if json.Unmarshal(raw, &d) == nil {
+		for _, c := range d.Checks {
+			if c.Name == name {
+				return c.Detail
+			}
+		}
+	}
+	return ""
+}
+
+// runLine says when and how a kernel's row was made.
+func runLine(rs []*kernelResult, full bool, took time.Duration) string {
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.Kernel)
+	}
+	how := "`make kernel-matrix`"
+	if full {
+		how = "`make kernel-matrix FULL=1`"
+	}
+	beside := "alone"
+	if len(names) > 1 {
+		beside = "side by side with " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, %s, %s (the matrix took %s)", time.Now().UTC().Format("2006-01-02"), how, beside, took.Round(time.Second))
+}
+
+// Merging (--merge): a run of some kernels replaces their rows and details
+// in docs/kernels.md and the README's table and keeps the other kernels'
+// rows, so one kernel can be run alone (FULL=1 of every kernel takes hours
+// on a shared machine). Rows keep vm.Suites' order.
+
+// tableRows splits a markdown table's body rows by their first cell.
+func tableRows(table string) map[string]string {
+	rows := map[string]string{}
+	for _, l := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(l, "| ") || strings.HasPrefix(l, "| kernel |") {
+			continue
+		}
+		k := strings.TrimSpace(strings.Split(l, "|")[1])
+		rows[k] = l
+	}
+	return rows
+}
+
+// kernelRank orders kernels as vm.Suites lists them; sid's version-named
+// row takes sid's place.
+func kernelRank(name string) int {
+	for i, s := range vm.Suites {
+		if s.Name == name {
+			return i
+		}
+	}
+	for i, s := range vm.Suites {
+		if s.Name == "" {
+			return i
+		}
+	}
+	return len(vm.Suites)
+}
+
+func sortedKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.SliceStable(ks, func(i, j int) bool {
+		ri, rj := kernelRank(ks[i]), kernelRank(ks[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return ks[i] < ks[j]
+	})
+	return ks
+}
+
+// mergeTable returns table with old's rows for kernels table lacks.
+func mergeTable(old, table string) string {
+	rows := tableRows(old)
+	for k, l := range tableRows(table) {
+		rows[k] = l
+	}
+	lines := strings.SplitN(table, "\n", 3) // header, separator, body
+	var b strings.Builder
+	b.WriteString(lines[0] + "\n" + lines[1] + "\n")
+	for _, k := range sortedKeys(rows) {
+		b.WriteString(rows[k] + "\n")
+	}
+	return b.String()
+}
+
+// mergeDocs merges a fresh docs/kernels.md (doc) into the existing one
+// (old): rows and details of old's other kernels are kept. Details of a
+// row made before run lines existed get one from old's "Run:" sentence.
+func mergeDocs(old, doc string) string {
+	split := func(s string) (head, table string, details map[string]string) {
+		details = map[string]string{}
+		top, det, _ := strings.Cut(s, "\n## Details\n")
+		i := strings.Index(top, "\n| kernel |")
+		if i < 0 {
+			return top, "", details
+		}
+		head, table = top[:i+1], top[i+1:]
+		for _, blk := range strings.Split(det, "\n### ")[1:] {
+			k, _, _ := strings.Cut(blk, " ")
+			details[k] = "### " + strings.TrimRight(blk, "\n") + "\n"
+		}
+		return head, table, details
+	}
+	_, oldTable, oldDet := split(old)
+	head, table, det := split(doc)
+	if m := regexp.MustCompile(`Run: ([^,]+), ([^.]+)\.`).FindStringSubmatch(old); m != nil {
+		for k, blk := range oldDet {
+			if !strings.Contains(blk, "\n- run: ") {
+				h, rest, _ := strings.Cut(blk, "\n\n")
+				oldDet[k] = h + "\n\n- run: " + m[1] + ", `make kernel-matrix FULL=1` with the other kernels of that run (the matrix took " + m[2] + ")\n" + rest
+			}
+		}
+	}
+	for k, blk := range det {
+		oldDet[k] = blk
+	}
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteString(strings.TrimRight(mergeTable(oldTable, table), "\n") + "\n")
+	b.WriteString("\n## Details\n")
+	for _, k := range sortedKeys(oldDet) {
+		b.WriteString("\n" + oldDet[k])
+	}
+	return b.String()
+}
+
+// writeDocs writes docs/kernels.md, merged into the existing file if asked.
+func writeDocs(path string, rs []*kernelResult, full, merge bool, took time.Duration) error {
+	doc := renderDocs(rs, full, took)
+	if merge {
+		if old, err := os.ReadFile(path); err == nil {
+			doc = mergeDocs(string(old), doc)
+		}
+	}
+	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
 func firstLine(s string) string {

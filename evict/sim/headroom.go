@@ -50,18 +50,11 @@ func Headroom(keys []uint64, from int, reads uint64, capacity int, policies []st
 		return 1000 * float64(m) / float64(reads)
 	}
 	r.OPT = Figure{Name: "opt", Misses: OPT(keys, capacity, from)}
-	r.Kernel = Figure{Name: "kernel", Misses: Kernel(keys, capacity, from)}
-	reqs := make([]evict.Request, len(keys))
-	for i, k := range keys {
-		reqs[i] = evict.Request{Key: k, Size: 1}
+	kern, pols, err := Compare(keys, from, capacity, policies)
+	if err != nil {
+		return r, err
 	}
-	for _, p := range policies {
-		m, err := replayMisses(p, reqs, from, capacity)
-		if err != nil {
-			return r, fmt.Errorf("replay %s: %w", p, err)
-		}
-		r.Policies = append(r.Policies, Figure{Name: p, Misses: m})
-	}
+	r.Kernel, r.Policies = kern, pols
 	fill := func(f *Figure) {
 		f.MissesPer1000Reads = per(f.Misses)
 		if r.OPT.Misses > 0 {
@@ -92,6 +85,26 @@ func (r *Report) policy(name string) *Figure {
 		}
 	}
 	return nil
+}
+
+// Compare counts the misses of keys[from:] (keys before from warm each
+// cache) at capacity pages under the kernel model and each policy,
+// replayed in the kernel: what `--policy auto` weighs on its sample.
+func Compare(keys []uint64, from, capacity int, policies []string) (kernel Figure, pols []Figure, err error) {
+	from = min(max(from, 0), len(keys))
+	kernel = Figure{Name: "kernel", Misses: Kernel(keys, capacity, from)}
+	reqs := make([]evict.Request, len(keys))
+	for i, k := range keys {
+		reqs[i] = evict.Request{Key: k, Size: 1}
+	}
+	for _, p := range policies {
+		m, err := replayMisses(p, reqs, from, capacity)
+		if err != nil {
+			return kernel, pols, fmt.Errorf("replay %s: %w", p, err)
+		}
+		pols = append(pols, Figure{Name: p, Misses: m})
+	}
+	return kernel, pols, nil
 }
 
 // replayMisses runs reqs through policy in the kernel and returns the

@@ -1,11 +1,12 @@
-// Package cbufweb builds and runs the CBUF web server (c/cbufweb.c: a front
+// Command cbufweb builds and runs the CBUF web server (c/cbufweb.c: a front
 // end, a content component and a cache, each its own process passing
 // requests and bodies as CBUF ids) and the baselines it is compared with:
 // nginx and Apache (mod_proxy_fcgi) in front of a libfcgi application
-// (c/fcgiapp.c) that produces the same bodies. Tests and `cistern bench cbuf
-// --workload web` use it; every server runs as a private instance on
-// 127.0.0.1 with its configuration in its own directory.
-package cbufweb
+// (c/fcgiapp.c) that produces the same bodies (main.go: `cbufweb serve`,
+// `cbufweb check`). `cistern bench cbuf --workload web` builds this program
+// and runs it; every server runs as a private instance on 127.0.0.1 with
+// its configuration in its own directory.
+package main
 
 import (
 	"context"

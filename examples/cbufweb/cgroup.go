@@ -1,4 +1,4 @@
-package cbufweb
+package main
 
 import (
 	"fmt"

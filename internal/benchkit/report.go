@@ -23,7 +23,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/kernel"
 )
 
@@ -190,12 +189,6 @@ func (r *Report) TargetsPassed() bool {
 		}
 	}
 	return true
-}
-
-// WriteJSON writes the report, indented and newline-terminated, to path, or
-// to stdout when path is "-".
-func (r *Report) WriteJSON(path string) error {
-	return cli.WriteJSON(path, r)
 }
 
 // MarshalJSON encodes the report in the bench JSON convention, keeping the

@@ -1,11 +1,8 @@
 package benchkit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -66,10 +63,6 @@ func TestSamplesMedianSpreadTable(t *testing.T) {
 			t.Errorf("table shows %q:\n%s", no, out)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "r.json")
-	if err := r.WriteJSON(path); err != nil {
-		t.Fatal(err)
-	}
 	data, _ := json.Marshal(r)
 	var doc struct {
 		Rounds  map[string]map[string][]float64 `json:"rounds"`
@@ -86,23 +79,6 @@ func TestSamplesMedianSpreadTable(t *testing.T) {
 	}
 	if doc.Targets[0].Min != 2 || doc.Targets[0].Max != 5 {
 		t.Errorf("target spread %+v", doc.Targets[0])
-	}
-}
-
-func TestBarChartSpread(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bars.png")
-	err := BarChart(path, "t", "y", []string{"g1", "g2"}, []BarSeries{
-		{Name: "a", Values: []float64{2, 3}, Lo: []float64{1, 2}, Hi: []float64{3, 4}},
-		{Name: "b", Values: []float64{1, 1}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data, err := os.ReadFile(path); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
-		t.Errorf("no PNG written: %v", err)
-	}
-	if err := BarChart(path, "t", "y", []string{"g1"}, []BarSeries{{Name: "a", Values: []float64{2}, Lo: []float64{1, 2}, Hi: []float64{3}}}); err == nil {
-		t.Error("mismatched spread: no error")
 	}
 }
 

@@ -4,12 +4,12 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 )
 
-// Exit statuses, as documented in the README.
+// Exit statuses, as documented in the README; cmd/cistern's exitCode maps
+// errors to them.
 const (
 	ExitOK      = 0
 	ExitRuntime = 1
@@ -24,18 +24,6 @@ func (e UsageError) Unwrap() error { return e.Err }
 
 // Usagef builds a UsageError.
 func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
-
-// ExitCode maps an error to the process exit status.
-func ExitCode(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var u UsageError
-	if errors.As(err, &u) {
-		return ExitUsage
-	}
-	return ExitRuntime
-}
 
 // WriteJSON writes v indented to path, or to stdout when path is "-".
 func WriteJSON(path string, v any) error {

@@ -16,9 +16,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
+
+// AddrError is a --metrics address that is not HOST:PORT.
+type AddrError struct {
+	Addr string
+	Err  error
+}
+
+func (e *AddrError) Error() string {
+	return fmt.Sprintf("--metrics %q: %v: give HOST:PORT, e.g. 127.0.0.1:9464", e.Addr, e.Err)
+}
+func (e *AddrError) Unwrap() error { return e.Err }
 
 // shutdownGrace bounds how long an in-flight scrape may delay shutdown.
 const shutdownGrace = 2 * time.Second
@@ -29,11 +38,11 @@ const shutdownGrace = 2 * time.Second
 // Prometheus' global one, so that several servers (or tests) in one process
 // never collide. The server stops when ctx is done.
 //
-// A malformed addr is a usage error (exit status 2); an address already in
-// use says so and wraps syscall.EADDRINUSE.
+// A malformed addr is an *AddrError (the CLI exits with status 2); an
+// address already in use says so and wraps syscall.EADDRINUSE.
 func Serve(ctx context.Context, addr string, collectors ...prometheus.Collector) (string, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", cli.Usagef("--metrics %q: %v: give HOST:PORT, e.g. 127.0.0.1:9464", addr, err)
+		return "", &AddrError{Addr: addr, Err: err}
 	}
 	if err := ctx.Err(); err != nil {
 		return "", err

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 // scrape fetches /metrics from addr and returns its samples by metric line
@@ -171,16 +169,17 @@ func TestServeAddressInUse(t *testing.T) {
 		!strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("unclear error: %v", err)
 	}
-	if cli.ExitCode(err) != cli.ExitRuntime {
-		t.Errorf("exit code %d, want %d", cli.ExitCode(err), cli.ExitRuntime)
+	if ae := new(AddrError); errors.As(err, &ae) {
+		t.Errorf("a busy address is not a bad one: %v", err)
 	}
 }
 
 func TestServeBadAddress(t *testing.T) {
 	for _, addr := range []string{"9464", "", "localhost"} {
 		_, err := Serve(t.Context(), addr)
-		if err == nil || cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), "HOST:PORT") {
-			t.Errorf("Serve(%q) = %v, want a usage error asking for HOST:PORT", addr, err)
+		var ae *AddrError
+		if !errors.As(err, &ae) || ae.Addr != addr || !strings.Contains(err.Error(), "HOST:PORT") {
+			t.Errorf("Serve(%q) = %v, want an *AddrError asking for HOST:PORT", addr, err)
 		}
 	}
 }

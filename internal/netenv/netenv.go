@@ -205,18 +205,6 @@ func Do(ns netns.NsHandle, fn func() error) error {
 	}, fn)
 }
 
-// Scratch runs fn on an OS thread inside a new, empty network namespace,
-// which goes away when fn returns (feature probes that create links).
-func Scratch(fn func() error) error {
-	return onThreadIn(func() (netns.NsHandle, error) {
-		h, err := netns.New() // also moves this thread into it
-		if err != nil {
-			return netns.None(), fmt.Errorf("netenv: create a network namespace: %w", err)
-		}
-		return h, nil
-	}, fn)
-}
-
 // onThreadIn runs fn on a locked OS thread that enter moved into a
 // namespace, then moves the thread back. enter may return a handle to close
 // afterwards. A thread that cannot go back stays locked, so the runtime

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,25 +165,14 @@ func tcxCount(t *testing.T, p *netenv.Pair, at ebpf.AttachType) int {
 	return n
 }
 
-// atLeast reports whether the running kernel is major.minor or newer.
-func atLeast(major, minor int) bool {
-	f := strings.SplitN(kernel.Release(), ".", 3)
-	if len(f) < 2 {
-		return false
-	}
-	ma, _ := strconv.Atoi(f[0])
-	mi, _ := strconv.Atoi(strings.TrimLeftFunc(f[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return ma > major || ma == major && mi >= minor
-}
-
 func TestTCXProbe(t *testing.T) {
 	testenv.RequireRoot(t)
 	err := kernel.TCX()
 	t.Logf("kernel %s: TCX() = %v; TCMode %q", kernel.Release(), err, tc.Mode())
-	if atLeast(6, 6) && err != nil {
+	if kernel.AtLeast(6, 6) && err != nil {
 		t.Fatalf("TCX on %s: %v", kernel.Release(), err)
 	}
-	if !atLeast(6, 6) && !errors.Is(err, kernel.ErrMissing) {
+	if !kernel.AtLeast(6, 6) && !errors.Is(err, kernel.ErrMissing) {
 		t.Fatalf("TCX on %s: %v, want ErrMissing", kernel.Release(), err)
 	}
 	want := "tcx"

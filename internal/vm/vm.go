@@ -32,7 +32,7 @@ import (
 
 // Kernel is one unpacked kernel (scripts/kernel-matrix/fetch-kernels.sh).
 type Kernel struct {
-	Suite   string // bullseye, bookworm, trixie
+	Suite   string // bullseye, bookworm, trixie, sid
 	Release string // uname -r
 	Dir     string
 }
@@ -40,11 +40,69 @@ type Kernel struct {
 // CacheDir is where fetch-kernels.sh unpacks kernels.
 const CacheDir = "/var/cache/cistern/kernels"
 
-// Suites maps a short name (as the matrix prints it) to Debian's suite.
-var Suites = []struct{ Name, Suite, Who string }{
-	{"5.10", "bullseye", "Debian 11"},
+// Suite is one of Debian's suites whose cloud kernel the matrix boots.
+type Suite struct {
+	// Name is the short name the matrix prints; "" for sid, whose kernel
+	// moves with unstable: it is named by the version fetched (Version).
+	Name, Suite, Who string
+}
+
+// Suites lists the matrix's kernels, in table order.
+var Suites = []Suite{
 	{"6.1", "bookworm", "Debian 12, Amazon Linux 2023"},
 	{"6.12", "trixie", "Debian 13, RHEL 10"},
+	{"", "sid", "Debian unstable, the newest (Ubuntu 26.04 LTS runs 7.0)"},
+	{"5.10", "bullseye", "Debian 11"},
+}
+
+// Version is the kernel's major.minor ("7.2" of "7.2.13+deb14-cloud-amd64").
+func (k *Kernel) Version() string {
+	parts := strings.SplitN(k.Release, ".", 3)
+	if len(parts) < 2 {
+		return k.Release
+	}
+	minor, _, _ := strings.Cut(parts[1], "-")
+	return parts[0] + "." + minor
+}
+
+// Lookup finds a suite by its short name, its suite name, or (for sid) the
+// version of the kernel fetched for it ("7.2").
+func Lookup(name string) (Suite, bool) {
+	for _, s := range Suites {
+		if (s.Name != "" && s.Name == name) || s.Suite == name {
+			return s, true
+		}
+	}
+	for _, s := range Suites {
+		if s.Name != "" {
+			continue
+		}
+		if k, err := Open(s.Suite); err == nil && k.Version() == name {
+			return s, true
+		}
+	}
+	return Suite{}, false
+}
+
+// Names lists the names Lookup accepts, for messages.
+func Names() string {
+	var n []string
+	for _, s := range Suites {
+		if s.Name != "" {
+			n = append(n, s.Name)
+		} else {
+			n = append(n, s.Suite+" (the newest, named by its version)")
+		}
+	}
+	return strings.Join(n, ", ")
+}
+
+// Display is the name the tables show: the short name, or sid's version.
+func (s Suite) Display(k *Kernel) string {
+	if s.Name != "" || k == nil {
+		return s.Name
+	}
+	return k.Version()
 }
 
 // Open finds an unpacked kernel of a suite.

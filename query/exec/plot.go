@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/internal/plot"
 	"github.com/cistern-ebpf/cistern/query/parse"
 	"github.com/cistern-ebpf/cistern/query/sema"
 )
@@ -18,7 +18,7 @@ type plotter struct {
 	y      int   // item plotted
 	labels []int // items naming the group
 	x0     int64
-	pts    map[string]*benchkit.Series
+	pts    map[string]*plot.Series
 	total  map[string]float64
 }
 
@@ -40,7 +40,7 @@ func (e *Engine) EnablePlot() error {
 	if !e.q.Grouped {
 		return fmt.Errorf("--plot needs an aggregate query (GROUP BY or an aggregate)")
 	}
-	p := &plotter{y: -1, pts: map[string]*benchkit.Series{}, total: map[string]float64{}}
+	p := &plotter{y: -1, pts: map[string]*plot.Series{}, total: map[string]float64{}}
 	for i, it := range e.q.Items {
 		numeric := it.Type == sema.TInt || it.Type == sema.TFloat
 		if p.y < 0 && numeric && hasAgg(it.Expr) {
@@ -71,7 +71,7 @@ func (p *plotter) add(endNs int64, vals []Value) {
 	}
 	s := p.pts[label]
 	if s == nil {
-		s = &benchkit.Series{Name: label}
+		s = &plot.Series{Name: label}
 		p.pts[label] = s
 	}
 	if p.x0 == 0 {
@@ -105,15 +105,15 @@ func (e *Engine) WritePlot(path string) error {
 		title = title[:69] + "..."
 	}
 	if e.windowed {
-		var ss []benchkit.Series
+		var ss []plot.Series
 		for _, n := range names {
 			ss = append(ss, *p.pts[n])
 		}
-		return benchkit.LineChart(path, title, "seconds (window end)", yname, ss)
+		return plot.LineChart(path, title, "seconds (window end)", yname, ss)
 	}
 	vals := make([]float64, len(names))
 	for i, n := range names {
 		vals[i] = p.total[n]
 	}
-	return benchkit.BarChart(path, title, yname, names, []benchkit.BarSeries{{Name: yname, Values: vals}})
+	return plot.BarChart(path, title, yname, names, []plot.BarSeries{{Name: yname, Values: vals}})
 }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 // Query is one named query of the exporter.
@@ -45,20 +43,32 @@ const (
 	DefaultListen    = "127.0.0.1:9435"
 )
 
+// ConfigError is a bad configuration: a file that cannot be read or
+// parsed, a bad name or bound, or a query the exporter cannot serve (the
+// CLI exits with status 2).
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErrorf(format string, a ...any) error {
+	return &ConfigError{fmt.Errorf(format, a...)}
+}
+
 var nameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Load reads a YAML configuration; unknown keys are errors.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, cli.Usagef("--config: %v", err)
+		return nil, configErrorf("--config: %v", err)
 	}
 	defer f.Close()
 	var c Config
 	d := yaml.NewDecoder(f)
 	d.KnownFields(true)
 	if err := d.Decode(&c); err != nil {
-		return nil, cli.Usagef("--config %s: %v", path, err)
+		return nil, configErrorf("--config %s: %v", path, err)
 	}
 	return &c, nil
 }
@@ -76,23 +86,23 @@ func (c *Config) Validate() error {
 		c.MaxSeries = DefaultMaxSeries
 	}
 	if c.Window < 10*time.Millisecond || c.MaxSeries < 1 {
-		return cli.Usagef("window must be at least 10ms and max_series at least 1")
+		return configErrorf("window must be at least 10ms and max_series at least 1")
 	}
 	if len(c.Queries) == 0 {
-		return cli.Usagef("no queries: give --query NAME='SQL' or a config file with queries")
+		return configErrorf("no queries: give --query NAME='SQL' or a config file with queries")
 	}
 	seen := map[string]bool{}
 	for i := range c.Queries {
 		q := &c.Queries[i]
 		if !nameRE.MatchString(q.Name) {
-			return cli.Usagef("query name %q: want [a-zA-Z_][a-zA-Z0-9_]* (it becomes part of metric names)", q.Name)
+			return configErrorf("query name %q: want [a-zA-Z_][a-zA-Z0-9_]* (it becomes part of metric names)", q.Name)
 		}
 		if seen[q.Name] {
-			return cli.Usagef("query name %q given twice", q.Name)
+			return configErrorf("query name %q given twice", q.Name)
 		}
 		seen[q.Name] = true
 		if q.SQL == "" {
-			return cli.Usagef("query %s: no sql", q.Name)
+			return configErrorf("query %s: no sql", q.Name)
 		}
 		if q.Window == 0 {
 			q.Window = c.Window
@@ -101,7 +111,7 @@ func (c *Config) Validate() error {
 			q.MaxSeries = c.MaxSeries
 		}
 		if q.Window < 10*time.Millisecond || q.MaxSeries < 1 {
-			return cli.Usagef("query %s: window must be at least 10ms and max_series at least 1", q.Name)
+			return configErrorf("query %s: window must be at least 10ms and max_series at least 1", q.Name)
 		}
 	}
 	return nil

@@ -3,7 +3,6 @@ package exporter
 import (
 	"strings"
 
-	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/query/parse"
 	"github.com/cistern-ebpf/cistern/query/sema"
@@ -53,7 +52,7 @@ func unitSuffix(c *parse.Call) string {
 // grouped (aggregates or GROUP BY): a window of raw rows is no metric.
 func columns(name string, q *sema.Query, cumulative bool) ([]column, error) {
 	if !q.Grouped {
-		return nil, cli.Usagef("query %s: the exporter needs aggregates (COUNT, SUM, HIST, ...) with GROUP BY: raw rows are not metrics", name)
+		return nil, configErrorf("query %s: the exporter needs aggregates (COUNT, SUM, HIST, ...) with GROUP BY: raw rows are not metrics", name)
 	}
 	prefix := "cistern_query_" + name + "_"
 	var cols []column
@@ -103,7 +102,7 @@ func columns(name string, q *sema.Query, cumulative bool) ([]column, error) {
 			c.help = "cistern query " + name + ": " + it.Name
 		}
 		if seen[c.name] {
-			return nil, cli.Usagef("query %s: two columns map to %s: give them distinct aliases", name, c.name)
+			return nil, configErrorf("query %s: two columns map to %s: give them distinct aliases", name, c.name)
 		}
 		seen[c.name] = true
 		cols = append(cols, c)

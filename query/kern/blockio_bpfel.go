@@ -27,6 +27,7 @@ const (
 	blockIoProgQ_blockIssue    = "q_block_issue"
 	blockIoVarQ_aggSigned      = "q_agg_signed"
 	blockIoVarQ_aggslot        = "q_aggslot"
+	blockIoVarQ_cgroupOnly     = "q_cgroup_only"
 	blockIoVarQ_clEnter        = "q_cl_enter"
 	blockIoVarQ_clMask         = "q_cl_mask"
 	blockIoVarQ_clNv           = "q_cl_nv"
@@ -115,6 +116,7 @@ type blockIoMapSpecs struct {
 type blockIoVariableSpecs struct {
 	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
@@ -185,6 +187,7 @@ func (m *blockIoMaps) Close() error {
 type blockIoVariables struct {
 	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`

@@ -118,18 +118,22 @@ type object struct {
 	load   func() (*ebpf.CollectionSpec, error)
 	attach []attach
 	joined bool
+	// cgroupFirst: both halves run in the task's context and check
+	// q_cgroup_only first (q_foreign), so a plan that admits one cgroup
+	// only can have other tasks' events turned away before any work.
+	cgroupFirst bool
 }
 
 // Objects are the templates by table.
 var objects = map[string]object{
-	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_tp", "sys_enter"}, {"q_sys_exit", "raw_tp", "sys_exit"}}, true},
-	"uprobe":       {loadUprobe, []attach{{"q_uprobe_enter", "uprobe", ""}, {"q_uprobe_exit", "uretprobe", ""}}, true},
-	"sched_switch": {loadSchedSwitch, []attach{{"q_sched_switch", "sched", "sched_switch"}}, false},
-	"process_exec": {loadProcessExec, []attach{{"q_process_exec", "sched", "sched_process_exec"}}, false},
-	"process_exit": {loadProcessExit, []attach{{"q_process_exit", "sched", "sched_process_exit"}}, false},
-	"page_cache":   {loadPageCache, []attach{{"q_page_add", "filemap", "mm_filemap_add_to_page_cache"}, {"q_page_delete", "filemap", "mm_filemap_delete_from_page_cache"}}, false},
-	"block_io":     {loadBlockIo, []attach{{"q_block_issue", "block", "block_rq_issue"}, {"q_block_complete", "block", "block_rq_complete"}}, true},
-	"tcp_state":    {loadTcpState, []attach{{"q_tcp_state", "sock", "inet_sock_set_state"}}, false},
+	"syscalls":     {loadSyscalls, []attach{{"q_sys_enter", "raw_tp", "sys_enter"}, {"q_sys_exit", "raw_tp", "sys_exit"}}, true, true},
+	"uprobe":       {loadUprobe, []attach{{"q_uprobe_enter", "uprobe", ""}, {"q_uprobe_exit", "uretprobe", ""}}, true, false},
+	"sched_switch": {loadSchedSwitch, []attach{{"q_sched_switch", "sched", "sched_switch"}}, false, false},
+	"process_exec": {loadProcessExec, []attach{{"q_process_exec", "sched", "sched_process_exec"}}, false, false},
+	"process_exit": {loadProcessExit, []attach{{"q_process_exit", "sched", "sched_process_exit"}}, false, false},
+	"page_cache":   {loadPageCache, []attach{{"q_page_add", "filemap", "mm_filemap_add_to_page_cache"}, {"q_page_delete", "filemap", "mm_filemap_delete_from_page_cache"}}, false, false},
+	"block_io":     {loadBlockIo, []attach{{"q_block_issue", "block", "block_rq_issue"}, {"q_block_complete", "block", "block_rq_complete"}}, true, false},
+	"tcp_state":    {loadTcpState, []attach{{"q_tcp_state", "sock", "inet_sock_set_state"}}, false, false},
 }
 
 // Joined reports whether obj has entry and exit halves.
@@ -205,7 +209,25 @@ func (c *Config) vars() (map[string]any, error) {
 		"q_nproj": uint32(len(c.Proj)), "q_proj": proj,
 		"q_nkey": uint32(len(c.Keys)), "q_key": keys,
 		"q_aggslot": uint32(c.AggSlot), "q_agg_signed": b2u(c.AggSigned), "q_hist": b2u(c.Hist),
+		"q_cgroup_only": c.cgroupOnly(),
 	}, nil
+}
+
+// slotCgroup is the cgroup id's slot (bpf/query/query.bpf.h).
+const slotCgroup = 3
+
+// cgroupOnly is the one cgroup id a joined plan admits (a pushed entry
+// clause cgroup_id = X), for templates that check it first; 0: none.
+func (c *Config) cgroupOnly() uint64 {
+	if !c.Join || !objects[c.Object].cgroupFirst {
+		return 0
+	}
+	for _, cl := range c.Clauses {
+		if cl.Slot == slotCgroup && cl.Enter && cl.Op == OpEQ && len(cl.Vals) == 1 && cl.Mask == ^uint64(0) && cl.Vals[0] != 0 {
+			return cl.Vals[0]
+		}
+	}
+	return 0
 }
 
 // Load specialises, verifies and attaches cfg. A *VerifierError means the

@@ -3,11 +3,15 @@ package kern
 import (
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
@@ -136,6 +140,80 @@ func TestLateDelta(t *testing.T) {
 		got, ok := lateDelta(c.v, o)
 		if ok != c.ok || got != c.want {
 			t.Errorf("lateDelta(%+v) = %+v %v, want %+v %v", c.v, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestCgroupOnly: only a joined syscalls plan with one cgroup_id = X at
+// entry turns other tasks away first; any other clause shape keeps every
+// task reaching the filter.
+func TestCgroupOnly(t *testing.T) {
+	eq := func(vals ...uint64) Clause {
+		return Clause{Slot: slotCgroup, Op: OpEQ, Mask: ^uint64(0), Vals: vals, Enter: true}
+	}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want uint64
+	}{
+		{"one cgroup", Config{Object: "syscalls", Join: true, Clauses: []Clause{{Slot: 6, Op: OpEQ, Mask: ^uint64(0), Vals: []uint64{17}}, eq(42)}}, 42},
+		{"IN two cgroups", Config{Object: "syscalls", Join: true, Clauses: []Clause{eq(42, 43)}}, 0},
+		{"not equal", Config{Object: "syscalls", Join: true, Clauses: []Clause{{Slot: slotCgroup, Op: OpNE, Mask: ^uint64(0), Vals: []uint64{42}, Enter: true}}}, 0},
+		{"no kernel join", Config{Object: "syscalls", Clauses: []Clause{eq(42)}}, 0},
+		{"completion in interrupt context", Config{Object: "block_io", Join: true, Clauses: []Clause{eq(42)}}, 0},
+		{"no clause", Config{Object: "syscalls", Join: true}, 0},
+	} {
+		if got := c.cfg.cgroupOnly(); got != c.want {
+			t.Errorf("%s: cgroupOnly %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCgroupOnlyFilters loads a joined syscalls plan for this test's own
+// cgroup and one for a cgroup id nobody has: the first sees a child's
+// syscalls, the second never gets past q_foreign (not even to counting an
+// entry), while the machine's other tasks keep making syscalls.
+func TestCgroupOnlyFilters(t *testing.T) {
+	testenv.RequireRoot(t)
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rel, ok := strings.Cut(strings.TrimSpace(string(b)), "0::")
+	if !ok {
+		testenv.Missing(t, "cgroup v2 (a 0:: line in /proc/self/cgroup)", "mount cgroup2 at /sys/fs/cgroup")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join("/sys/fs/cgroup", rel), &st); err != nil {
+		t.Fatal(err)
+	}
+	own := st.Ino // a cgroup v2 id is its directory's inode number
+	for _, c := range []struct {
+		id   uint64
+		seen bool
+	}{{own, true}, {own + 1<<40, false}} {
+		cfg := Config{Object: "syscalls", Emit: EmitNone, Join: true, NeedCgroup: true,
+			Clauses: []Clause{{Slot: slotCgroup, Op: OpEQ, Mask: ^uint64(0), Vals: []uint64{c.id}, Enter: true}}}
+		if cfg.cgroupOnly() != c.id {
+			t.Fatalf("cgroupOnly %d, want %d", cfg.cgroupOnly(), c.id)
+		}
+		p, err := Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ { // this process is q_self: a child makes the syscalls
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				p.Close()
+				t.Fatal(err)
+			}
+		}
+		s := p.Stats()
+		p.Close()
+		if c.seen && (s[StEntries] == 0 || s[StMatched] == 0) {
+			t.Errorf("own cgroup %d: %d entries, %d matched; want the children's syscalls", c.id, s[StEntries], s[StMatched])
+		}
+		if !c.seen && (s[StEntries] != 0 || s[StEvents] != 0) {
+			t.Errorf("cgroup %d (nobody's): %d entries, %d events; want none past q_foreign", c.id, s[StEntries], s[StEvents])
 		}
 	}
 }

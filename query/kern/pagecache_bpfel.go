@@ -27,6 +27,7 @@ const (
 	pageCacheProgQ_pageDelete = "q_page_delete"
 	pageCacheVarQ_aggSigned   = "q_agg_signed"
 	pageCacheVarQ_aggslot     = "q_aggslot"
+	pageCacheVarQ_cgroupOnly  = "q_cgroup_only"
 	pageCacheVarQ_clEnter     = "q_cl_enter"
 	pageCacheVarQ_clMask      = "q_cl_mask"
 	pageCacheVarQ_clNv        = "q_cl_nv"
@@ -115,6 +116,7 @@ type pageCacheMapSpecs struct {
 type pageCacheVariableSpecs struct {
 	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
@@ -185,6 +187,7 @@ func (m *pageCacheMaps) Close() error {
 type pageCacheVariables struct {
 	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`

@@ -26,6 +26,7 @@ const (
 	processExecProgQ_processExec = "q_process_exec"
 	processExecVarQ_aggSigned    = "q_agg_signed"
 	processExecVarQ_aggslot      = "q_aggslot"
+	processExecVarQ_cgroupOnly   = "q_cgroup_only"
 	processExecVarQ_clEnter      = "q_cl_enter"
 	processExecVarQ_clMask       = "q_cl_mask"
 	processExecVarQ_clNv         = "q_cl_nv"
@@ -113,6 +114,7 @@ type processExecMapSpecs struct {
 type processExecVariableSpecs struct {
 	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
@@ -183,6 +185,7 @@ func (m *processExecMaps) Close() error {
 type processExecVariables struct {
 	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`

@@ -26,6 +26,7 @@ const (
 	processExitProgQ_processExit = "q_process_exit"
 	processExitVarQ_aggSigned    = "q_agg_signed"
 	processExitVarQ_aggslot      = "q_aggslot"
+	processExitVarQ_cgroupOnly   = "q_cgroup_only"
 	processExitVarQ_clEnter      = "q_cl_enter"
 	processExitVarQ_clMask       = "q_cl_mask"
 	processExitVarQ_clNv         = "q_cl_nv"
@@ -113,6 +114,7 @@ type processExitMapSpecs struct {
 type processExitVariableSpecs struct {
 	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
@@ -183,6 +185,7 @@ func (m *processExitMaps) Close() error {
 type processExitVariables struct {
 	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`

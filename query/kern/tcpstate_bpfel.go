@@ -26,6 +26,7 @@ const (
 	tcpStateProgQ_tcpState  = "q_tcp_state"
 	tcpStateVarQ_aggSigned  = "q_agg_signed"
 	tcpStateVarQ_aggslot    = "q_aggslot"
+	tcpStateVarQ_cgroupOnly = "q_cgroup_only"
 	tcpStateVarQ_clEnter    = "q_cl_enter"
 	tcpStateVarQ_clMask     = "q_cl_mask"
 	tcpStateVarQ_clNv       = "q_cl_nv"
@@ -113,6 +114,7 @@ type tcpStateMapSpecs struct {
 type tcpStateVariableSpecs struct {
 	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
@@ -183,6 +185,7 @@ func (m *tcpStateMaps) Close() error {
 type tcpStateVariables struct {
 	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
 	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
 	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
 	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
 	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`

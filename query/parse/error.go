@@ -1,19 +1,16 @@
 package parse
 
 import (
-	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
 // Pos is a byte offset into the query text.
 type Pos int
 
 // Error is a positioned error in a query: line and column (1-based), the
-// reason, and the source line with a caret under the column. It unwraps to
-// a cli.UsageError, so the CLI exits with status 2.
+// reason, and the source line with a caret under the column. It is the
+// user's input that is wrong: the CLI exits with status 2.
 type Error struct {
 	Line, Col int
 	Msg       string
@@ -23,8 +20,6 @@ type Error struct {
 func (e *Error) Error() string {
 	return fmt.Sprintf("%d:%d: %s\n  %s\n  %s^", e.Line, e.Col, e.Msg, e.Src, strings.Repeat(" ", e.Col-1))
 }
-
-func (e *Error) Unwrap() error { return cli.UsageError{Err: errors.New(e.Msg)} }
 
 // Errorf positions msg at byte offset p of src.
 func Errorf(src string, p Pos, format string, a ...any) *Error {

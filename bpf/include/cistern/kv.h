@@ -107,6 +107,7 @@ enum kv_stat {
 	KV_TCP_REPLIES,        /* memcached's TCP replies counted (order) */
 	KV_TCP_STAGE_LOST,     /* a staged kernel reply could not be swapped in (no memory) */
 	KV_TCP_PASS_MIXED,     /* TCP GET hits passed with their segment: it held a miss or another command */
+	KV_TCP_PASS_FIRST,     /* TCP GET hits passed before memcached's first reply on their connection */
 	KV_STAT_MAX = 40,
 };
 

@@ -1,4 +1,4 @@
-package benchkit
+package plot
 
 import (
 	"bytes"
@@ -150,5 +150,22 @@ func TestReadableTicks(t *testing.T) {
 		if got := labels(tc.lo, tc.hi); got != tc.want {
 			t.Errorf("ticks(%g, %g) = %q, want %q", tc.lo, tc.hi, got, tc.want)
 		}
+	}
+}
+
+func TestBarChartSpread(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bars.png")
+	err := BarChart(path, "t", "y", []string{"g1", "g2"}, []BarSeries{
+		{Name: "a", Values: []float64{2, 3}, Lo: []float64{1, 2}, Hi: []float64{3, 4}},
+		{Name: "b", Values: []float64{1, 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(path); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
+		t.Errorf("no PNG written: %v", err)
+	}
+	if err := BarChart(path, "t", "y", []string{"g1"}, []BarSeries{{Name: "a", Values: []float64{2}, Lo: []float64{1, 2}, Hi: []float64{3}}}); err == nil {
+		t.Error("mismatched spread: no error")
 	}
 }

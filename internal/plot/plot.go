@@ -1,4 +1,7 @@
-package benchkit
+// Package plot draws the charts Cistern writes as PNG files: the benches'
+// figures and `cistern query --plot`. Grouped bars with their spread over
+// rounds, and lines, 960x600, the legend beside the data.
+package plot
 
 import (
 	"errors"
@@ -9,7 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"gonum.org/v1/plot"
+	gonum "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -181,7 +184,7 @@ func LineChart(path, title, xlabel, ylabel string, series []Series) error {
 		// keep lines apart.
 		line.Dashes = plotutil.Dashes(i / (len(plotutil.DefaultColors) + len(moreColors)))
 		p.Add(line)
-		thumbs := []plot.Thumbnailer{line}
+		thumbs := []gonum.Thumbnailer{line}
 		if len(xys) <= lineMarkersUpTo {
 			pts, err := plotter.NewScatter(xys)
 			if err != nil {
@@ -198,8 +201,8 @@ func LineChart(path, title, xlabel, ylabel string, series []Series) error {
 	return render(path, p, leg, names, nil)
 }
 
-func newPlot(title, xlabel, ylabel string) *plot.Plot {
-	p := plot.New()
+func newPlot(title, xlabel, ylabel string) *gonum.Plot {
+	p := gonum.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(14)
 	p.X.Label.Text = xlabel
@@ -209,8 +212,8 @@ func newPlot(title, xlabel, ylabel string) *plot.Plot {
 	return p
 }
 
-func newLegend() plot.Legend {
-	leg := plot.NewLegend()
+func newLegend() gonum.Legend {
+	leg := gonum.NewLegend()
 	leg.Top, leg.Left = true, true
 	leg.Padding = vg.Points(2)
 	return leg
@@ -228,7 +231,7 @@ func legendWidth(names []string) vg.Length {
 // render draws p with leg beside it (never over the data) and writes a PNG
 // to path, replacing the file only once the image is complete. fit, when not
 // nil, sees the data area before drawing, to size what depends on it.
-func render(path string, p *plot.Plot, leg plot.Legend, names []string, fit func(data draw.Canvas)) error {
+func render(path string, p *gonum.Plot, leg gonum.Legend, names []string, fit func(data draw.Canvas)) error {
 	img := vgimg.NewWith(vgimg.UseWH(chartWidth, chartHeight), vgimg.UseDPI(chartDPI))
 	dc := draw.Crop(draw.New(img), chartMargin, -chartMargin, chartMargin, -chartMargin)
 	lw := legendWidth(names) + legendGap
@@ -247,11 +250,11 @@ func render(path string, p *plot.Plot, leg plot.Legend, names []string, fit func
 
 // ChartMode is the mode charts are written with: 0644 for the benches'
 // figures. `cistern query --plot`, whose chart shows what kernel events
-// held (process names, pids, counts), sets cli.PrivateMode (0600).
+// held (process names, pids, counts), sets 0600 (cli.PrivateMode).
 var ChartMode os.FileMode = 0o644
 
 func writePNG(path string, png vgimg.PngCanvas) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".benchkit-*.png")
+	f, err := os.CreateTemp(filepath.Dir(path), ".plot-*.png")
 	if err != nil {
 		return fmt.Errorf("write chart: %w", err)
 	}
@@ -277,8 +280,8 @@ func writePNG(path string, png vgimg.PngCanvas) (err error) {
 // 250k, 1.5M, 2G rather than 1.5e+06, so throughput axes read at a glance.
 type readableTicks struct{}
 
-func (readableTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+func (readableTicks) Ticks(lo, hi float64) []gonum.Tick {
+	ticks := gonum.DefaultTicks{}.Ticks(lo, hi)
 	var labelled []float64
 	maxAbs := 0.0
 	for _, t := range ticks {
