@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -230,11 +225,18 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), cp.Via())
-			send := func(capture.Query) {}
+			po := capture.PrintOptions{Format: format, Sanitize: textMode == otlp.TextSanitized}
 			if spans != nil {
-				send = spans.Send
+				po.Send = spans.Send
 			}
-			return runCapture(out, cmd.ErrOrStderr(), cp, format, textMode == otlp.TextSanitized, duration, send)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			return capture.Print(ctx, cp, out, cmd.ErrOrStderr(), po)
 		},
 	}
 	f := c.Flags()
@@ -259,110 +261,4 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
 	f.Uint32Var(&ring, "ring-size", capture.DefaultRingSize, "accumulating channel ring buffer bytes (power of two): must hold the largest TLS write on every CPU")
 	return c
-}
-
-// runCapture prints each query (its text sanitized if asked) and hands it
-// to send (the OTLP exporter, which never blocks and sanitizes on its own).
-func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, sanitize bool, duration time.Duration, send func(capture.Query)) error {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	var end <-chan time.Time
-	if duration > 0 {
-		t := time.NewTimer(duration)
-		defer t.Stop()
-		end = t.C
-	}
-	var tw *tabwriter.Writer
-	if format == "table" {
-		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tPID\tTID\tCOMM\tSIDE\tLOCAL\tREMOTE\tTRANSPORT\tLIBRARY\tLATENCY_US\tROWS\tFINGERPRINT\tQUERY\tERROR")
-		tw.Flush()
-	}
-	enc := json.NewEncoder(out)
-	var san capture.Sanitizer
-	n := 0
-	gone := false
-loop:
-	for {
-		select {
-		case <-sig:
-			break loop
-		case <-end:
-			break loop
-		default:
-		}
-		qs, err := cp.Next(200 * time.Millisecond)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if cp.Opt.PID == 0 {
-				continue
-			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cp.Opt.PID)); err != nil {
-				if gone { // one more idle round after the exit: drained
-					break loop
-				}
-				gone = true
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, q := range qs {
-			if !q.Unread { // an unread connection is no query (no span)
-				n++
-				send(q)
-				if sanitize {
-					q.Query = string(san.Append(nil, q.Protocol, q.Query))
-					q.Error = capture.SanitizeError(q.Error)
-				}
-			}
-			if tw == nil {
-				if err := enc.Encode(q); err != nil {
-					return err
-				}
-				continue
-			}
-			if q.Unread {
-				fmt.Fprintf(tw, "%s\t%d\t-\t%s\t-\t%s\t%s\t%s\t-\t-\t-\t-\t(unread TLS connection: %s, %d bytes sent, %d received)\t\n",
-					q.Time.Format("15:04:05.000000"), q.PID, q.Comm, dash(q.Local), dash(q.Remote), q.Transport,
-					q.UnreadReason, q.BytesSent, q.BytesReceived)
-				tw.Flush()
-				continue
-			}
-			lat := fmt.Sprintf("%.0f", q.LatencyUS)
-			if !q.LatencyExact {
-				lat = "<=" + lat
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Time.Format("15:04:05.000000"),
-				q.PID, q.TID, q.Comm, q.Side, dash(q.Local), dash(q.Remote), q.Transport, q.Library, lat, q.Rows,
-				q.Fingerprint, oneLine(q.Query), q.Error)
-			tw.Flush()
-		}
-	}
-	st, err := cp.Stats()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
-		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped; "+
-		"%d TLS connections unread; %d processes held past --hold-max\n",
-		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes(), cp.Unread(), cp.HoldTimeouts())
-	return nil
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
-	}
-	return s
 }
