@@ -30,6 +30,8 @@ type PrintOptions struct {
 	// Send gets every query (not unread records), before sanitizing; it must
 	// not block (the OTLP exporter queues or drops).
 	Send func(Query)
+	// Summary, if set, counts every query and is written to out at the end.
+	Summary *Summary
 }
 
 // Print prints cp's records to out until ctx ends or, with Opt.PID, the
@@ -69,6 +71,9 @@ func Print(ctx context.Context, cp *Capture, out, errOut io.Writer, o PrintOptio
 				if o.Send != nil {
 					o.Send(q)
 				}
+				if o.Summary != nil {
+					o.Summary.Add(&q)
+				}
 				if o.Sanitize {
 					q.Query = string(san.Append(nil, q.Protocol, q.Query))
 					q.Error = SanitizeError(q.Error)
@@ -82,6 +87,14 @@ func Print(ctx context.Context, cp *Capture, out, errOut io.Writer, o PrintOptio
 			}
 			printRow(tw, &q)
 			tw.Flush()
+		}
+	}
+	if o.Summary != nil {
+		if tw != nil {
+			fmt.Fprintln(out)
+		}
+		if err := o.Summary.Write(out, o.Format); err != nil {
+			return err
 		}
 	}
 	st, err := cp.Stats()

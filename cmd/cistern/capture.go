@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/cistern-ebpf/cistern/accum"
@@ -39,9 +40,11 @@ func newCaptureRunCmd() *cobra.Command {
 		otlpText  string
 		holdNew   bool
 		holdMax   time.Duration
+		summary   bool
+		sumMax    int
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--summary] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture prints one record per query sent over every connection of the
 selected processes, TLS or not.
@@ -117,7 +120,9 @@ ours is truncated and set to 0600; one of another user is refused).
 VALUES rows) by ? in the records; the default, raw, keeps the audit
 stream's text as sent. Spans sent with --otlp are sanitized unless
 --otlp-query-text raw. docs/capture.md has the rules.
-On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
+On exit (--duration, Ctrl-C) it prints the channel's loss counters, and
+with --summary, per side, database user, client command and statement
+fingerprint: count, errors, rows, p50/p99 latency (the sanitized text).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := 0
@@ -173,6 +178,9 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			if holdNew && transport == capture.TransportPlain {
 				return cli.Usagef("--hold-new waits for TLS uprobes: not with --transport plain")
 			}
+			if sumMax <= 0 {
+				return cli.Usagef("--summary-max-series %d: want a positive number", sumMax)
+			}
 			if holdMax <= 0 {
 				return cli.Usagef("--hold-max %v: want a positive duration", holdMax)
 			}
@@ -215,17 +223,23 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 				}
 				return m, err
 			}
+			var sum *capture.Summary
+			collectors := []prometheus.Collector{metrics.NewCounterSet("cistern", "capture", counters)}
+			if summary {
+				sum = capture.NewSummary(sumMax)
+				collectors = append(collectors, sum)
+			}
 			if metricsAt != "" {
 				ctx, stop := context.WithCancel(cmd.Context())
 				defer stop()
-				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", counters))
+				addr, err := metrics.Serve(ctx, metricsAt, collectors...)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), cp.Via())
-			po := capture.PrintOptions{Format: format, Sanitize: textMode == otlp.TextSanitized}
+			po := capture.PrintOptions{Format: format, Sanitize: textMode == otlp.TextSanitized, Summary: sum}
 			if spans != nil {
 				po.Send = spans.Send
 			}
@@ -256,6 +270,8 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.StringVar(&otlpText, "otlp-query-text", otlp.TextSanitized, "db.query.text of the spans: sanitized (literals as ?, errors as their code) or raw")
 	f.BoolVar(&holdNew, "hold-new", false, "stop a selected process that executes a file (or opens a libssl) not attached yet until its uprobes are attached")
 	f.DurationVar(&holdMax, "hold-max", capture.DefaultHoldMax, "with --hold-new: the longest a process is held (then continued, counted as hold_timeouts)")
+	f.BoolVar(&summary, "summary", false, "at exit, print per side, database user, client command and statement fingerprint: count, errors, rows, p50/p99 latency (with --metrics: served as cistern_capture_summary_* series)")
+	f.IntVar(&sumMax, "summary-max-series", capture.DefaultSummaryMaxSeries, "with --summary: the most rows (label sets) kept; queries past it are counted as dropped")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
