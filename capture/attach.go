@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -58,7 +59,7 @@ const (
 // AttachSample is one file attached from a control event: how long from
 // the kernel's event (exec, or the library's open) to the uprobes in place.
 type AttachSample struct {
-	Kind    string // "go" or "openssl"
+	Kind    string // "go", "openssl" (a libssl opened) or "openssl-static" (an executable's own)
 	Latency time.Duration
 	Cached  bool // the file's offsets came from the build-id cache
 	Held    bool
@@ -102,54 +103,30 @@ type sslSyms map[string]uint64
 var sslNames = []string{"SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex", "SSL_free",
 	"SSL_connect", "SSL_accept", "SSL_do_handshake"}
 
-// findSSLSyms reads the file offsets of sslNames from a libssl's dynamic
-// symbols.
-func findSSLSyms(f *elf.File) (sslSyms, error) {
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		return nil, err
-	}
-	want := map[string]bool{}
-	for _, n := range sslNames {
-		want[n] = true
-	}
-	out := sslSyms{}
-	for _, s := range syms {
-		if !want[s.Name] || s.Value == 0 || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
-			continue
-		}
-		off, err := fileOffset(f, s.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[s.Name] = off
-	}
-	if out["SSL_write"] == 0 || out["SSL_read"] == 0 {
-		return nil, errors.New("no SSL_write/SSL_read")
-	}
-	return out, nil
-}
-
-// sslOffsets finds (or takes from the build-id cache) lib's offsets.
-// Called with c.mu held.
-func (c *Capture) sslOffsets(lib string) (sslSyms, bool, error) {
-	f, err := elf.Open(lib)
+// sslOffsets finds (or takes from the build-id cache) the TLS library in
+// the file at path (name: its name, for its kind and messages). errNoSSL:
+// it carries none. Called with c.mu held.
+func (c *Capture) sslOffsets(path, name string) (*sslObj, bool, error) {
+	f, err := elf.Open(path)
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
 	id := buildID(f)
-	if s, ok := c.sslCache[id]; ok && id != "" {
-		return s, true, nil
+	if o, ok := c.sslCache[id]; ok && id != "" {
+		if o == nil {
+			return nil, true, fmt.Errorf("%s: %w", name, errNoSSL)
+		}
+		return o, true, nil
 	}
-	s, err := findSSLSyms(f)
+	o, err := findSSLObj(f, name)
+	if id != "" && (err == nil || errors.Is(err, errNoSSL)) {
+		c.sslCache[id] = o // nil: no TLS library
+	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", lib, err)
+		return nil, false, fmt.Errorf("%s: %w", name, err)
 	}
-	if id != "" {
-		c.sslCache[id] = s
-	}
-	return s, false, nil
+	return o, false, nil
 }
 
 // goOffsets is findGoTLS through the build-id cache. Called with c.mu held.
@@ -267,8 +244,12 @@ func (c *Capture) onFile(ev *capCapEv) {
 		}
 		if ev.Type == evExec {
 			attached, cached, err = c.lookGo(at, pid)
+			if !attached && err == nil { // OpenSSL or BoringSSL inside it (Node.js)?
+				kind = LibOpenSSLStatic
+				attached, cached, err = c.lookSSL(at, path, pid, false)
+			}
 		} else {
-			attached, cached, err = c.lookSSL(at, path, pid)
+			attached, cached, err = c.lookSSL(at, path, pid, true)
 		}
 		if err != nil {
 			c.nLibErrors.Add(1)
@@ -313,16 +294,24 @@ func (c *Capture) lookGo(path string, id libFile) (attached, cached bool, err er
 	return true, cached, nil
 }
 
-// lookSSL attaches the libssl uprobes to the library at path (file id,
-// name for messages) unless attached before. Called with c.mu held.
-func (c *Capture) lookSSL(path, name string, id libFile) (attached, cached bool, err error) {
+// lookSSL attaches the libssl uprobes to the TLS library in the file at
+// path (file id, name for its kind and messages) unless looked at before.
+// must: a file without one is an error (a libssl.so), not a miss.
+// Called with c.mu held.
+func (c *Capture) lookSSL(path, name string, id libFile, must bool) (attached, cached bool, err error) {
 	if c.libs[id] {
 		return false, false, nil
 	}
 	c.libs[id] = true
-	syms, cached, err := c.sslOffsets(path)
+	o, cached, err := c.sslOffsets(path, name)
+	if !must && errors.Is(err, errNoSSL) {
+		return false, cached, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(c.libs, id) // its process exited: the file may be met again through another
+	}
 	if err == nil {
-		err = c.attachTLS(path, syms)
+		err = c.attachTLS(path, o)
 	}
 	if err != nil {
 		return false, cached, err
