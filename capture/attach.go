@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/hex"
 	"errors"
@@ -54,6 +55,8 @@ const (
 const (
 	UnreadNoProbe     = "no_tls_probe" // no TLS probe ever read it
 	UnreadStartMissed = "start_missed" // read, but not from its first TLS byte
+	UnreadJava        = "java_tls"     // no probe: a JVM's JSSE
+	UnreadRustls      = "rustls"       // no probe: a Rust program's rustls
 )
 
 // AttachSample is one file attached from a control event: how long from
@@ -390,6 +393,8 @@ func (c *Capture) onUnread(ev *capCapEv) {
 	}
 	if ev.Flags&tlsProbed != 0 {
 		q.UnreadReason = UnreadStartMissed
+	} else if s := c.tlsStack(ev.Pid); s != "" {
+		q.UnreadReason = s
 	}
 	if ev.A.Family != 0 {
 		q.Local = sockAddr(ev.A.Family, ev.A.Laddr, ev.A.Lport)
@@ -445,4 +450,40 @@ func monotonicNS() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// tlsStack names the TLS stack without probes that process pid uses, if
+// known: UnreadJava when it maps libjvm.so, UnreadRustls when its
+// executable carries rustls (its name in the symbols or, stripped, in the
+// panic locations of .rodata); "" otherwise (or the process is gone).
+// Called from the control goroutine only.
+func (c *Capture) tlsStack(pid uint32) string {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return ""
+	}
+	if bytes.Contains(maps, []byte("/libjvm.so\n")) {
+		return UnreadJava
+	}
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	id, ok := libFileOf(exe)
+	if !ok {
+		return ""
+	}
+	if r, ok := c.rustls[id]; ok {
+		return r
+	}
+	r := ""
+	if f, err := elf.Open(exe); err == nil {
+		for _, name := range []string{".rodata", ".strtab"} {
+			if sec := f.Section(name); sec != nil {
+				if b, err := sec.Data(); err == nil && bytes.Contains(b, []byte("rustls")) {
+					r = UnreadRustls
+				}
+			}
+		}
+		f.Close()
+	}
+	c.rustls[id] = r
+	return r
 }

@@ -121,6 +121,7 @@ type Capture struct {
 	closing                   bool               // Close has begun: attach nothing more
 	goCache                   map[string]*goTLS  // build id -> offsets (nil: not Go with crypto/tls)
 	sslCache                  map[string]*sslObj // build id -> offsets (nil: no TLS library)
+	rustls                    map[libFile]string // executable -> UnreadRustls or "" (tlsStack)
 	ctl                       *ringbuf.Reader
 	ctlDone                   chan struct{}
 	holdStop, holdDone        chan struct{}
@@ -195,7 +196,7 @@ func Open(opt Options) (*Capture, error) {
 		return nil, errors.New("holding new processes is for TLS attachment: not with transport plain")
 	}
 	c := &Capture{Opt: opt, conns: map[uint64]*connState{}, clock: clockOffset(),
-		goCache: map[string]*goTLS{}, sslCache: map[string]*sslObj{}, unreadWake: make(chan struct{}, 1)}
+		goCache: map[string]*goTLS{}, sslCache: map[string]*sslObj{}, rustls: map[libFile]string{}, unreadWake: make(chan struct{}, 1)}
 	var err error
 	if opt.Cgroup != "" {
 		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
