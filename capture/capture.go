@@ -221,10 +221,6 @@ func (c *Capture) open() error {
 		if libs, err = c.libSSLs(); err != nil {
 			return err
 		}
-		if len(libs) == 0 && opt.perPID() && opt.Transport == TransportTLS && !isGoTLS(opt.PID) {
-			_, err := FindLibSSL(opt.PID)
-			return fmt.Errorf("%w, and is no Go program with crypto/tls", err)
-		}
 	}
 	spec, err := loadCap()
 	if err != nil {
@@ -307,6 +303,10 @@ func (c *Capture) open() error {
 		for _, pid := range pids {
 			c.scanGo(pid)
 			c.scanObjects(pid)
+		}
+		if opt.perPID() && opt.Transport == TransportTLS && c.nLibs.Load() == 0 && c.nGoBins.Load() == 0 {
+			_, err := FindLibSSL(opt.PID)
+			return fmt.Errorf("%w, carries no OpenSSL or BoringSSL of its own, and is no Go program with crypto/tls", err)
 		}
 	}
 	// The uprobes come first: a TLS call that starts before the

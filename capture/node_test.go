@@ -23,7 +23,7 @@ import (
 // ciphertext outside any libssl call, so the socket is tied to its SSL
 // object by the thread's last call (cap_last_tls). These tests drive the
 // real clients, node-postgres and mysql2 (npm, pinned in
-// testdata/node/package-lock.json, installed by scripts/node-clients.sh),
+// bench/capture/node/package-lock.json, installed by scripts/node-clients.sh),
 // each process holding a TLS and a plaintext connection, and want every
 // marked statement exactly once per side with the right side, transport,
 // library, comm and addresses, and no unread record of theirs.
@@ -52,7 +52,7 @@ type nodeProc struct {
 
 func startNode(t *testing.T, node, kind string, port int, tok string, n int, env []string, flags ...string) *nodeProc {
 	t.Helper()
-	script, err := filepath.Abs("testdata/node/client.js")
+	script, err := filepath.Abs("../bench/capture/node/client.js")
 	if err != nil {
 		t.Fatal(err)
 	}

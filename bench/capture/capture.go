@@ -51,12 +51,15 @@ type Options struct {
 // statements), untraced and accumulated.
 // churn: short-lived TLS connections, big answers, every capture default
 // (churn.go).
+// node_pg*: node-postgres over TLS from Node.js (OpenSSL inside node),
+// untraced, naive and accumulated (node.go).
 var Modes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
-	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn", "attach"}
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "node_pg", "node_pg_naive", "node_pg_accumulated", "churn", "attach"}
 
 // quickModes are --quick's modes: three rounds of every mode would take
 // minutes, so the 4 MiB twins only where a target needs them.
-var quickModes = []string{"untraced", "naive", "accumulated", "bpftrace", "sysbench", "sysbench_accumulated_4m"}
+var quickModes = []string{"untraced", "naive", "accumulated", "bpftrace", "sysbench", "sysbench_accumulated_4m",
+	"node_pg", "node_pg_naive", "node_pg_accumulated"}
 
 func (o *Options) defaults() {
 	if o.Duration == 0 {
@@ -134,6 +137,14 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		}
 	}
 
+	if slices.ContainsFunc(opt.Modes, isNodeMode) {
+		if why := nodeAvailable(); why != "" {
+			rep.Note("node_pg modes skipped: " + why)
+			opt.Modes = slices.DeleteFunc(slices.Clone(opt.Modes), isNodeMode)
+		} else {
+			rep.SetConfig("node_pg_workload", "node-postgres (pg) over TLS from one Node.js process, simple and extended protocol in turn, one connection")
+		}
+	}
 	var mb *mariadbBench
 	for _, mode := range opt.Modes {
 		if strings.HasPrefix(mode, "sysbench") && mb == nil {
@@ -186,12 +197,15 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		if strings.HasPrefix(mode, "sysbench") {
 			workload = "sysbench" // queries per second, sysbench's own count
 		}
-		if mode == "untraced" || mode == "sysbench" {
+		if isNodeMode(mode) {
+			workload = "node_pg" // statements per second, the client's own count
+		}
+		if mode == "untraced" || mode == "sysbench" || mode == "node_pg" {
 			base[workload] = r.tps
 		}
 		sample("tps", r.tps)
 		sample("queries_sent", r.sent)
-		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" {
+		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" && mode != "node_pg" {
 			sample("queries_captured", r.captured)
 			sample("lost_events", r.lostEvents)
 			sample("lost_bytes", r.lostByte)
@@ -200,7 +214,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			sample("agent_cpu_pct", r.cpuPct)
 			sum[mode+" missed"] += r.sent - r.captured
 			sum[mode+" lost"] += r.lostEvents
-			if mode != "naive" && mode != "naive_4m" {
+			if mode != "naive" && mode != "naive_4m" && mode != "node_pg_naive" {
 				sample("protocol_bytes_skipped", r.badBytes)
 				sample("latency_exact_pct", 100*r.exact/max(r.captured, 1))
 			}
@@ -268,6 +282,16 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			rep.TargetRatio("accumulated_minus_bpftrace_probe_effect_pct_points", "<=", 5)
 		}
 	}
+	if ran("node_pg_accumulated") {
+		rep.Target("node_pg_accumulated queries_sent - queries_captured (all rounds)", sum["node_pg_accumulated missed"], "==", 0)
+		rep.Target("node_pg_accumulated lost_events (all rounds)", sum["node_pg_accumulated lost"], "==", 0)
+		rep.TargetMetric("node_pg_accumulated ring_bytes_per_payload_byte", "node_pg_accumulated", "ring_bytes_per_payload_byte", "<=", 1.2)
+		if ran("node_pg_naive") {
+			nc, _ := get("node_pg_naive", "agent_cpu_pct")
+			rep.TargetMetric("node_pg_accumulated agent_cpu_pct <= node_pg_naive/3", "node_pg_accumulated", "agent_cpu_pct", "<=", nc/3)
+			rep.PairedRatio("node_pg_naive_vs_accumulated_agent_cpu", "node_pg_naive", "agent_cpu_pct", "node_pg_accumulated", "agent_cpu_pct")
+		}
+	}
 	if ran("sysbench_accumulated_4m") {
 		rep.Target("sysbench_accumulated_4m queries_sent - queries_captured (all rounds)", sum["sysbench_accumulated_4m missed"], "==", 0)
 		rep.Target("sysbench_accumulated_4m lost_events (all rounds)", sum["sysbench_accumulated_4m lost"], "==", 0)
@@ -325,6 +349,9 @@ type pgbenchRun struct {
 	cmd  *exec.Cmd
 	out  bytes.Buffer
 	done chan error
+	// resumeFn, if set, starts the workload instead of SIGCONT (the node
+	// client waits on its standard input).
+	resumeFn func() error
 }
 
 func startPgbench(ctx context.Context, pg *servers.Postgres, opt Options, stop bool) (*pgbenchRun, error) {
@@ -404,7 +431,14 @@ func hasSocket(pid int) bool {
 	return false
 }
 
-func (r *pgbenchRun) resume() error { return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT) }
+func (r *pgbenchRun) resume() error {
+	if r.resumeFn != nil {
+		return r.resumeFn()
+	}
+	return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT)
+}
+
+func isNodeMode(m string) bool { return strings.HasPrefix(m, "node_pg") }
 
 func (r *pgbenchRun) kill() {
 	r.cmd.Process.Kill()
@@ -448,6 +482,8 @@ func runCaptureMode(ctx context.Context, pg *servers.Postgres, mb *mariadbBench,
 		return runSysbench(ctx, mb, false, ring, opt)
 	case "sysbench_accumulated":
 		return runSysbench(ctx, mb, true, ring, opt)
+	case "node_pg", "node_pg_naive", "node_pg_accumulated":
+		return runNodePG(ctx, pg, mode, ring, opt)
 	}
 	return captureResult{}, fmt.Errorf("unknown mode (want %s)", strings.Join(Modes, ", "))
 }
@@ -544,6 +580,13 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 	if err != nil {
 		return captureResult{}, err
 	}
+	return runNaiveOn(pb, ring, benchQuery, pb.result)
+}
+
+// runNaiveOn traces the waiting workload pb with the naive channel and
+// counts the queries count accepts; result reads the workload's count and
+// rate.
+func runNaiveOn(pb *pgbenchRun, ring uint32, count func(string) bool, result func(error) (sent, rate float64, err error)) (captureResult, error) {
 	n, err := naive.Open(pb.cmd.Process.Pid, ring)
 	if err != nil {
 		pb.kill()
@@ -564,7 +607,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 		rec, err := n.Next(100 * time.Millisecond)
 		if err == nil {
 			for _, q := range parser.Feed(rec.SSL, accum.Direction(rec.Dir), rec.Data, rec.TS, rec.PID) {
-				if benchQuery(q.Query) {
+				if count(q.Query) {
 					r.captured++
 				}
 			}
@@ -575,7 +618,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 		return r, err
 	}
 	wall, cpu := time.Since(t0), benchkit.SelfCPU()-cpu0
-	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+	if r.sent, r.tps, err = result(pbErr); err != nil {
 		return r, err
 	}
 	st, err := n.Stats()

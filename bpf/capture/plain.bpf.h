@@ -210,14 +210,18 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 /* Ties TLS socket (pid, fd) on file to the SSL object of the thread's last
  * libssl call that moved no socket bytes (cap_last_tls), and forgets that
  * call: a stack with memory BIOs writes a call's output right after it.
- * flags as for cap_mark_tls. Whether there was one to tie. */
-static __always_inline int cap_tie_last(__u32 pid, __u32 fd, __u64 file, __u64 sk, __u32 tid, __u32 flags)
+ * flags as for cap_mark_tls. Whether there was one to tie. A function of
+ * its own (noinline): inlined, it took cap_exit_io's frame past what 6.1's
+ * verifier allows a call chain (512 bytes). */
+static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
 {
+	__u64 pidtid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pidtid;
 	struct cap_tls_call *last = bpf_map_lookup_elem(&cap_last_tls, &tid);
 
 	if (!last)
 		return 0;
-	cap_mark_tls(pid, fd, file, sk, last, flags);
+	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags);
 	bpf_map_delete_elem(&cap_last_tls, &tid);
 	return 1;
 }
@@ -252,7 +256,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
 				return 0;
 			/* A memory-BIO stack writing what its last call made. */
-			if (dir == ACCUM_DIR_WRITE && cap_tie_last(pid, (__u32)fd, a.file, sk, tid, 0))
+			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0))
 				return 0;
 			a.tls = 1;
 			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
@@ -279,7 +283,7 @@ static __always_inline void plain_lose(__u64 id, __u64 n)
 
 static __always_inline int plain_exit(long ret)
 {
-	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen, iovp = 0, iovlen = 0;
+	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
 	struct plain_args *a;
 	struct plain_val *v;
@@ -305,15 +309,18 @@ static __always_inline int plain_exit(long ret)
 	}
 	first = a->buf;
 	flen = ret;
+	/* The iovecs in mh (6.1 bounds a call chain's stack at 512 bytes: no
+	 * room for two more locals here). */
+	mh.msg_iov = 0;
+	mh.msg_iovlen = 0;
 	if (a->msg == PLAIN_IOV) {
-		iovp = a->buf;
-		iovlen = a->niov;
-	} else if (a->msg == PLAIN_MSG && !bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
-		iovp = (__u64)mh.msg_iov;
-		iovlen = mh.msg_iovlen;
+		mh.msg_iov = (struct iovec *)a->buf;
+		mh.msg_iovlen = a->niov;
+	} else if (a->msg == PLAIN_MSG && bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
+		mh.msg_iov = 0;
 	}
 	if (a->msg) {
-		if (!iovp || !iovlen || bpf_probe_read_user(&iov, sizeof(iov), (void *)iovp)) {
+		if (!mh.msg_iov || !mh.msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), mh.msg_iov)) {
 			first = 0;
 		} else {
 			first = (__u64)iov.iov_base;
@@ -339,7 +346,7 @@ static __always_inline int plain_exit(long ret)
 			/* A memory-BIO stack (Node.js) writing the hello its
 			 * last libssl call made: read from its start. */
 			if (!in && a->dir == ACCUM_DIR_WRITE &&
-			    cap_tie_last(pid, a->fd, a->file, a->sk, tid, fl & CAP_TLS_MIDSTREAM ? fl : 0))
+			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0))
 				goto out;
 			/* A hello in a process whose probes have fired: they are
 			 * in place before its first plaintext byte. */
@@ -360,7 +367,7 @@ static __always_inline int plain_exit(long ret)
 		goto out;
 	}
 	left = ret;
-	if (!iovp) {
+	if (!mh.msg_iov) {
 		accum_stat_add(ACCUM_STAT_FAULTS, 1);
 		plain_lose(id, left);
 		goto out;
@@ -368,9 +375,9 @@ static __always_inline int plain_exit(long ret)
 	for (int i = 0; i < CAP_MAX_IOV && left; i++) {
 		__u64 n;
 
-		if (i >= iovlen)
+		if (i >= mh.msg_iovlen)
 			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iovp + i * sizeof(struct iovec)))) {
+		if (bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[i])) {
 			accum_stat_add(ACCUM_STAT_FAULTS, 1);
 			break;
 		}

@@ -86,7 +86,7 @@ func TestCaptureCLINoAuthSecrets(t *testing.T) {
 		w.Header().Set("Content-Type", "application/x-protobuf")
 	}))
 	defer col.Close()
-	script, _ := filepath.Abs("../../capture/testdata/node/client.js")
+	script, _ := filepath.Abs("../../bench/capture/node/client.js")
 	for _, c := range []struct {
 		protocol string
 		port     int
