@@ -1,6 +1,6 @@
 // A real Node.js database client for the capture tests (capture/node_test.go):
 // node-postgres (pg) or mysql2, over TLS and in plaintext from one process.
-//   node client.js pg|mysql PORT TOKEN N [--early] [--wait] [--tls-only] [--seconds S]
+//   node client.js pg|mysql PORT TOKEN N [--early] [--wait] [--tls-only] [--seconds S] [--conns C]
 // Per round i and mode (tls, plain) it sends the marked statements
 //   pg:    'n-TOKEN-MODE-s-i' (simple protocol) and 'n-TOKEN-MODE-e-i' (extended: Parse/Bind/Execute)
 //   mysql: 'n-TOKEN-MODE-s-i' (COM_QUERY) and 'n-TOKEN-MODE-e-i' (COM_STMT_PREPARE/EXECUTE)
@@ -8,7 +8,8 @@
 // the capture) and queries on it too ('n-TOKEN-early-s-i'); --wait reads a
 // line from standard input before the rounds; --tls-only skips the plaintext
 // connection; --seconds S runs rounds until S seconds have passed (N is then
-// the least). Prints "ready" once connected and, at the end, "done QUERIES
+// the least); --conns C opens C connections of each mode, which run their
+// rounds side by side (the bench's load). Prints "ready" once connected and, at the end, "done QUERIES
 // SECONDS" (the statements sent, the rounds' time).
 // Resolve the packages with NODE_PATH=/var/cache/cistern/node/node_modules.
 'use strict';
@@ -19,6 +20,8 @@ const wait = flags.includes('--wait');
 const tlsOnly = flags.includes('--tls-only');
 const si = flags.indexOf('--seconds');
 const seconds = si >= 0 ? Number(flags[si + 1]) : 0;
+const ci = flags.indexOf('--conns');
+const nconns = ci >= 0 ? Number(flags[ci + 1]) : 1;
 const tlsOpt = { rejectUnauthorized: false };
 
 function pgConn(tls) {
@@ -56,24 +59,29 @@ async function main() {
   }
   console.log('ready');
   if (wait) await new Promise((r) => process.stdin.once('data', r));
-  const conns = tlsOnly ? [['tls', mk(true)]] : [['tls', mk(true)], ['plain', mk(false)]];
-  for (const [, c] of conns) await c.open();
+  const lanes = [];
+  for (let l = 0; l < nconns; l++) {
+    lanes.push(tlsOnly ? [['tls', mk(true)]] : [['tls', mk(true)], ['plain', mk(false)]]);
+  }
+  for (const conns of lanes) for (const [, c] of conns) await c.open();
   const t0 = process.hrtime.bigint();
   const elapsed = () => Number(process.hrtime.bigint() - t0) / 1e9;
   let sent = 0;
-  for (let i = 0; i < n || elapsed() < seconds; i++) {
-    for (const [mode, c] of conns) {
-      await c.simple(`n-${tok}-${mode}-s-${i}`);
-      await c.extended(`n-${tok}-${mode}-e-${i}`, i);
-      sent += 2;
+  await Promise.all(lanes.map(async (conns, l) => {
+    for (let i = 0; i < n || elapsed() < seconds; i++) {
+      for (const [mode, c] of conns) {
+        await c.simple(`n-${tok}-${mode}-s-${i}`);
+        await c.extended(`n-${tok}-${mode}-e-${i}`, i);
+        sent += 2;
+      }
+      if (old && l === 0) {
+        await old.simple(`n-${tok}-early-s-${i}`);
+        sent++;
+      }
     }
-    if (old) {
-      await old.simple(`n-${tok}-early-s-${i}`);
-      sent++;
-    }
-  }
+  }));
   const secs = elapsed();
-  for (const [, c] of conns) await c.close();
+  for (const conns of lanes) for (const [, c] of conns) await c.close();
   if (old) await old.close();
   console.log(`done ${sent} ${secs}`);
 }
