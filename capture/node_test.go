@@ -276,6 +276,11 @@ func testNodeClients(t *testing.T, node, kind string, port int, w nodeWant, opt 
 			procs = append(procs, startNode(t, node, kind, port, fmt.Sprintf("%s%sx%d", base, t.Name()[len(t.Name())-1:], i), 3, nil))
 		}
 		checkNode(t, c, procs, w)
+		for _, s := range c.AttachSamples() {
+			if s.Kind == LibOpenSSLStatic {
+				t.Logf("node attached on exec in %v (cached %v, held %v)", s.Latency, s.Cached, s.Held)
+			}
+		}
 		if cn, _ := c.Counters(); cn["libraries_attached"] == 0 {
 			t.Errorf("no library attached: %v", c.LastAttachError())
 		}
