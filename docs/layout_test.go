@@ -121,3 +121,26 @@ func TestSystemsCount(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSourceIncludesAnotherSource: BPF code is shared through headers
+// (bpf/include/cistern, a system's own *.bpf.h), never by one .c file
+// including another's: a policy is a header its stubs include.
+func TestNoSourceIncludesAnotherSource(t *testing.T) {
+	re := regexp.MustCompile(`(?m)^\s*#\s*include\s+["<]([^">]+\.c)[">]`)
+	err := filepath.WalkDir("../bpf", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".c") || strings.HasSuffix(p, ".h")) {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			t.Errorf("%s includes %s: share it as a header", strings.TrimPrefix(p, "../"), m[1])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,20 +1,9 @@
 package evict
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel fifo ../bpf/evict/fifo.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lru ../bpf/evict/lru.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel mru ../bpf/evict/mru.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel clock ../bpf/evict/clock.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel sieve ../bpf/evict/sieve.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel s3fifo ../bpf/evict/s3fifo.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lfu ../bpf/evict/lfu.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel lhd ../bpf/evict/lhd.bpf.c
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel broken ../bpf/evict/broken.bpf.c
-
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -41,41 +30,9 @@ var StatNames = []string{
 	"too_big", "events", "victims_lost",
 }
 
-// policies maps a policy name to its bpf2go loader.
-var policies = map[string]func() (*ebpf.CollectionSpec, error){
-	"fifo":   loadFifo,
-	"lru":    loadLru,
-	"mru":    loadMru,
-	"clock":  loadClock,
-	"sieve":  loadSieve,
-	"s3fifo": loadS3fifo,
-	"lfu":    loadLfu,
-	"lhd":    loadLhd,
-	"broken": loadBroken,
-}
-
-// Policies lists the policy names Open accepts ("broken" is for tests).
-func Policies() []string {
-	names := make([]string, 0, len(policies))
-	for n := range policies {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// Spec returns the collection spec of a policy, unsized.
-func Spec(policy string) (*ebpf.CollectionSpec, error) {
-	load, ok := policies[policy]
-	if !ok {
-		return nil, fmt.Errorf("unknown policy %q (have %v)", policy, Policies())
-	}
-	return load()
-}
-
 // Config sizes a cache.
 type Config struct {
-	Policy   string
+	Policy   string // a name Lookup(Policy, Replay) accepts
 	Capacity uint32 // entries (objects); 0: DefaultSlots
 	// Bytes, when not 0, also bounds the sum of the entries' sizes
 	// (evict_byte_capacity): the cache evicts until a new entry fits.
@@ -149,7 +106,7 @@ type Cache struct {
 	Capacity uint32
 	coll     *ebpf.Collection
 	replay   *ebpf.Program
-	periodic *ebpf.Program // the policy's evict_periodic, if it has one
+	periodic *ebpf.Program // the policy's evict_periodic, if its row says it has one
 	drain    *ebpf.Program
 	batches  *ebpf.Map
 	stats    *ebpf.Map
@@ -164,19 +121,17 @@ type runArgs struct {
 	Hits uint64
 }
 
-// Open loads cfg.Policy with a cache of cfg.Capacity entries and runs its
-// init function.
+// Open loads cfg.Policy (a registry name: Lookup) with a cache of
+// cfg.Capacity entries and runs its init function.
 func Open(cfg Config) (*Cache, error) {
-	spec, err := Spec(cfg.Policy)
+	p, err := Lookup(cfg.Policy, Replay)
 	if err != nil {
 		return nil, err
 	}
-	return OpenSpec(spec, cfg)
-}
-
-// OpenSpec is Open for a policy of your own: spec is any collection built on
-// cistern/evict.bpf.h (examples/evictbig loads one); cfg.Policy only names it.
-func OpenSpec(spec *ebpf.CollectionSpec, cfg Config) (*Cache, error) {
+	spec, err := p.Spec(Replay)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultSlots
 	}
@@ -187,10 +142,15 @@ func OpenSpec(spec *ebpf.CollectionSpec, cfg Config) (*Cache, error) {
 	if err != nil {
 		return nil, kernel.LoadError("policy "+cfg.Policy, err)
 	}
+	periodic, err := p.PeriodicProgram(coll)
+	if err != nil {
+		coll.Close()
+		return nil, err
+	}
 	c := &Cache{
 		Policy: cfg.Policy, Capacity: cfg.Capacity, coll: coll,
 		replay:   coll.Programs["evict_replay"],
-		periodic: coll.Programs["evict_periodic"],
+		periodic: periodic,
 		drain:    coll.Programs["evict_drain"],
 		batches:  coll.Maps["evict_batches"],
 		stats:    coll.Maps["evict_stats"],

@@ -9,8 +9,12 @@ import (
 // TestRunArgsLayout: runArgs is struct evict_run_args, as every policy's
 // object was built.
 func TestRunArgsLayout(t *testing.T) {
-	for _, p := range Policies() {
-		spec, err := Spec(p)
+	for _, row := range Registry() {
+		if row.Replay == "" {
+			continue
+		}
+		p := row.Name
+		spec, err := row.Spec(Replay)
 		if err != nil {
 			t.Fatal(err)
 		}

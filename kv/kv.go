@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -128,8 +127,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.Policy != "" {
-		if _, err := evict.Spec(c.Policy); err != nil || c.Policy == "broken" {
-			return fmt.Errorf("--policy %q: want one of %s", c.Policy, strings.Join(Policies(), ", "))
+		if _, err := evict.Lookup(c.Policy, evict.Replay); err != nil {
+			return fmt.Errorf("--%w", err)
 		}
 	}
 	if pc.CapacityBlocks < 16 {
@@ -166,15 +165,7 @@ type Server struct {
 }
 
 // Policies are the names Config.Policy accepts.
-func Policies() []string {
-	var ps []string
-	for _, p := range evict.Policies() {
-		if p != "broken" {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
+func Policies() []string { return evict.Names(evict.Replay) }
 
 // Load configures and loads the BPF objects; nothing is attached yet.
 func Load(cfg Config) (*Server, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/thread"
 )
 
@@ -79,11 +80,12 @@ const maxOpenFiles = 64
 // Start sets up the cgroup, the policy and the tracker; Run then drives
 // them until its context ends, and Close undoes everything.
 func Start(cfg Config) (_ *Agent, err error) {
-	if !ValidPolicy(cfg.Policy) {
-		return nil, fmt.Errorf("unknown policy %q (have %v)", cfg.Policy, Policies())
+	row, err := evict.Lookup(cfg.Policy, evict.PageCache)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.ScanPIDs) > 0 && !TakesScanPIDs(cfg.Policy) {
-		return nil, fmt.Errorf("scan pids are for the get-scan and scan-only policies only")
+	if len(cfg.ScanPIDs) > 0 && !row.ScanIDs {
+		return nil, fmt.Errorf("policy %s takes no scanner ids", cfg.Policy)
 	}
 	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {
 		return nil, fmt.Errorf("access sample %d: want a power of 2", s)
@@ -104,7 +106,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("read the limit of %s: %w", a.cg.Path, err)
 	}
 	a.setWatermarks()
-	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, policies[cfg.Policy].access, cfg.AccessSample); err != nil {
+	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, row.Accesses, cfg.AccessSample); err != nil {
 		return nil, err
 	}
 	// The cgroup's cache never exceeds its limit, whatever files appear.
@@ -113,7 +115,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		capacity = a.limit / pageSize
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
-	if a.pol, err = openPolicy(cfg.Policy, uint32(capacity), cfg.AccessSample); err != nil {
+	if a.pol, err = openPolicy(row, uint32(capacity), cfg.AccessSample); err != nil {
 		return nil, err
 	}
 	for _, pid := range cfg.ScanPIDs {

@@ -3,7 +3,6 @@ package pagecache
 import (
 	"encoding/binary"
 	"fmt"
-	"sort"
 
 	"github.com/cilium/ebpf"
 
@@ -23,50 +22,6 @@ const (
 	opDel = 2
 	opAcc = 3
 )
-
-// policies maps a --policy name to its object with pc_apply, and whether
-// it uses accessed() (the tracker only reports reads when it does).
-// firstRead: the policy counts hits, so the read that brought a folio in
-// must not count as one (pc_skip_first_read, when every read is reported).
-var policies = map[string]struct {
-	load      func() (*ebpf.CollectionSpec, error)
-	access    bool
-	firstRead bool
-	scans     bool // takes scanner ids (getscan_scan_ids)
-}{
-	"mru":      {loadPcMru, true, false, false},
-	"fifo":     {loadPcFifo, false, false, false},
-	"lru":      {loadPcLru, true, false, false},
-	"lfu":      {loadPcLfu, true, true, false},
-	"s3fifo":   {loadPcS3fifo, true, true, false},
-	"lhd":      {loadPcLhd, true, true, false},
-	"get-scan": {loadPcGetscan, true, false, true},
-	// GET-SCAN's scan list alone: the rest is the kernel's (pc_scanonly.bpf.c).
-	"scan-only": {loadPcScanonly, false, false, true},
-	"none":      {loadPcNone, false, false, false},
-}
-
-// Policies lists the policy names the agent accepts ("none" decides nothing:
-// the tracking cost alone).
-func Policies() []string {
-	var names []string
-	for n := range policies {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// UsesAccesses reports whether the policy name uses accessed(): the agent
-// then watches reads (see ReadSignal).
-func UsesAccesses(name string) bool { return policies[name].access }
-
-// TakesScanPIDs reports whether the policy name tells scanners' folios
-// from the rest (Config.ScanPIDs, AddScanPID).
-func TakesScanPIDs(name string) bool { return policies[name].scans }
-
-// ValidPolicy reports whether name is one of Policies.
-func ValidPolicy(name string) bool { _, ok := policies[name]; return ok }
 
 // applyStatNames are pc_apply_stats, in enum pc_apply_stat order.
 var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads", "read_again"}
@@ -112,21 +67,19 @@ type runArgs struct {
 	Pad  uint32
 }
 
-// openPolicy loads name with room for capacity folios and runs its init;
-// sample is the tracker's access sampling (0 or 1: every read).
-func openPolicy(name string, capacity uint32, sample uint32) (*policy, error) {
-	p, ok := policies[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown policy %q (have %v)", name, Policies())
-	}
-	spec, err := p.load()
+// openPolicy loads the page-cache object of p with room for capacity folios
+// and runs its init; sample is the tracker's access sampling (0 or 1: every
+// read).
+func openPolicy(p evict.Policy, capacity uint32, sample uint32) (*policy, error) {
+	name := p.Name
+	spec, err := p.Spec(evict.PageCache)
 	if err != nil {
 		return nil, err
 	}
 	if err := (evict.Config{Policy: name, Capacity: capacity}).Apply(spec); err != nil {
 		return nil, err
 	}
-	if p.firstRead && sample <= 1 {
+	if p.FirstRead && sample <= 1 {
 		if err := spec.Variables["pc_skip_first_read"].Set(uint32(1)); err != nil {
 			return nil, err
 		}
@@ -134,6 +87,11 @@ func openPolicy(name string, capacity uint32, sample uint32) (*policy, error) {
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, kernel.LoadError("page-cache policy "+name, err)
+	}
+	periodic, err := p.PeriodicProgram(coll)
+	if err != nil {
+		coll.Close()
+		return nil, err
 	}
 	var a struct {
 		Ret  int32
@@ -147,7 +105,7 @@ func openPolicy(name string, capacity uint32, sample uint32) (*policy, error) {
 	return &policy{
 		name: name, coll: coll, apply: coll.Programs["pc_apply"],
 		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
-		periodic: coll.Programs["evict_periodic"],
+		periodic: periodic,
 		buf:      make([]byte, 8+batchSize*eventSize),
 		obuf:     make([]byte, 8+maxVictims*victimSize),
 	}, nil
@@ -221,4 +179,17 @@ func (p *policy) stats() (map[string]uint64, error) {
 		st["policy_"+k] = v
 	}
 	return st, nil
+}
+
+// SimPolicies are the agent's policies that a trace can be replayed under
+// as they are: offered, with a replay object, and needing no scanner ids
+// (get-scan and scan-only need the run's).
+func SimPolicies() []string {
+	var names []string
+	for _, n := range evict.Names(evict.PageCache) {
+		if p, err := evict.Lookup(n, evict.Replay); err == nil && !p.ScanIDs {
+			names = append(names, n)
+		}
+	}
+	return names
 }

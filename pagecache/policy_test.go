@@ -3,6 +3,7 @@ package pagecache
 import (
 	"testing"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
@@ -17,7 +18,11 @@ func TestApplyCountsEachReadOnce(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, name := range []string{"lhd", "lfu", "s3fifo", "lru", "get-scan"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := openPolicy(name, 1<<16, 1)
+			row, err := evict.Lookup(name, evict.PageCache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := openPolicy(row, 1<<16, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +49,7 @@ func TestApplyCountsEachReadOnce(t *testing.T) {
 					}
 				}
 			}
-			first := policies[name].firstRead
+			first := row.FirstRead
 			w := map[string]uint64{"acc_hits": 32, "first_reads": 0, "read_again": 1}
 			if first {
 				w = map[string]uint64{"acc_hits": 0, "first_reads": 32, "read_again": 1}

@@ -56,8 +56,19 @@ func kernelDev(dev uint64) uint32 {
 // registers the regular files under dir and attaches the tracepoints.
 // With sample > 1 (a power of 2), one read in sample is reported.
 func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker, error) {
+	return openTrackerOpts(dir, memcg, access, sample, 0)
+}
+
+// openTrackerOpts is openTracker with spatial sampling: with shardsBits >
+// 0 only reads of pages whose key hashes into 1/2^shardsBits of the key
+// space are reported (ShardsSampled), and only reads are (no adds and
+// deletes: a shadow simulation needs the accesses alone).
+func openTrackerOpts(dir string, memcg uint64, access bool, sample uint32, shardsBits uint) (*tracker, error) {
 	spec, err := loadTrack()
 	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["pc_shards_threshold"].Set(shardsThreshold(shardsBits)); err != nil {
 		return nil, err
 	}
 	if err := spec.Variables["pc_memcg_id"].Set(memcg); err != nil {
@@ -98,6 +109,9 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 	}
 	t.rd = rd
 	for _, name := range []string{"pc_add", "pc_del"} {
+		if shardsBits > 0 {
+			break
+		}
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {
 			t.Close()
@@ -278,4 +292,22 @@ func (t *tracker) Close() error {
 	}
 	t.coll.Close()
 	return errors.Join(errs...)
+}
+
+// shardsMul is PC_SHARDS_MUL: 2^64 / the golden ratio.
+const shardsMul = 0x9E3779B97F4A7C15
+
+// shardsThreshold is pc_shards_threshold for a rate of 1/2^bits (0: every
+// page).
+func shardsThreshold(bits uint) uint64 {
+	if bits == 0 || bits >= 64 {
+		return 0
+	}
+	return 1 << (64 - bits)
+}
+
+// ShardsSampled reports whether the page key (file << 32 | index) is in
+// the 1/2^bits sample the tracker reports (as pc_sampled in the kernel).
+func ShardsSampled(key uint64, bits uint) bool {
+	return bits == 0 || key*shardsMul < shardsThreshold(bits)
 }

@@ -14,6 +14,7 @@ pkgs=(
   mariadb-server mariadb-client sysbench # capture --protocol mysql: server, client, bench load
   fio ripgrep bpftrace                  # benchmark workloads and the reference tracer
   rocksdb-tools                         # bench pagecache/query --workload rocksdb: db_bench
+  librocksdb-dev patch                  # bench pagecache --workload ycsb: go-ycsb's RocksDB binding (scripts/go-ycsb.sh)
   prometheus                            # exporter tests: a real Prometheus scrapes it
   gcc libjemalloc-dev                   # cbuf: C library, bench peers, jemalloc baseline
   nginx apache2 wrk libfcgi-dev         # cbuf web workload: FastCGI baselines and load
@@ -78,6 +79,11 @@ if [ "$mode" = all ]; then
     echo "deps: Jaeger v2 present"
   else
     step "Jaeger v2 from source (once; ~7 min)" "$(dirname "$0")/jaeger.sh"
+  fi
+  if [ "$("$(dirname "$0")/go-ycsb.sh" --version)" = current ]; then
+    echo "deps: go-ycsb present"
+  else
+    step "go-ycsb with RocksDB from source (once)" "$(dirname "$0")/go-ycsb.sh"
   fi
 fi
 if [ "$mode" = all ]; then

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 )
 
@@ -32,12 +32,12 @@ func Workload(quick bool) ([]BundledTrace, []float64) {
 	return Bundled, []float64{1, 5, 10, 25}
 }
 
-// Policies are the policies the bench compares ("broken" is left out),
-// simplest first.
+// Policies are the policies the bench compares, simplest first, then the
+// rest of the registry's.
 func Policies() []string {
 	ps := []string{"fifo", "lru", "mru", "clock", "sieve", "s3fifo", "lfu"}
-	for _, p := range evict.Policies() {
-		if p != "broken" && !contains(ps, p) {
+	for _, p := range evict.Names(evict.Replay) {
+		if !contains(ps, p) {
 			ps = append(ps, p)
 		}
 	}
@@ -94,7 +94,7 @@ func Run(opt Options) (*benchkit.Report, []Curve, error) {
 	rep.SetConfig("unit", "objects")
 	sizes := make([][]uint32, len(opt.Traces))
 	for i, t := range opt.Traces {
-		d := cache.Distinct(t.Reqs)
+		d := replay.Distinct(t.Reqs)
 		rep.SetConfig(t.Name+"_requests", len(t.Reqs))
 		rep.SetConfig(t.Name+"_distinct", d)
 		for _, pct := range opt.Percents {
@@ -123,7 +123,7 @@ func Run(opt Options) (*benchkit.Report, []Curve, error) {
 				if r > 0 && j != last {
 					continue
 				}
-				res, err := cache.Replay(t.Reqs, cache.Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
+				res, err := replay.Run(t.Reqs, replay.Options{Policy: p, Size: uint64(sizes[i][j]), Trace: t.Name})
 				if err != nil {
 					return fmt.Errorf("%s on %s at %d: %w", p, t.Name, sizes[i][j], err)
 				}

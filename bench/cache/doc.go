@@ -2,7 +2,7 @@
 // policies (packages evict and cache) over bundled traces.
 //
 // Workload: Workload, the Bundled traces (Twitter cluster 52, ARC OLTP,
-// CloudPhysics; found in cache.TraceDir) replayed at cache sizes of 1, 5,
+// CloudPhysics; found in replay.TraceDir) replayed at cache sizes of 1, 5,
 // 10 and 25% of each trace's distinct objects (quick: Twitter and ARC at
 // 1 and 10%).
 //

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/netenv"
 	"github.com/cistern-ebpf/cistern/internal/servers"
@@ -25,7 +25,7 @@ import (
 // TraceOptions configure the trace mode of the Kerby-KV benchmark.
 type TraceOptions struct {
 	Quick     bool
-	TraceDir  string   // default cache.TraceDir()
+	TraceDir  string   // default replay.TraceDir()
 	Requests  int      // trace prefix replayed (default all; quick 100000)
 	PoolMB    uint32   // Kerby pool (default 4; quick 1)
 	Policies  []string // default every policy (quick: fifo, lru, s3fifo)
@@ -46,7 +46,7 @@ const ringMode = "ring"
 // block budget) as a yardstick.
 func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	if opt.TraceDir == "" {
-		opt.TraceDir = cache.TraceDir()
+		opt.TraceDir = replay.TraceDir()
 	}
 	if opt.PoolMB == 0 {
 		opt.PoolMB = 4
@@ -81,7 +81,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	}
 	path := filepath.Join(opt.TraceDir, "twitter_cluster52_1m.csv.zst")
 	opt.Progress("reading " + path)
-	reqs, err := cache.ReadFile(path, "twitter")
+	reqs, err := replay.ReadFile(path, "twitter")
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 	rep := benchkit.New("kv-trace", opt.Quick)
 	rep.SetConfig("trace", "twitter_cluster52_1m (look-aside: GET; on a memcached miss, SET)")
 	rep.SetConfig("requests", len(reqs))
-	rep.SetConfig("distinct_keys", cache.Distinct(reqs))
+	rep.SetConfig("distinct_keys", replay.Distinct(reqs))
 	rep.SetConfig("pool_blocks", pc.CapacityBlocks)
 	rep.SetConfig("block_bytes", pc.BlockSize)
 	rep.SetConfig("policy_budget_blocks", budget)
@@ -133,7 +133,7 @@ func Trace(ctx context.Context, opt TraceOptions) (*benchkit.Report, error) {
 		kernel.Values = append(kernel.Values, st["kernel_hit_ratio"])
 		off := 0.0
 		if p != ringMode {
-			res, err := cache.Replay(blockReqs, cache.Options{Policy: p, Size: budget, Unit: "bytes"})
+			res, err := replay.Run(blockReqs, replay.Options{Policy: p, Size: budget, Unit: "bytes"})
 			if err != nil {
 				return nil, err
 			}

@@ -8,13 +8,20 @@
 // overhead, fio randread on a cached file (overhead.go). --workload rocksdb
 // runs RocksDBParts instead on RocksDB's db_bench (rocksdb.go): skewed
 // reads, GET-SCAN, and two cgroups with policies of their own.
+// --workload ycsb (ycsb.go) runs YCSB's own workloads A, B, C, D, F and a
+// uniform one (go-ycsb, its RocksDB binding) against RocksDB in a cgroup a
+// quarter of the database; --quick runs C only and takes about 3
+// minutes, not 60 s: 5 modes × 3 rounds of a warm-up (6 s, training the
+// policies) and a measured go-ycsb process (4 s), each opening RocksDB,
+// and the agent's start.
 //
 // Modes: searchModes, getScanModes, overheadModes and the rdb*Modes
 // (modes.go); report rows are PART/MODE.
 //
 // Targets: search_speedup_mru >= 1.5; get_speedup >= 1.3 with
 // scan_vs_default >= 0.7; cpu_per_io_overhead_pct <= 3; rocksdb: the
-// rocksdb_* and percgroup_* targets in rocksdb.go.
+// rocksdb_* and percgroup_* targets in rocksdb.go; ycsb and zipf: the
+// headroom targets (headroom.go, winTargets) on their traced mode's replay.
 //
 // Plot: every part's metrics relative to its default mode (pcPlot; rocksdb,
 // its own bars in rocksdb.go).

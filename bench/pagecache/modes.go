@@ -1,7 +1,7 @@
 package pagecachebench
 
 // Parts are the experiments, in the order they run by default.
-var Parts = []string{"search", "getscan", "overhead"}
+var Parts = []string{"search", "getscan", "overhead", "zipf"}
 
 // RocksDBParts are the parts of --workload rocksdb (db_bench), in order.
 var RocksDBParts = []string{"reads", "getscan", "percgroup"}
@@ -9,13 +9,16 @@ var RocksDBParts = []string{"reads", "getscan", "percgroup"}
 // The modes of each part, in the order they interleave; the report's rows
 // are PART/MODE. "default" and "off" are the kernel's own LRU, untouched.
 var (
-	searchModes   = []string{"default", "agent_mru"}
+	searchModes   = []string{"default", "traced", "agent_mru", "agent_auto"}
 	getScanModes  = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	overheadModes = []string{"off", "agent_none", "agent_lru"}
 	// --workload rocksdb
-	rdbReadModes    = []string{"default", "agent_lfu", "agent_s3fifo", "agent_lhd"}
+	rdbReadModes    = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
 	rdbGetScanModes = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
+	// --workload ycsb: every workload (ycsb.go)
+	// (traced: the default with the access-trace recorder on, headroom.go)
+	ycsbModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
 )
 
 // rows are a part's modes as report rows (PART/MODE).

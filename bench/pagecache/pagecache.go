@@ -20,8 +20,8 @@ type Options struct {
 	Quick    bool
 	PlotPath string
 	CacheDir string   // where the Linux tree and data files live (default /var/cache/cistern/pagecache)
-	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup
-	// Workload: "" (the synthetic parts) or "rocksdb" (db_bench).
+	Parts    []string // search, getscan, overhead (default all); rocksdb: reads, getscan, percgroup; ycsb: YCSB workloads
+	// Workload: "" (the synthetic parts), "rocksdb" (db_bench) or "ycsb" (go-ycsb on RocksDB).
 	Workload string
 	// GetScanRAMDisk runs GET-SCAN on a RAM-backed loop device rather than
 	// on the cache dir's disk (see pcRAMDisk).
@@ -35,14 +35,17 @@ func (o *Options) defaults() {
 	if o.CacheDir == "" {
 		o.CacheDir = "/var/cache/cistern/pagecache"
 	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	if o.Workload == "ycsb" {
+		return // no Parts: every YCSB workload, --quick fewer (pagecacheYCSB)
+	}
 	if len(o.Parts) == 0 && o.Workload == "rocksdb" {
 		o.Parts = RocksDBParts
 	}
 	if len(o.Parts) == 0 {
 		o.Parts = Parts
-	}
-	if o.Progress == nil {
-		o.Progress = func(string) {}
 	}
 }
 
@@ -52,6 +55,13 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	opt.defaults()
 	rep := benchkit.New("pagecache", opt.Quick)
 	rep.SetConfig("cache_dir", opt.CacheDir)
+	if opt.Workload == "ycsb" {
+		rep.SetConfig("workload", "ycsb")
+		if err := pagecacheYCSB(ctx, rep, opt); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 	if opt.Workload == "rocksdb" {
 		rep.SetConfig("workload", "rocksdb")
 		if err := pagecacheRocksDB(ctx, rep, opt); err != nil {
@@ -68,6 +78,8 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			err = pcGetScan(ctx, rep, opt)
 		case "overhead":
 			err = pcOverhead(ctx, rep, opt)
+		case "zipf":
+			err = pcZipf(ctx, rep, opt)
 		default:
 			err = fmt.Errorf("unknown part %q (have %s)", p, strings.Join(Parts, ", "))
 		}
@@ -77,10 +89,16 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	}
 	rep.Section("search: ripgrep over the tree, seconds", rows("search", searchModes),
 		[]string{"seconds", "first_search_seconds", "repeat_search_seconds"})
+	rep.Section("search headroom: the traced run replayed, pages loaded per 1000 reads", []string{"search/traced"},
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_mru_loads_per_1k_reads", "sim_lru_loads_per_1k_reads"})
 	rep.Section("get-scan: GETs on a hot file while a scan runs", rows("getscan", getScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec"})
 	rep.Section("overhead: fio randread on a cached file", rows("overhead", overheadModes),
 		[]string{"cpu_ns_per_io", "iops", "agent_cost_pct"})
+	rep.Section("zipf: fio randread, zipf 1.1 over 4x the cgroup", rows("zipf", zipfModes),
+		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
+	rep.Section("zipf headroom: the traced run replayed, pages loaded per 1000 reads", []string{"zipf/traced"},
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	if opt.PlotPath != "" {
 		if err := pcPlot(rep, opt.PlotPath); err != nil {
 			return nil, err
@@ -177,7 +195,7 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.SetConfig("search_rounds", rounds)
 	err = benchkit.Interleave(ctx, rounds, searchModes, func(s string) { opt.Progress("search: " + s) }, func(ctx context.Context, _ int, mode string) error {
 		opt.Progress(fmt.Sprintf("search: %s, %d searches of %d files (%d MiB), cgroup limit %d MiB", mode, searches, len(files), bytes>>20, limit>>20))
-		each, a, err := pcSearchRun(ctx, mode, root, files, limit, searches)
+		each, a, err := pcSearchRun(ctx, rep, mode, root, files, limit, searches)
 		if err != nil {
 			return err
 		}
@@ -203,6 +221,9 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		return err
 	}
 	rep.PairedRatio("search_speedup_mru", "search/default", "repeat_search_seconds", "search/agent_mru", "repeat_search_seconds")
+	headroomVerdicts(rep, "search", "", nil)
+	autoTargets(rep, "search", "repeat_search_seconds", true, []string{"agent_mru"})
+	rep.PairedRatio("search_traced_vs_default", "search/default", "repeat_search_seconds", "search/traced", "repeat_search_seconds")
 	rep.PairedRatio("search_speedup_mru_with_first", "search/default", "seconds", "search/agent_mru", "seconds")
 	rep.TargetRatio("search_speedup_mru", ">=", 1.5)
 	rep.Note("search: the cgroup limit is 70% of the tree's page cache; v1 also charges the tree's inodes and dentries to it. " +
@@ -214,20 +235,49 @@ func pcSearch(ctx context.Context, rep *benchkit.Report, opt Options) error {
 }
 
 // pcSearchRun drops the tree's pages and runs the searches in a fresh
-// cgroup, with the agent when mode asks for it; the caller closes the
+// cgroup, with the agent when mode asks for it (traced: the default with
+// the access-trace recorder, its headroom sampled into rep); the caller closes the
 // returned agent (nil for default) after reading its counters.
-func pcSearchRun(ctx context.Context, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
+func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, files []string, limit int64, searches int) (each []float64, a *pagecache.Agent, err error) {
 	if err := pcDrop(files); err != nil {
 		return nil, nil, err
 	}
 	var cg *pagecache.Cgroup
 	stop := func() {}
 	name := fmt.Sprintf("cistern-bench-pagecache-%d", os.Getpid())
-	if mode == "default" {
+	if mode == "default" || mode == "traced" {
 		if cg, err = pagecache.OpenCgroup(name, limit); err != nil {
 			return nil, nil, err
 		}
 		defer cg.Close()
+		if mode == "traced" {
+			tr, err := startTrace(ctx, filepath.Dir(root), root, cg.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer func() {
+				evs, terr := tr.finish()
+				if err == nil && terr == nil {
+					// The first search reads the tree cold in every mode:
+					// it is the warm-up.
+					_, terr = sampleHeadroom(rep, "search/traced", evs, 1/float64(searches), 0)
+				}
+				if err == nil {
+					err = terr
+				}
+			}()
+		}
+	} else if mode == "agent_auto" {
+		var auto *pagecache.Auto
+		var stopAuto func()
+		if auto, cg, stopAuto, err = startAuto(ctx, root, name, limit); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			stopAuto()
+			sampleAuto(rep, "search/agent_auto", auto)
+			auto.Close()
+		}()
 	} else {
 		// One read in 16 reported: the agent shares 2 cores with
 		// ripgrep, and MRU needs recency only roughly here.

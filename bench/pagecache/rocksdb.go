@@ -102,7 +102,8 @@ func (s *rdbSetup) readWarmMeasured(ctx context.Context, cg string, agents []*pa
 	if err != nil {
 		return rdbResult{}, err
 	}
-	if _, err := wait(); err != nil {
+	wr, err := wait()
+	if err != nil {
 		return rdbResult{}, fmt.Errorf("warm-up: %w", err)
 	}
 	if c, err := pagecache.OpenCgroup(cg, 0); err == nil {
@@ -119,6 +120,7 @@ func (s *rdbSetup) readWarmMeasured(ctx context.Context, cg string, agents []*pa
 		return rdbResult{}, err
 	}
 	r, err := wait()
+	r.warmOps = wr.Ops
 	if in1, ok1 := memStat(cg, "pgpgin"); ok0 && ok1 && err == nil && r.Ops > 0 {
 		r.loadsPer1k = float64(in1-in0) / float64(r.Ops) * 1000
 	} else {
@@ -153,15 +155,25 @@ type rdbResult struct {
 	// loadsPer1k: pages charged to the cgroup (memory.stat pgpgin, v1)
 	// per 1000 reads of the measured benchmark: the misses, as pages.
 	loadsPer1k float64
+	warmOps    int64 // operations of the warm-up before it
 }
 
 // agentPct is agent i's CPU during the measured benchmark, in % of one core,
 // per 10k reads/s of it.
 func (r rdbResult) agentPctPer10k(i int) float64 {
-	if i >= len(r.agentCPU) || r.wall <= 0 || r.OpsPerSec <= 0 {
+	if i >= len(r.agentCPU) {
 		return math.NaN()
 	}
-	return r.agentCPU[i].Seconds() / r.wall.Seconds() * 100 / (r.OpsPerSec / 1e4)
+	return agentPctPer10k(r.agentCPU[i], r.wall, r.OpsPerSec)
+}
+
+// agentPctPer10k is an agent's CPU over a run of wall, in % of one core,
+// per 10k operations/s of it.
+func agentPctPer10k(cpu, wall time.Duration, opsPerSec float64) float64 {
+	if wall <= 0 || opsPerSec <= 0 {
+		return math.NaN()
+	}
+	return cpu.Seconds() / wall.Seconds() * 100 / (opsPerSec / 1e4)
 }
 
 // rdbStart starts db_bench (cmd, running benchmark) and returns a wait
@@ -250,7 +262,7 @@ func rdbAgent(ctx context.Context, dir, name string, limit int64, policy string,
 // rdbReads: skewed point reads (readrandom, --read_random_exp_range) under
 // the kernel's default and the agent's LFU, S3-FIFO and LHD.
 func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetup) error {
-	policies := map[string]string{"default": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd"}
+	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd"}
 	modes := rdbReadModes
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("rocksdb_reads_rounds", rounds)
@@ -258,15 +270,41 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode], 1)
+		var a *pagecache.Agent
+		var auto *pagecache.Auto
+		var cg *pagecache.Cgroup
+		var stop func()
+		var err error
+		name := fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid())
+		if mode == "agent_auto" {
+			auto, cg, stop, err = startAuto(ctx, s.db.Dir, name, s.limit)
+		} else {
+			a, cg, stop, err = rdbAgent(ctx, s.db.Dir, name, s.limit, policies[mode], 1)
+		}
 		if err != nil {
 			return err
+		}
+		var tr *tracer
+		if mode == "traced" {
+			if tr, err = startTrace(ctx, opt.CacheDir, s.db.Dir, cg.Path); err != nil {
+				pcClose(a, cg)
+				return err
+			}
 		}
 		r, err := func() (rdbResult, error) {
 			defer stop()
 			return s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) })
 		}()
 		m := "rocksdb_reads/" + mode
+		if tr != nil {
+			evs, terr := tr.finish()
+			if err == nil && terr == nil && r.Ops > 0 {
+				_, terr = sampleHeadroom(rep, m, evs, float64(r.warmOps)/float64(r.warmOps+r.Ops), float64(r.Ops))
+			}
+			if err == nil {
+				err = terr
+			}
+		}
 		if err == nil {
 			opt.Progress(fmt.Sprintf("rocksdb reads: %s: %.0f ops/s, P99 %.0f µs", mode, r.OpsPerSec, r.P99))
 			rep.Sample(m, "ops_per_sec", r.OpsPerSec)
@@ -278,6 +316,15 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 				pcAgentStats(rep, m, a)
 			}
 		}
+		if auto != nil {
+			if err == nil {
+				sampleAuto(rep, m, auto)
+			}
+			if cerr := auto.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
 		if cerr := pcClose(a, cg); err == nil {
 			err = cerr
 		}
@@ -288,7 +335,12 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	}
 	best, bestV := "", math.Inf(-1)
 	worstCPU := math.Inf(-1)
-	for _, mode := range modes[1:] {
+	var agents []string
+	for _, mode := range modes {
+		if !strings.HasPrefix(mode, "agent_") || mode == "agent_auto" {
+			continue
+		}
+		agents = append(agents, mode)
 		p := strings.TrimPrefix(mode, "agent_")
 		v := rep.PairedRatio("rocksdb_reads_speedup_"+p, "rocksdb_reads/"+mode, "ops_per_sec", "rocksdb_reads/default", "ops_per_sec")
 		rep.PairedRatio("rocksdb_reads_p99_vs_default_"+p, "rocksdb_reads/"+mode, "p99_us", "rocksdb_reads/default", "p99_us")
@@ -305,6 +357,12 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	med, lo, hi, _ = rep.RatioSpread("rocksdb_reads_p99_vs_default_" + best)
 	rep.TargetSpread("rocksdb_reads_best_p99_vs_default", med, lo, hi, "<=", 0.8)
 	rep.Target("rocksdb_agent_cpu_pct_per_10k_reads", worstCPU, "<=", 3)
+	simBest, gain := headroomVerdicts(rep, "rocksdb_reads", "ops_per_sec", agents)
+	rep.SetConfig("rocksdb_reads_sim_gain_pct", gain)
+	autoTargets(rep, "rocksdb_reads", "ops_per_sec", false, agents)
+	if gain < 15 {
+		rep.Note(fmt.Sprintf("rocksdb reads: no headroom: the best policy in simulation (%s) has %.1f %% fewer misses than the kernel model (< 15 %%)", simBest, gain))
+	}
 	rep.Note(fmt.Sprintf("rocksdb reads: db_bench readrandom, %d threads, --read_random_exp_range=%d (key = num·e^-r, r uniform in [0,%d]: density ∝ 1/key, Zipf-like), "+
 		"block cache 8 MiB, pread (--mmap_read=false --use_direct_reads=false), db_bench's default FADV_RANDOM on every table file (advise_random_on_open: no fadvise expresses frequency, so none is compared here); "+
 		"each round drops the database's pages, runs a warm-up readrandom (%d threads, %.0f s: fills the cgroup and trains the policy), then the measured one in a new db_bench process (ops/s, P99 from its histogram). "+
@@ -684,6 +742,8 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 	}
 	rep.Section("rocksdb reads: db_bench readrandom, skewed", rows("rocksdb_reads", rdbReadModes),
 		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
+	rep.Section("rocksdb reads headroom: the traced run replayed, pages loaded per 1000 reads", []string{"rocksdb_reads/traced"},
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	rep.Section("rocksdb get-scan: readrandom GETs beside a seekrandom scan", rows("rocksdb_getscan", rdbGetScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("per-cgroup: rocksdb beside ripgrep", rows("percgroup", rdbCgroupModes),
@@ -697,61 +757,18 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 // rdbPlot draws each mode against its part's default (higher is better):
 // one group per part and measure, one series per policy.
 func rdbPlot(rep *benchkit.Report, path string) error {
-	groups := []struct {
-		label, part, metric string
-		inverse             bool
-	}{
+	groups := []barGroup{
 		{"reads\nops/s", "rocksdb_reads", "ops_per_sec", false},
 		{"GET-SCAN\nGETs", "rocksdb_getscan", "get_ops_per_sec", false},
 		{"GET-SCAN\nscan", "rocksdb_getscan", "scan_mb_per_sec", false},
 		{"per-cgroup\nRocksDB", "percgroup", "rocksdb_ops_per_sec", false},
 		{"per-cgroup\nsearch", "percgroup", "search_seconds", true},
 	}
-	kinds := []struct{ name, mode string }{
+	kinds := []barKind{
 		{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"},
 		{"GET-SCAN", "agent_get_scan"}, {"scan NOREUSE", "fadvise_noreuse"}, {"scan DONTNEED", "fadvise_dontneed"},
 		{"tailored (LFU+MRU)", "tailored"}, {"LFU both", "global_lfu"}, {"MRU both", "global_mru"},
+		{"default, traced", "traced"}, {"auto", "agent_auto"},
 	}
-	get := func(mode, metric string) (float64, bool) {
-		v, ok := rep.Get(mode, metric)
-		f, isF := v.(float64)
-		return f, ok && isF && f > 0 && !math.IsNaN(f)
-	}
-	var labels []string
-	series := make([]benchkit.BarSeries, len(kinds))
-	for i, k := range kinds {
-		series[i].Name = k.name
-	}
-	for _, g := range groups {
-		base, ok := get(g.part+"/default", g.metric)
-		if !ok {
-			continue
-		}
-		labels = append(labels, g.label)
-		for i, k := range kinds {
-			v, ok := get(g.part+"/"+k.mode, g.metric)
-			switch {
-			case !ok:
-				v = 0
-			case g.inverse:
-				v = base / v
-			default:
-				v = v / base
-			}
-			series[i].Values = append(series[i].Values, v)
-		}
-	}
-	if len(labels) == 0 {
-		return nil
-	}
-	var used []benchkit.BarSeries
-	for _, s := range series {
-		for _, v := range s.Values {
-			if v > 0 {
-				used = append(used, s)
-				break
-			}
-		}
-	}
-	return benchkit.BarChart(path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", "median / default's median (higher is better)", labels, used)
+	return relativeBars(rep, path, "RocksDB (db_bench) under page-cache policies ("+rep.Kernel()+")", groups, kinds)
 }

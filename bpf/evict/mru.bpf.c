@@ -1,34 +1,4 @@
 // SPDX-License-Identifier: GPL-2.0
-/* MRU: new and accessed entries go to the head; victims come from the head
- * (the most recently used entry), which suits scans (cachebpf, section 5.1). */
+/* The mru policy (cistern/policy/mru.bpf.h) for replay and Kerby-KV. */
 #include "vmlinux.h"
-#include "cistern/evict.bpf.h"
-
-static __u32 q;
-
-static long propose_cb(__u32 slot, struct evict_iter *it)
-{
-	return evict_propose(it->ctx, slot) ? EVICT_ITER_STOP : EVICT_ITER_CONTINUE;
-}
-EVICT_ITERATOR(propose_iter, propose_cb)
-
-static int evict_policy_init(void)
-{
-	int l = evict_list_create();
-
-	if (l < 0)
-		return l;
-	q = l;
-	return 0;
-}
-
-static void evict_policy_added(__u32 slot) { evict_list_add_head(q, slot); }
-static void evict_policy_accessed(__u32 slot) { evict_list_move_head(q, slot); }
-static void evict_policy_removed(__u32 slot) { }
-
-static void evict_policy_evict(struct evict_ctx *ctx)
-{
-	struct evict_iter it = { .ctx = ctx };
-
-	evict_list_iterate(&it, q, EVICT_NIL, EVICT_TOWARDS_TAIL, 0, ctx->nr, propose_iter);
-}
+#include "cistern/policy/mru.bpf.h"

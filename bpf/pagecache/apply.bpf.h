@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* pc_apply: the page-cache agent's side of an eviction policy. Included
- * after a policy's source (bpf/pagecache/pc_<policy>.bpf.c), so it runs the
- * very policy object the replay tests check. One call (an XDP program run
+ * after a policy's header (cistern/policy/<name>.bpf.h) by its stub
+ * bpf/pagecache/pc_<name>.bpf.c, so it runs the very policy code the replay
+ * tests check. One call (an XDP program run
  * with BPF_PROG_TEST_RUN, see cistern/call.bpf.h) applies a batch of
  * tracker events in order (added with the inserting thread, removed,
  * accessed), then asks the policy for want victims. Victims leave

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The fifo policy of bpf/evict/ with the page-cache agent's pc_apply. */
-#include "../evict/fifo.bpf.c"
+/* The fifo policy (cistern/policy/fifo.bpf.h) with the page-cache agent's pc_apply. */
+#include "vmlinux.h"
+#include "cistern/policy/fifo.bpf.h"
 #include "apply.bpf.h"

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The lfu policy of bpf/evict/ with the page-cache agent's pc_apply. */
-#include "../evict/lfu.bpf.c"
+/* The lfu policy (cistern/policy/lfu.bpf.h) with the page-cache agent's pc_apply. */
+#include "vmlinux.h"
+#include "cistern/policy/lfu.bpf.h"
 #include "apply.bpf.h"

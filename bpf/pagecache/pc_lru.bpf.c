@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The lru policy of bpf/evict/ with the page-cache agent's pc_apply. */
-#include "../evict/lru.bpf.c"
+/* The lru policy (cistern/policy/lru.bpf.h) with the page-cache agent's pc_apply. */
+#include "vmlinux.h"
+#include "cistern/policy/lru.bpf.h"
 #include "apply.bpf.h"

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The mru policy of bpf/evict/ with the page-cache agent's pc_apply. */
-#include "../evict/mru.bpf.c"
+/* The mru policy (cistern/policy/mru.bpf.h) with the page-cache agent's pc_apply. */
+#include "vmlinux.h"
+#include "cistern/policy/mru.bpf.h"
 #include "apply.bpf.h"

@@ -9,6 +9,7 @@
  * own, while a scan's pages go in long ranges. */
 #define GS_SCAN_ONLY
 #define EVICT_NO_FALLBACK
-#include "../evict/getscan.bpf.c"
+#include "vmlinux.h"
+#include "cistern/policy/getscan.bpf.h"
 #define PC_ACTOR getscan_actor
 #include "apply.bpf.h"

@@ -19,6 +19,11 @@
 const volatile __u64 pc_memcg_id;     /* kernfs id of the memory cgroup; 0: any */
 const volatile __u32 pc_want_access;
 const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a power of 2) */
+/* Spatial sampling (SHARDS): report only reads that touch a page whose key
+ * (file << 32 | index) times 2^64/phi is below this; 0: every page. A page
+ * is either always or never sampled, so reuse distances stay exact for the
+ * pages kept and a cache of C pages is simulated as one of C × rate. */
+const volatile __u64 pc_shards_threshold;
 
 /* The agent's evicting thread (set by the agent when it runs): the deletes
  * its own fadvise causes are of victims the policy already dropped, so
@@ -202,6 +207,41 @@ static __always_inline int want_read(void)
 	return !pc_access_mask || !(bpf_get_prandom_u32() & pc_access_mask);
 }
 
+#define PC_PAGE_SHIFT 12
+#define PC_SHARDS_MUL 0x9E3779B97F4A7C15ULL
+
+struct pc_shards_loop {
+	__u64 base; /* key of the first page */
+	__u32 hit;
+};
+
+static long pc_shards_step(__u64 i, void *arg)
+{
+	struct pc_shards_loop *l = arg;
+	__u64 key = (l->base & 0xffffffff00000000ULL) | (__u32)(l->base + i);
+
+	if (key * PC_SHARDS_MUL < pc_shards_threshold) {
+		l->hit = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* 1 when pages [first, last] of file hold a sampled page (the first
+ * PC_MAX_ACC_PAGES of them are looked at: what the policies look up). */
+static __always_inline int pc_sampled(__u32 file, __u64 first, __u64 last)
+{
+	struct pc_shards_loop l = { .base = (__u64)file << 32 | (__u32)first };
+	__u64 n = last >= first ? last - first + 1 : 1;
+
+	if (!pc_shards_threshold)
+		return 1;
+	if (n > PC_MAX_ACC_PAGES)
+		n = PC_MAX_ACC_PAGES;
+	bpf_loop(n, pc_shards_step, &l, 0);
+	return l.hit;
+}
+
 /* One read(2) calls filemap_get_pages once per batch of folios (at most
  * 31), and the tracepoint gives every call the rest of the read,
  * [position, end]: a 32-page read of small folios reports [0, 31] and then
@@ -233,9 +273,18 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid(), file;
 	struct pc_read_state *st, nst = {};
+	long long size;
 
 	if (!pc_want_access)
 		return 0;
+	/* The range is what the caller asked for: a read with a buffer
+	 * larger than the rest of the file (ripgrep's, on small files) names
+	 * pages past its end, which no read finds and no miss loads. */
+	size = BPF_CORE_READ(mapping, host, i_size);
+	if (size <= 0 || index > (unsigned long)((size - 1) >> PC_PAGE_SHIFT))
+		return 0;
+	if (last > (unsigned long)((size - 1) >> PC_PAGE_SHIFT))
+		last = (size - 1) >> PC_PAGE_SHIFT;
 	st = bpf_map_lookup_elem(&pc_reads, &tid);
 	if (st && st->mapping == (__u64)mapping && st->last == last && index > st->index && index <= last) {
 		st->index = index;
@@ -260,6 +309,15 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 			st->mapping = 0;
 		return 0;
 	}
+	if (!pc_sampled(file, index, last)) {
+		if (st) { /* its later batches are pages of this range */
+			st->mapping = (__u64)mapping;
+			st->index = index;
+			st->last = last;
+			st->on = 0;
+		}
+		return 0;
+	}
 	nst.mapping = (__u64)mapping;
 	nst.index = index;
 	nst.last = last;
@@ -278,7 +336,6 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
  * pread64(2) of a watched file, as the page range [pos, pos + count)
  * clipped to the file's size (O_DIRECT reads skip the page cache and are
  * not reported). readv, sendfile and splice are not seen this way. */
-#define PC_PAGE_SHIFT 12
 #define PC_O_DIRECT 040000 /* x86 */
 
 static __always_inline int sys_read(unsigned long fd, unsigned long count, long long pos, int use_fpos)
@@ -314,6 +371,8 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 		count = size - pos;
 	first = pos >> PC_PAGE_SHIFT;
 	last = (pos + count - 1) >> PC_PAGE_SHIFT;
+	if (!pc_sampled(file, first, last))
+		return 0;
 	stat(PC_T_ACC);
 	emit(PC_ACC, 0, file, first, last - first + 1, 0);
 	return 0;

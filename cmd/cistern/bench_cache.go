@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	cachebench "github.com/cistern-ebpf/cistern/bench/cache"
-	"github.com/cistern-ebpf/cistern/cache"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
@@ -38,7 +38,7 @@ Twitter and ARC traces at 1% and 10%.`,
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
 			if traceDir == "" {
-				traceDir = cache.TraceDir()
+				traceDir = replay.TraceDir()
 			}
 			bundled, pcts := cachebench.Workload(bf.quick)
 			start := time.Now()
@@ -46,7 +46,7 @@ Twitter and ARC traces at 1% and 10%.`,
 			for _, b := range bundled {
 				path := filepath.Join(traceDir, b.File)
 				benchkit.Step("reading %s", path)
-				reqs, err := cache.ReadFile(path, b.Format)
+				reqs, err := replay.ReadFile(path, b.Format)
 				if err != nil {
 					if os.IsNotExist(err) {
 						return cli.Usagef("bundled trace missing (set $CISTERN_TRACES): %v", err)

@@ -16,7 +16,7 @@ func newBenchPagecacheCmd() *cobra.Command {
 	var bf benchFlags
 	var opt pagecachebench.Options
 	c := &cobra.Command{
-		Use:   "pagecache [--quick] [--workload synthetic|rocksdb] [--json FILE] [--plot FILE.png]",
+		Use:   "pagecache [--quick] [--workload synthetic|rocksdb|ycsb] [--json FILE] [--plot FILE.png]",
 		Short: "Page-cache agent against the kernel LRU",
 		Long: `Three parts, each against the kernel's own LRU in a memory cgroup:
 search:   10 ripgrep searches over the Linux source (Debian linux-source-6.1,
@@ -43,6 +43,22 @@ agent_get_scan, fadvise_noreuse, fadvise_dontneed on the scan; targets GETs
 cgroups at once, RocksDB measured 30 s: default, global_lfu, global_mru,
 tailored = LFU + MRU; target each >= 1.2x its default and at least as good
 as under either global policy, within 5%).
+--workload ycsb: YCSB's own workloads and generators (go-ycsb v1.0.3, built
+with its RocksDB binding by make deps) against RocksDB, block cache 8 MiB,
+reads by pread, in a cgroup a quarter of the database (loaded once into
+--cache-dir/ycsb: 1 GiB cgroup; --quick 128 MiB). Workloads (--parts): a, b,
+c, d, f (YCSB's mixes; zipfian = YCSB's scrambled zipfian, D latest) and
+uniform (C's reads, uniform keys); --quick runs c only. Modes: default,
+traced (the default with the access-trace recorder on: its trace replayed
+gives each policy's simulated misses, the kernel model's and OPT's), agent
+lfu, s3fifo, lhd; ops/s, read P99, pages loaded per 1000 operations.
+Targets, on the simulation (as every part's): a policy saving >= 15% of the
+kernel model's misses gives >= 1.2x ops/s with P99 <= 0.8x, else the bench
+says there is no headroom. Each round: a warm-up go-ycsb (16 threads, 25
+s; --quick 6 s), then the measured one (4 threads, 15 s; --quick 4 s). --quick cannot finish
+in 60 s: 5 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
+plus the agent's start, take about 3 minutes (plus the load, once: ~1 min);
+the warm-up trains the policies (the cgroup is full within 3 s).
 Files are dropped from the page cache (fadvise DONTNEED) before each mode.
 Modes run interleaved for 5 rounds (--quick 3); ratios are medians of the
 rounds' ratios. The overhead target is the agent's own cost (BPF run time
@@ -63,8 +79,14 @@ plus its thread's CPU) within each agent run.`,
 						return cli.Usagef("--parts %q: with --workload rocksdb want %s", p, strings.Join(pagecachebench.RocksDBParts, ", "))
 					}
 				}
+			case "ycsb":
+				for _, p := range opt.Parts {
+					if !slices.Contains(pagecachebench.YCSBWorkloadNames(), p) {
+						return cli.Usagef("--parts %q: with --workload ycsb want %s", p, strings.Join(pagecachebench.YCSBWorkloadNames(), ", "))
+					}
+				}
 			default:
-				return cli.Usagef("--workload %q: want synthetic or rocksdb", opt.Workload)
+				return cli.Usagef("--workload %q: want synthetic, rocksdb or ycsb", opt.Workload)
 			}
 			return bf.run(cmd, func(ctx context.Context, progress func(string)) (*benchkit.Report, error) {
 				opt.Quick, opt.PlotPath, opt.Progress = bf.quick, bf.plotPath, progress
@@ -74,8 +96,8 @@ plus its thread's CPU) within each agent run.`,
 	}
 	bf.add(c)
 	c.Flags().StringVar(&opt.CacheDir, "cache-dir", "", "where the Linux tree and data files are kept (default /var/cache/cistern/pagecache)")
-	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default "+strings.Join(pagecachebench.Parts, ",")+"; rocksdb: "+strings.Join(pagecachebench.RocksDBParts, ",")+")")
-	c.Flags().StringVar(&opt.Workload, "workload", "synthetic", "synthetic (ripgrep, a GET thread, fio) or rocksdb (db_bench)")
+	c.Flags().StringSliceVar(&opt.Parts, "parts", nil, "parts to run (default "+strings.Join(pagecachebench.Parts, ",")+"; rocksdb: "+strings.Join(pagecachebench.RocksDBParts, ",")+"; ycsb: "+strings.Join(pagecachebench.YCSBWorkloadNames(), ",")+")")
+	c.Flags().StringVar(&opt.Workload, "workload", "synthetic", "synthetic (ripgrep, a GET thread, fio), rocksdb (db_bench) or ycsb (go-ycsb on RocksDB)")
 	c.Flags().BoolVar(&opt.GetScanRAMDisk, "getscan-ramdisk", false, "run getscan on a RAM-backed loop device (misses cost little: a diagnostic)")
 	return c
 }

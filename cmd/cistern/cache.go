@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/evict"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 )
 
@@ -27,20 +26,20 @@ func newCacheReplayCmd() *cobra.Command {
 BPF policy object, its programs run with BPF_PROG_TEST_RUN over
 batches of 4096 requests looped over in the kernel. Block traces
 (cloudphysics, arc) become one request per 512-byte block. Traces may be
-zstd-compressed. Formats: ` + strings.Join(cache.Formats, ", ") + ` (csv: key,size).
+zstd-compressed. Formats: ` + strings.Join(replay.Formats, ", ") + ` (csv: key,size).
 --unit bytes makes --size a budget of bytes (object sizes from the trace;
 an object larger than the budget is never admitted).
-Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
+Policies: ` + strings.Join(evict.Names(evict.Replay), ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tracePath == "" || format == "" || policy == "" || size == 0 {
 				return cli.Usagef("--trace, --format, --policy and --size are required")
 			}
-			if !cache.ValidFormat(format) {
-				return cli.Usagef("--format %q: want one of %s", format, strings.Join(cache.Formats, ", "))
+			if !replay.ValidFormat(format) {
+				return cli.Usagef("--format %q: want one of %s", format, strings.Join(replay.Formats, ", "))
 			}
-			if _, err := evict.Spec(policy); err != nil || policy == "broken" {
-				return cli.Usagef("--policy %q: want one of fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd", policy)
+			if _, err := evict.Lookup(policy, evict.Replay); err != nil {
+				return cli.Usagef("--%v", err)
 			}
 			if unit != "objects" && unit != "bytes" {
 				return cli.Usagef("--unit %q: want objects or bytes", unit)
@@ -51,14 +50,14 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			reqs, err := cache.ReadFile(tracePath, format)
+			reqs, err := replay.ReadFile(tracePath, format)
 			if err != nil {
 				if os.IsNotExist(err) {
 					return cli.Usagef("--trace: %v", err)
 				}
 				return cli.Usagef("read trace: %v", err)
 			}
-			res, err := cache.Replay(reqs, cache.Options{Policy: policy, Size: size, Unit: unit, Trace: filepath.Base(tracePath)})
+			res, err := replay.Run(reqs, replay.Options{Policy: policy, Size: size, Unit: unit, Trace: filepath.Base(tracePath)})
 			if err != nil {
 				return err
 			}
@@ -72,8 +71,8 @@ Policies: fifo, lru, mru, clock, sieve, s3fifo, lfu, lhd.`,
 	}
 	f := c.Flags()
 	f.StringVar(&tracePath, "trace", "", "trace FILE (plain or zstd-compressed)")
-	f.StringVar(&format, "format", "", "trace format: "+strings.Join(cache.Formats, "|"))
-	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(slices.DeleteFunc(evict.Policies(), func(p string) bool { return p == "broken" }), "|"))
+	f.StringVar(&format, "format", "", "trace format: "+strings.Join(replay.Formats, "|"))
+	f.StringVar(&policy, "policy", "", "eviction policy: "+strings.Join(evict.Names(evict.Replay), "|"))
 	f.Uint64Var(&size, "size", 0, "cache size in --unit")
 	f.StringVar(&unit, "unit", "objects", "unit of --size: objects (each counts 1) or bytes (request sizes)")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to FILE (- for stdout)")

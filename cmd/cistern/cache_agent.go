@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -8,18 +9,16 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/metrics"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
-
-// agentPolicies are the --policy names of `cistern cache agent` ("none" is
-// the bench's no-op policy, accepted but not advertised).
-const agentPolicies = "mru|fifo|lru|lfu|s3fifo|lhd|get-scan|scan-only"
 
 func newCacheAgentCmd() *cobra.Command {
 	var (
@@ -27,7 +26,12 @@ func newCacheAgentCmd() *cobra.Command {
 		limit, metricsAt string
 		headroom         string
 		scanPIDs         []int
+		autoMargin       float64
+		autoInterval     time.Duration
 	)
+	// The registry's page-cache policies ("none", the bench's no-op, is
+	// accepted but not offered).
+	agentPolicies := strings.Join(append(evict.Names(evict.PageCache), pagecache.AutoPolicy), "|")
 	c := &cobra.Command{
 		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ...] [--metrics ADDR]",
 		Short: "Run a page-cache eviction policy for a memory cgroup",
@@ -39,17 +43,33 @@ drops the policy's victims itself (posix_fadvise DONTNEED) before the
 kernel has to reclaim. --limit creates the cgroup (removed at exit);
 without it PATH must exist. Files created or moved under DIR while it runs
 are watched too (fanotify). Put the workload in the cgroup (PATH/cgroup.procs). Stops on
-SIGINT or SIGTERM and prints its counters.`,
+SIGINT or SIGTERM and prints its counters.
+
+--policy auto samples the cgroup's reads (one page in 2^k, SHARDS: only
+the sampled pages' reads leave the kernel), simulates every candidate and
+the kernel's default on them every --auto-interval, runs the best while it
+misses --auto-margin percent less than the default, and otherwise steps
+aside: no policy runs, nothing is evicted, the kernel's default keeps the
+cache. Each change is printed with its reason; the choice is also in the
+metrics (auto_policy_<name>).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Cgroup == "" || cfg.Dir == "" || cfg.Policy == "" {
 				return cli.Usagef("--cgroup, --dir and --policy are required")
 			}
-			if !pagecache.ValidPolicy(cfg.Policy) {
-				return cli.Usagef("--policy %q: want one of %s", cfg.Policy, agentPolicies)
+			auto := cfg.Policy == pagecache.AutoPolicy
+			var policy evict.Policy
+			if !auto {
+				var err error
+				if policy, err = evict.Lookup(cfg.Policy, evict.PageCache); err != nil {
+					return cli.Usagef("--%v, %s", err, pagecache.AutoPolicy)
+				}
 			}
-			if len(scanPIDs) > 0 && !pagecache.TakesScanPIDs(cfg.Policy) {
-				return cli.Usagef("--scan-pid is for --policy get-scan or scan-only")
+			if autoMargin <= 0 || autoMargin >= 100 {
+				return cli.Usagef("--auto-margin %g: want a percentage between 0 and 100", autoMargin)
+			}
+			if len(scanPIDs) > 0 && !policy.ScanIDs {
+				return cli.Usagef("--scan-pid: --policy %s takes no scanner ids", cfg.Policy)
 			}
 			for _, p := range scanPIDs {
 				if p <= 0 {
@@ -83,13 +103,16 @@ SIGINT or SIGTERM and prints its counters.`,
 				return cli.Usagef("--access-sample %d: want a power of 2", s)
 			}
 			cfg.ScanPIDs = scanPIDs
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if auto {
+				return runAuto(ctx, cmd, pagecache.AutoConfig{Config: cfg, MarginPct: autoMargin, Interval: autoInterval}, metricsAt)
+			}
 			a, err := pagecache.Start(cfg)
 			if err != nil {
 				return cli.Usagef("%v", err)
 			}
 			defer a.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			if metricsAt != "" {
 				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "pagecache", a.Stats))
 				if err != nil {
@@ -100,7 +123,7 @@ SIGINT or SIGTERM and prints its counters.`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
-			if pagecache.UsesAccesses(cfg.Policy) {
+			if policy.Accesses {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
 			}
 			runErr := a.Run(ctx)
@@ -125,7 +148,43 @@ SIGINT or SIGTERM and prints its counters.`,
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit (default max(limit/16, 16M) up to limit/4; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
+	f.Float64Var(&autoMargin, "auto-margin", 10, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
+	f.DurationVar(&autoInterval, "auto-interval", 10*time.Second, "auto: time between decisions")
 	return c
+}
+
+// runAuto runs --policy auto until ctx ends, printing every decision.
+func runAuto(ctx context.Context, cmd *cobra.Command, cfg pagecache.AutoConfig, metricsAt string) error {
+	cfg.OnDecision = func(d pagecache.Decision) {
+		run := d.Policy
+		if run == "" {
+			run = "the kernel's default"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "auto: %s: running %s: %s\n", d.At.Format(time.TimeOnly), run, d.Reason)
+	}
+	a, err := pagecache.StartAuto(cfg)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	defer a.Close()
+	if metricsAt != "" {
+		addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "pagecache", a.Stats))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "metrics on http://%s/metrics\n", addr)
+	}
+	bits, pages := a.SampleRate()
+	fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy auto, files under %s, cgroup %s: one page in %d sampled (a %d-page cache simulated), a decision every %s; the kernel's default runs until the first; Ctrl-C stops\n",
+		cfg.Dir, a.Cgroup().Path, 1<<bits, pages, cfg.Interval)
+	runErr := a.Run(ctx)
+	if st, err := a.Stats(); err == nil {
+		printCounters(cmd, st)
+	}
+	if cerr := a.Close(); cerr != nil && runErr == nil {
+		runErr = cerr
+	}
+	return runErr
 }
 
 func printCounters(cmd *cobra.Command, st map[string]uint64) {

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	kvbench "github.com/cistern-ebpf/cistern/bench/kv"
-	"github.com/cistern-ebpf/cistern/cache"
 	"github.com/cistern-ebpf/cistern/capture"
 	"github.com/cistern-ebpf/cistern/doctor"
+	"github.com/cistern-ebpf/cistern/evict/replay"
 	"github.com/cistern-ebpf/cistern/internal/cli"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/kernel"
@@ -152,18 +152,18 @@ func demoCapture(cmd *cobra.Command) error {
 // policies at one cache size.
 func demoEvict(cmd *cobra.Command) error {
 	out := cmd.OutOrStdout()
-	path := filepath.Join(cache.TraceDir(), "twitter_cluster52_1m.csv.zst")
+	path := filepath.Join(replay.TraceDir(), "twitter_cluster52_1m.csv.zst")
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintln(out, "status: skipped: the bundled traces (../shared/data/traces, or $CISTERN_TRACES) are not on this machine")
 		return nil
 	}
-	reqs, err := cache.ReadFile(path, "twitter")
+	reqs, err := replay.ReadFile(path, "twitter")
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "trace %s: %d requests; cache of 10000 objects\n", filepath.Base(path), len(reqs))
 	for _, p := range []string{"fifo", "lru", "clock", "sieve", "s3fifo", "lhd"} {
-		r, err := cache.Replay(reqs, cache.Options{Policy: p, Size: 10000, Trace: filepath.Base(path)})
+		r, err := replay.Run(reqs, replay.Options{Policy: p, Size: 10000, Trace: filepath.Base(path)})
 		if err != nil {
 			return err
 		}

@@ -69,8 +69,6 @@ func decide(r *kernelResult) {
 		switch dir {
 		case "pool", "kv", "accum", "capture", "evict", "pagecache", "query", "cbuf":
 			return dir
-		case "cache":
-			return "evict"
 		}
 		return ""
 	}

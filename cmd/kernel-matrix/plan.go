@@ -54,7 +54,7 @@ var plan = []step{
 	{Name: "capture-bench", System: "capture", Pkg: "bench/capture", Run: "^(TestCaptureBenchRuns|TestCaptureBenchChurn|TestCaptureBenchAttach)$",
 		Full: true, Lane: 0, Timeout: 40 * time.Minute},
 	{Name: "evict", System: "evict", Pkg: "evict", Lane: 0, Timeout: 10 * time.Minute},
-	{Name: "cache", System: "evict", Pkg: "cache", Lane: 1, Timeout: 10 * time.Minute},
+	{Name: "cache", System: "evict", Pkg: "evict/replay", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "pagecache", System: "pagecache", Pkg: "pagecache", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "cbuf", System: "cbuf", Pkg: "cbuf", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "cbuf-kcomp", System: "cbuf", Pkg: "cbuf/kcomp", Lane: 0, Timeout: 5 * time.Minute},

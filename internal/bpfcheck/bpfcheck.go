@@ -34,7 +34,11 @@ func Objects(root string) ([]string, error) {
 	return out, err
 }
 
-var generateRe = regexp.MustCompile(`(?m)^//go:generate .*bpf2go .*?(\S+\.bpf\.c)`)
+var (
+	generateRe = regexp.MustCompile(`(?m)^//go:generate .*bpf2go .*?(\S+\.bpf\.c)`)
+	// internal/bpfobj's lines name sources and globs of them.
+	bpfobjRe = regexp.MustCompile(`(?m)^//go:generate go run \S*internal/bpfobj( .*)$`)
+)
 
 // Uncovered lists BPF sources below root/bpf (outside testdata) that no
 // go:generate line builds, so none of them escapes the load test.
@@ -50,6 +54,20 @@ func Uncovered(root string) ([]string, error) {
 		}
 		for _, m := range generateRe.FindAllStringSubmatch(string(data), -1) {
 			built[filepath.Clean(filepath.Join(filepath.Dir(p), m[1]))] = true
+		}
+		for _, m := range bpfobjRe.FindAllStringSubmatch(string(data), -1) {
+			for _, arg := range strings.Fields(m[1]) {
+				if !strings.HasSuffix(arg, ".bpf.c") {
+					continue
+				}
+				srcs, err := filepath.Glob(filepath.Join(filepath.Dir(p), arg))
+				if err != nil {
+					return err
+				}
+				for _, src := range srcs {
+					built[filepath.Clean(src)] = true
+				}
+			}
 		}
 		return nil
 	})

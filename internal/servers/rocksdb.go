@@ -177,16 +177,21 @@ func (db *RocksDB) Command(ctx context.Context, r DBBenchRun) (*exec.Cmd, error)
 		args = append(args, "--seek_nexts="+strconv.Itoa(r.SeekNexts), "--ops_between_duration_checks=1")
 	}
 	args = append(args, r.Extra...)
+	return inCgroup(ctx, r.Cgroup, bin, args), nil
+}
+
+// inCgroup is the command bin args, run inside cgroup (a directory; ""
+// none) from its first page: a shell joins it, then execs bin in place
+// (same pid, so signals and GET-SCAN's scanner pid reach bin itself).
+func inCgroup(ctx context.Context, cgroup, bin string, args []string) *exec.Cmd {
 	var c *exec.Cmd
-	if r.Cgroup != "" {
-		// Inside the cgroup from its first page: the shell joins, then execs
-		// db_bench in place (same pid).
-		c = exec.CommandContext(ctx, "sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, r.Cgroup, bin}, args...)...)
+	if cgroup != "" {
+		c = exec.CommandContext(ctx, "sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cgroup, bin}, args...)...)
 	} else {
 		c = exec.CommandContext(ctx, bin, args...)
 	}
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return c, nil
+	return c
 }
 
 // DBBenchResult is what one db_bench benchmark printed.

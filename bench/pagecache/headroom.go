@@ -1,0 +1,237 @@
+package pagecachebench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/evict/sim"
+	"github.com/cistern-ebpf/cistern/internal/benchkit"
+	"github.com/cistern-ebpf/cistern/pagecache"
+	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
+)
+
+// Headroom: every part runs a "traced" mode, the kernel's default with the
+// access-trace recorder on (package pctrace). Its trace, replayed at the
+// cache size the run held, gives each policy's simulated misses, the
+// kernel model's and Belady's OPT, per 1000 of the workload's reads, beside
+// the live figures (memory.stat pgpgin per 1000 reads) of every mode: the
+// difference between a policy's live and simulated figures is what the
+// agent's mechanism loses, and the distance to OPT what any policy could
+// still gain.
+
+// tracer records one run's trace into a file under the cache dir.
+type tracer struct {
+	rec  *pagecache.Recorder
+	f    *os.File
+	w    *pctrace.Writer
+	stop context.CancelFunc
+	done chan error
+}
+
+// startTrace attaches the recorder to the existing cgroup cg over dir.
+func startTrace(ctx context.Context, cacheDir, dir, cg string) (*tracer, error) {
+	rec, err := pagecache.StartRecorder(pagecache.RecordConfig{Dir: dir, Cgroup: cg})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		rec.Close()
+		return nil, err
+	}
+	f, err := os.CreateTemp(cacheDir, "trace-*.pct")
+	if err != nil {
+		rec.Close()
+		return nil, err
+	}
+	w, err := pctrace.NewWriter(f)
+	if err != nil {
+		rec.Close()
+		f.Close()
+		return nil, err
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	t := &tracer{rec: rec, f: f, w: w, stop: cancel, done: make(chan error, 1)}
+	go func() { t.done <- rec.Run(tctx, w) }()
+	return t, nil
+}
+
+// finish stops recording and returns the trace's events (the file is
+// removed: a trace of a bench run is tens of MiB).
+func (t *tracer) finish() ([]pctrace.Event, error) {
+	t.stop()
+	err := <-t.done
+	st, serr := t.rec.Stats()
+	t.rec.Close()
+	t.f.Close()
+	defer os.Remove(t.f.Name())
+	if err != nil {
+		return nil, err
+	}
+	if serr == nil && st["events_dropped"] > 0 {
+		return nil, fmt.Errorf("the trace lost %d events (ring buffer full): its simulated figures would not be exact", st["events_dropped"])
+	}
+	return pctrace.ReadFile(filepath.Clean(t.f.Name()))
+}
+
+// sampleHeadroom replays a traced run's events (warm: the share of its
+// reads that were the warm-up; ops: the measured part's operations, 0 for
+// the trace's own read calls) and samples, under mode m: the trace's own
+// pages loaded, and each simulated figure, all per 1000 operations.
+func sampleHeadroom(rep *benchkit.Report, m string, evs []pctrace.Event, warm, ops float64) (sim.Report, error) {
+	keys, from, s := pctrace.Accesses(evs, warm)
+	if ops <= 0 {
+		ops = float64(s.Reads)
+	}
+	if s.Reads == 0 || s.MaxResident == 0 || ops <= 0 {
+		return sim.Report{}, fmt.Errorf("%s: the trace holds no measured reads or loaded pages (%+v)", m, s)
+	}
+	r, err := sim.Headroom(keys, from, s.Reads, int(s.MaxResident), pagecache.SimPolicies())
+	if err != nil {
+		return r, err
+	}
+	per := func(misses uint64) float64 { return 1000 * float64(misses) / ops }
+	rep.Sample(m, "trace_page_loads_per_1k_reads", per(s.PagesLoaded))
+	rep.Sample(m, "trace_read_calls_per_op", float64(s.Reads)/ops)
+	rep.Sample(m, "sim_cache_pages", float64(r.CapacityPages))
+	rep.Sample(m, "sim_opt_loads_per_1k_reads", per(r.OPT.Misses))
+	rep.Sample(m, "sim_kernel_loads_per_1k_reads", per(r.Kernel.Misses))
+	for _, p := range r.Policies {
+		rep.Sample(m, "sim_"+p.Name+"_loads_per_1k_reads", per(p.Misses))
+	}
+	rep.Sample(m, "sim_best_gain_pct", r.BestGainPct)
+	return r, nil
+}
+
+// headroomVerdicts adds, for part (its traced mode PART/traced and agent
+// modes PART/agent_<policy>), the ratios that put the figures beside their
+// limits, and the headroom issue's targets:
+//   - PART_sim_best_vs_opt, PART_sim_best_vs_kernel (replay: the best
+//     policy against OPT and the kernel model; targets <= 1.5 and <= 0.9);
+//   - PART_kernel_model_vs_live: the model against the traced run's own
+//     pages loaded (the model is trusted within 10 %);
+//   - PART_live_vs_sim_<policy>: each agent mode's live pages loaded over
+//     the same policy's simulated figure (what the mechanism loses);
+//   - PART_traced_vs_default: the traced run's operations per second over
+//     the default's (paired by round), and PART_probe_effect_pct, 100 ×
+//     (1 − its median): what recording cost the workload.
+//
+// It returns the best simulated policy and its gain over the kernel model
+// in percent (medians).
+func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes []string) (best string, gainPct float64) {
+	tm := part + "/traced"
+	bestV := 0.0
+	for _, p := range pagecache.SimPolicies() {
+		v, _, _, ok := rep.Spread(tm, "sim_"+p+"_loads_per_1k_reads")
+		if ok && (best == "" || v < bestV) {
+			best, bestV = p, v
+		}
+	}
+	if best == "" {
+		return "", 0
+	}
+	gainPct, _, _, _ = rep.Spread(tm, "sim_best_gain_pct")
+	rep.PairedRatio(part+"_sim_best_vs_opt", tm, "sim_"+best+"_loads_per_1k_reads", tm, "sim_opt_loads_per_1k_reads")
+	rep.PairedRatio(part+"_sim_best_vs_kernel", tm, "sim_"+best+"_loads_per_1k_reads", tm, "sim_kernel_loads_per_1k_reads")
+	rep.PairedRatio(part+"_kernel_model_vs_live", tm, "sim_kernel_loads_per_1k_reads", tm, "trace_page_loads_per_1k_reads")
+	if opsMetric != "" {
+		rep.PairedRatio(part+"_traced_vs_default", tm, opsMetric, part+"/default", opsMetric)
+		if med, _, _, ok := rep.RatioSpread(part + "_traced_vs_default"); ok {
+			rep.Ratio(part+"_probe_effect_pct", 100*(1-med))
+		}
+	}
+	for _, mode := range agentModes {
+		p := mode[len("agent_"):]
+		rep.PairedRatio(part+"_live_vs_sim_"+p, part+"/"+mode, "page_loads_per_1k_reads", tm, "sim_"+p+"_loads_per_1k_reads")
+	}
+	rep.SetConfig(part+"_sim_best_policy", best)
+	med, lo, hi, _ := rep.RatioSpread(part + "_sim_best_vs_opt")
+	rep.TargetSpread(part+"_sim_best_vs_opt", med, lo, hi, "<=", 1.5)
+	med, lo, hi, _ = rep.RatioSpread(part + "_sim_best_vs_kernel")
+	rep.TargetSpread(part+"_sim_best_vs_kernel_model", med, lo, hi, "<=", 0.9)
+	return best, gainPct
+}
+
+// autoInterval is --policy auto's decision interval in the bench: runs
+// last tens of seconds, so it decides a few times in each.
+const autoInterval = 3 * time.Second
+
+// startAuto runs --policy auto over dir in a new cgroup name of limit;
+// stop ends its loop, Close removes everything.
+func startAuto(ctx context.Context, dir, name string, limit int64) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
+	a, err := pagecache.StartAuto(pagecache.AutoConfig{
+		Config:   pagecache.Config{Dir: dir, Cgroup: name, Limit: limit},
+		Interval: autoInterval,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(actx); err != nil {
+			fmt.Fprintln(os.Stderr, "auto:", err)
+		}
+	}()
+	return a, a.Cgroup(), func() { cancel(); <-done }, nil
+}
+
+// sampleAuto records what auto chose in a run: auto_ran_policy is 1 when a
+// policy ran at the end (0: it stood aside), and its counters.
+func sampleAuto(rep *benchkit.Report, m string, a *pagecache.Auto) {
+	d := a.Decision()
+	ran := 0.0
+	if d.Policy != "" {
+		ran = 1
+	}
+	rep.Sample(m, "auto_ran_policy", ran)
+	rep.Sample(m, "auto_gain_pct", d.GainPct)
+	if st, err := a.Stats(); err == nil {
+		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped"} {
+			rep.Set(m, k, st[k])
+		}
+	}
+}
+
+// autoTargets: auto >= 0.97x the default and >= 0.8x the best fixed policy
+// of the part (medians of per-round ratios on metric; inverse: lower is
+// better, as for seconds).
+func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed []string) {
+	am := part + "/agent_auto"
+	ratio := func(name, a, b string) {
+		if inverse {
+			rep.PairedRatio(name, b, metric, a, metric)
+		} else {
+			rep.PairedRatio(name, a, metric, b, metric)
+		}
+	}
+	ratio(part+"_auto_vs_default", am, part+"/default")
+	med, lo, hi, ok := rep.RatioSpread(part + "_auto_vs_default")
+	if !ok {
+		return
+	}
+	rep.TargetSpread(part+"_auto_vs_default", med, lo, hi, ">=", 0.97)
+	best, bestV := "", 0.0
+	for _, f := range fixed {
+		v, _, _, ok := rep.Spread(part+"/"+f, metric)
+		if !ok {
+			continue
+		}
+		if inverse {
+			v = -v
+		}
+		if best == "" || v > bestV {
+			best, bestV = f, v
+		}
+	}
+	if best == "" {
+		return
+	}
+	ratio(part+"_auto_vs_best_fixed", am, part+"/"+best)
+	rep.SetConfig(part+"_best_fixed_policy", best)
+	med, lo, hi, _ = rep.RatioSpread(part + "_auto_vs_best_fixed")
+	rep.TargetSpread(part+"_auto_vs_best_fixed", med, lo, hi, ">=", 0.8)
+}

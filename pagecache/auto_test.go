@@ -1,0 +1,87 @@
+package pagecache
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// TestAutoFollowsTheWorkload runs --policy auto over a cgroup whose
+// workload changes mid-run: zipf reads first, where no candidate beats the
+// kernel's default by the margin (auto stands aside: no agent, nothing
+// evicted), then a file 1.5x the cgroup read over and over, where MRU keeps
+// most of it and the default keeps little (auto runs MRU).
+func TestAutoFollowsTheWorkload(t *testing.T) {
+	testenv.RequireRoot(t)
+	fio := testenv.NeedTool(t, "fio", "fio")
+	dir := t.TempDir()
+	zipf, loop := filepath.Join(dir, "zipf"), filepath.Join(dir, "loop")
+	for _, f := range []struct {
+		path string
+		size string
+	}{{zipf, "256M"}, {loop, "96M"}} {
+		if out, err := exec.Command(fio, "--name=mk", "--filename="+f.path, "--size="+f.size, "--rw=write", "--bs=1M",
+			"--direct=1", "--output-format=terse").CombinedOutput(); err != nil {
+			t.Fatalf("fio write: %v: %s", err, out)
+		}
+		if err := DropFile(f.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := StartAuto(AutoConfig{
+		Config:   Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-auto-%d", os.Getpid()), Limit: 64 << 20},
+		Interval: 2 * time.Second, Window: 1 << 15,
+		OnDecision: func(d Decision) {
+			t.Logf("decision: policy %q (best %s, %.1f%%): %s", d.Policy, d.Best, d.GainPct, d.Reason)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	bits, pages := a.SampleRate()
+	t.Logf("sampling 1 page in %d, simulated cache %d pages", 1<<bits, pages)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	inCgroup := func(args ...string) *exec.Cmd {
+		return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, a.Cgroup().Path}, args...)...)
+	}
+	if out, err := inCgroup(fio, "--name=z", "--filename="+zipf, "--rw=randread", "--bs=4k", "--ioengine=psync",
+		"--random_distribution=zipf:1.1", "--size=256M", "--time_based", "--runtime=16s", "--output-format=terse").CombinedOutput(); err != nil {
+		t.Fatalf("fio: %v: %s", err, out)
+	}
+	zipfDecision := a.Decision()
+	st, _ := a.Stats()
+	if st["auto_decisions"] == 0 {
+		t.Fatalf("no decision after 16 s of zipf reads (%d samples of the %d needed)", st["auto_samples"], a.minSamples())
+	}
+	if zipfDecision.Policy != "" || a.Agent() != nil {
+		t.Errorf("zipf reads: auto runs %q (%s), want the kernel's default", zipfDecision.Policy, zipfDecision.Reason)
+	}
+	deadline := time.Now().Add(60 * time.Second * testenv.TimeScale())
+	for time.Now().Before(deadline) && a.Decision().Policy == "" {
+		if out, err := inCgroup("cat", loop, loop, loop).CombinedOutput(); err != nil {
+			t.Fatalf("cat: %v: %s", err, out)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	d := a.Decision()
+	st, _ = a.Stats()
+	t.Logf("after the loop: policy %q, best %s, %.1f%%, misses per 1000 %v", d.Policy, d.Best, d.GainPct, d.MissesPer1000)
+	if d.Policy != "mru" {
+		t.Fatalf("a file 1.5x the cgroup read in a loop: auto runs %q (%s), want mru", d.Policy, d.Reason)
+	}
+	if st["auto_switches"] < 1 || st["auto_policy_mru"] != 1 {
+		t.Fatalf("counters say %d switches, auto_policy_mru %d", st["auto_switches"], st["auto_policy_mru"])
+	}
+}
