@@ -110,7 +110,8 @@ func collectNode(t *testing.T, c *Capture, procs []*nodeProc) (map[[2]string][]Q
 	}
 	var unread []Query
 	exited := 0
-	for idle, end := time.Now(), time.Now().Add(3*time.Minute); time.Now().Before(end); {
+	limit := 3 * time.Minute * testenv.TimeScale() // an emulated guest starts node slowly
+	for idle, end := time.Now(), time.Now().Add(limit); time.Now().Before(end); {
 		qs, err := c.Next(100 * time.Millisecond)
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatal(err)
@@ -145,7 +146,7 @@ func collectNode(t *testing.T, c *Capture, procs []*nodeProc) (map[[2]string][]Q
 		}
 	}
 	if exited != len(procs) {
-		t.Fatalf("%d of %d node clients finished in 3 minutes", exited, len(procs))
+		t.Fatalf("%d of %d node clients finished in %v", exited, len(procs), limit)
 	}
 	return got, unread
 }
@@ -295,8 +296,8 @@ func testNodeClients(t *testing.T, node, kind string, port int, w nodeWant, opt 
 		case <-p.ready:
 		case err := <-p.done:
 			t.Fatal(err)
-		case <-time.After(time.Minute):
-			t.Fatal("the node client did not connect in a minute")
+		case <-time.After(time.Minute * testenv.TimeScale()):
+			t.Fatal("the node client did not connect in time")
 		}
 		c, err := Open(opt)
 		if err != nil {

@@ -42,7 +42,7 @@ function myConn(tls) {
   return {
     open: async () => {
       c = await mysql.createConnection({ host: '127.0.0.1', port: Number(port), user: process.env.CISTERN_DB_USER || 'root',
-        password: process.env.CISTERN_DB_PASSWORD, ssl: tls ? tlsOpt : undefined });
+        password: process.env.CISTERN_DB_PASSWORD, ssl: tls ? tlsOpt : undefined, connectTimeout: 600000 });
     },
     simple: (mark) => c.query(`SELECT '${mark}' AS mark`),
     extended: (mark, i) => c.execute(`SELECT '${mark}' AS mark, ? AS i`, [i]),
