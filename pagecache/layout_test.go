@@ -9,13 +9,13 @@ import (
 // TestFileKeyLayout: fileKey is struct pc_file_key, the key of the
 // tracker's pc_files map.
 func TestFileKeyLayout(t *testing.T) {
-	spec, err := loadTrack()
+	spec, err := loadPcNone()
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := spec.Maps["pc_files"]
 	if m == nil || m.Key == nil {
-		t.Fatal("the tracker object has no pc_files map with a BTF key")
+		t.Fatal("the policy object has no pc_files map with a BTF key")
 	}
 	if err := bpfcheck.Layout(m.Key, fileKey{}); err != nil {
 		t.Error(err)

@@ -83,6 +83,49 @@ type pcGetscanPcBatch struct {
 	}
 }
 
+type pcGetscanPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcGetscanPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcGetscanPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcGetscanPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcGetscanPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -112,11 +155,23 @@ const (
 	pcGetscanMapGetscanScanIds     = "getscan_scan_ids"
 	pcGetscanMapPcApplyStats       = "pc_apply_stats"
 	pcGetscanMapPcBatches          = "pc_batches"
+	pcGetscanMapPcFiles            = "pc_files"
 	pcGetscanMapPcOut              = "pc_out"
+	pcGetscanMapPcQueue            = "pc_queue"
+	pcGetscanMapPcReads            = "pc_reads"
+	pcGetscanMapPcTimers           = "pc_timers"
+	pcGetscanMapPcTrackStats       = "pc_track_stats"
+	pcGetscanMapPcWake             = "pc_wake"
 	pcGetscanProgEvictDrain        = "evict_drain"
 	pcGetscanProgEvictInit         = "evict_init"
 	pcGetscanProgEvictReplay       = "evict_replay"
+	pcGetscanProgPcAdd             = "pc_add"
 	pcGetscanProgPcApply           = "pc_apply"
+	pcGetscanProgPcDel             = "pc_del"
+	pcGetscanProgPcRead            = "pc_read"
+	pcGetscanProgPcStart           = "pc_start"
+	pcGetscanProgPcSysPread        = "pc_sys_pread"
+	pcGetscanProgPcSysRead         = "pc_sys_read"
 	pcGetscanVarEvictByteCapacity  = "evict_byte_capacity"
 	pcGetscanVarEvictCapacity      = "evict_capacity"
 	pcGetscanVarEvictFallbackHand  = "evict_fallback_hand"
@@ -132,7 +187,18 @@ const (
 	pcGetscanVarGsHand             = "gs_hand"
 	pcGetscanVarGsScanQ            = "gs_scan_q"
 	pcGetscanVarGsWalked           = "gs_walked"
+	pcGetscanVarPcAccessMask       = "pc_access_mask"
+	pcGetscanVarPcLock             = "pc_lock"
+	pcGetscanVarPcMemcgId          = "pc_memcg_id"
+	pcGetscanVarPcQ_head           = "pc_q_head"
+	pcGetscanVarPcQ_tail           = "pc_q_tail"
+	pcGetscanVarPcSelfPages        = "pc_self_pages"
+	pcGetscanVarPcSelfTid          = "pc_self_tid"
 	pcGetscanVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcGetscanVarPcSweepNs          = "pc_sweep_ns"
+	pcGetscanVarPcWakePages        = "pc_wake_pages"
+	pcGetscanVarPcWantAccess       = "pc_want_access"
+	pcGetscanVarPcWoken            = "pc_woken"
 )
 
 // loadPcGetscan returns the embedded CollectionSpec for pcGetscan.
@@ -180,7 +246,13 @@ type pcGetscanProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcGetscanMapSpecs contains maps before they are loaded into the kernel.
@@ -200,7 +272,13 @@ type pcGetscanMapSpecs struct {
 	GetscanScanIds   *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcGetscanVariableSpecs contains global variables before they are loaded into the kernel.
@@ -222,7 +300,18 @@ type pcGetscanVariableSpecs struct {
 	GsHand             *ebpf.VariableSpec `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcGetscanObjects contains all objects after they have been loaded into the kernel.
@@ -258,7 +347,13 @@ type pcGetscanMaps struct {
 	GetscanScanIds   *ebpf.Map `ebpf:"getscan_scan_ids"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcGetscanMaps) Close() error {
@@ -276,7 +371,13 @@ func (m *pcGetscanMaps) Close() error {
 		m.GetscanScanIds,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -299,7 +400,18 @@ type pcGetscanVariables struct {
 	GsHand             *ebpf.Variable `ebpf:"gs_hand"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcGetscanPrograms contains all programs after they have been loaded into the kernel.
@@ -309,7 +421,13 @@ type pcGetscanPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcGetscanPrograms) Close() error {
@@ -317,7 +435,13 @@ func (p *pcGetscanPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

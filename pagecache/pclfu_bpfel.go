@@ -83,6 +83,49 @@ type pcLfuPcBatch struct {
 	}
 }
 
+type pcLfuPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcLfuPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcLfuPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcLfuPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcLfuPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -111,11 +154,23 @@ const (
 	pcLfuMapEvictVictims       = "evict_victims"
 	pcLfuMapPcApplyStats       = "pc_apply_stats"
 	pcLfuMapPcBatches          = "pc_batches"
+	pcLfuMapPcFiles            = "pc_files"
 	pcLfuMapPcOut              = "pc_out"
+	pcLfuMapPcQueue            = "pc_queue"
+	pcLfuMapPcReads            = "pc_reads"
+	pcLfuMapPcTimers           = "pc_timers"
+	pcLfuMapPcTrackStats       = "pc_track_stats"
+	pcLfuMapPcWake             = "pc_wake"
 	pcLfuProgEvictDrain        = "evict_drain"
 	pcLfuProgEvictInit         = "evict_init"
 	pcLfuProgEvictReplay       = "evict_replay"
+	pcLfuProgPcAdd             = "pc_add"
 	pcLfuProgPcApply           = "pc_apply"
+	pcLfuProgPcDel             = "pc_del"
+	pcLfuProgPcRead            = "pc_read"
+	pcLfuProgPcStart           = "pc_start"
+	pcLfuProgPcSysPread        = "pc_sys_pread"
+	pcLfuProgPcSysRead         = "pc_sys_read"
 	pcLfuVarEvictByteCapacity  = "evict_byte_capacity"
 	pcLfuVarEvictCapacity      = "evict_capacity"
 	pcLfuVarEvictFallbackHand  = "evict_fallback_hand"
@@ -127,7 +182,18 @@ const (
 	pcLfuVarEvictReportVictims = "evict_report_victims"
 	pcLfuVarEvictUsedBytes     = "evict_used_bytes"
 	pcLfuVarLfuQ               = "lfu_q"
+	pcLfuVarPcAccessMask       = "pc_access_mask"
+	pcLfuVarPcLock             = "pc_lock"
+	pcLfuVarPcMemcgId          = "pc_memcg_id"
+	pcLfuVarPcQ_head           = "pc_q_head"
+	pcLfuVarPcQ_tail           = "pc_q_tail"
+	pcLfuVarPcSelfPages        = "pc_self_pages"
+	pcLfuVarPcSelfTid          = "pc_self_tid"
 	pcLfuVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcLfuVarPcSweepNs          = "pc_sweep_ns"
+	pcLfuVarPcWakePages        = "pc_wake_pages"
+	pcLfuVarPcWantAccess       = "pc_want_access"
+	pcLfuVarPcWoken            = "pc_woken"
 )
 
 // loadPcLfu returns the embedded CollectionSpec for pcLfu.
@@ -175,7 +241,13 @@ type pcLfuProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcLfuMapSpecs contains maps before they are loaded into the kernel.
@@ -194,7 +266,13 @@ type pcLfuMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcLfuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -212,7 +290,18 @@ type pcLfuVariableSpecs struct {
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	LfuQ               *ebpf.VariableSpec `ebpf:"lfu_q"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcLfuObjects contains all objects after they have been loaded into the kernel.
@@ -247,7 +336,13 @@ type pcLfuMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcLfuMaps) Close() error {
@@ -264,7 +359,13 @@ func (m *pcLfuMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -283,7 +384,18 @@ type pcLfuVariables struct {
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 	LfuQ               *ebpf.Variable `ebpf:"lfu_q"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcLfuPrograms contains all programs after they have been loaded into the kernel.
@@ -293,7 +405,13 @@ type pcLfuPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcLfuPrograms) Close() error {
@@ -301,7 +419,13 @@ func (p *pcLfuPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -91,6 +91,49 @@ type pcLhdPcBatch struct {
 	}
 }
 
+type pcLhdPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcLhdPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcLhdPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcLhdPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcLhdPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -120,12 +163,24 @@ const (
 	pcLhdMapEvictVictims        = "evict_victims"
 	pcLhdMapPcApplyStats        = "pc_apply_stats"
 	pcLhdMapPcBatches           = "pc_batches"
+	pcLhdMapPcFiles             = "pc_files"
 	pcLhdMapPcOut               = "pc_out"
+	pcLhdMapPcQueue             = "pc_queue"
+	pcLhdMapPcReads             = "pc_reads"
+	pcLhdMapPcTimers            = "pc_timers"
+	pcLhdMapPcTrackStats        = "pc_track_stats"
+	pcLhdMapPcWake              = "pc_wake"
 	pcLhdProgEvictDrain         = "evict_drain"
 	pcLhdProgEvictInit          = "evict_init"
 	pcLhdProgEvictPeriodic      = "evict_periodic"
 	pcLhdProgEvictReplay        = "evict_replay"
+	pcLhdProgPcAdd              = "pc_add"
 	pcLhdProgPcApply            = "pc_apply"
+	pcLhdProgPcDel              = "pc_del"
+	pcLhdProgPcRead             = "pc_read"
+	pcLhdProgPcStart            = "pc_start"
+	pcLhdProgPcSysPread         = "pc_sys_pread"
+	pcLhdProgPcSysRead          = "pc_sys_read"
 	pcLhdVarEvictByteCapacity   = "evict_byte_capacity"
 	pcLhdVarEvictCapacity       = "evict_capacity"
 	pcLhdVarEvictFallbackHand   = "evict_fallback_hand"
@@ -145,7 +200,18 @@ const (
 	pcLhdVarLhdReconfEvery      = "lhd_reconf_every"
 	pcLhdVarLhdReconfigurations = "lhd_reconfigurations"
 	pcLhdVarLhdShift            = "lhd_shift"
+	pcLhdVarPcAccessMask        = "pc_access_mask"
+	pcLhdVarPcLock              = "pc_lock"
+	pcLhdVarPcMemcgId           = "pc_memcg_id"
+	pcLhdVarPcQ_head            = "pc_q_head"
+	pcLhdVarPcQ_tail            = "pc_q_tail"
+	pcLhdVarPcSelfPages         = "pc_self_pages"
+	pcLhdVarPcSelfTid           = "pc_self_tid"
 	pcLhdVarPcSkipFirstRead     = "pc_skip_first_read"
+	pcLhdVarPcSweepNs           = "pc_sweep_ns"
+	pcLhdVarPcWakePages         = "pc_wake_pages"
+	pcLhdVarPcWantAccess        = "pc_want_access"
+	pcLhdVarPcWoken             = "pc_woken"
 )
 
 // loadPcLhd returns the embedded CollectionSpec for pcLhd.
@@ -194,7 +260,13 @@ type pcLhdProgramSpecs struct {
 	EvictInit     *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictPeriodic *ebpf.ProgramSpec `ebpf:"evict_periodic"`
 	EvictReplay   *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd         *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply       *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel         *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead        *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart       *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread    *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead     *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcLhdMapSpecs contains maps before they are loaded into the kernel.
@@ -214,7 +286,13 @@ type pcLhdMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcLhdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -240,7 +318,18 @@ type pcLhdVariableSpecs struct {
 	LhdReconfEvery      *ebpf.VariableSpec `ebpf:"lhd_reconf_every"`
 	LhdReconfigurations *ebpf.VariableSpec `ebpf:"lhd_reconfigurations"`
 	LhdShift            *ebpf.VariableSpec `ebpf:"lhd_shift"`
+	PcAccessMask        *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock              *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId           *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head            *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail            *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages         *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid           *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead     *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs           *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages         *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess        *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken             *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcLhdObjects contains all objects after they have been loaded into the kernel.
@@ -276,7 +365,13 @@ type pcLhdMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcLhdMaps) Close() error {
@@ -294,7 +389,13 @@ func (m *pcLhdMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -321,7 +422,18 @@ type pcLhdVariables struct {
 	LhdReconfEvery      *ebpf.Variable `ebpf:"lhd_reconf_every"`
 	LhdReconfigurations *ebpf.Variable `ebpf:"lhd_reconfigurations"`
 	LhdShift            *ebpf.Variable `ebpf:"lhd_shift"`
+	PcAccessMask        *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock              *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId           *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head            *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail            *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages         *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid           *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead     *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs           *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages         *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess        *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken             *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcLhdPrograms contains all programs after they have been loaded into the kernel.
@@ -332,7 +444,13 @@ type pcLhdPrograms struct {
 	EvictInit     *ebpf.Program `ebpf:"evict_init"`
 	EvictPeriodic *ebpf.Program `ebpf:"evict_periodic"`
 	EvictReplay   *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd         *ebpf.Program `ebpf:"pc_add"`
 	PcApply       *ebpf.Program `ebpf:"pc_apply"`
+	PcDel         *ebpf.Program `ebpf:"pc_del"`
+	PcRead        *ebpf.Program `ebpf:"pc_read"`
+	PcStart       *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread    *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead     *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcLhdPrograms) Close() error {
@@ -341,7 +459,13 @@ func (p *pcLhdPrograms) Close() error {
 		p.EvictInit,
 		p.EvictPeriodic,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

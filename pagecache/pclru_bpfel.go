@@ -83,6 +83,49 @@ type pcLruPcBatch struct {
 	}
 }
 
+type pcLruPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcLruPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcLruPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcLruPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcLruPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -111,11 +154,23 @@ const (
 	pcLruMapEvictVictims       = "evict_victims"
 	pcLruMapPcApplyStats       = "pc_apply_stats"
 	pcLruMapPcBatches          = "pc_batches"
+	pcLruMapPcFiles            = "pc_files"
 	pcLruMapPcOut              = "pc_out"
+	pcLruMapPcQueue            = "pc_queue"
+	pcLruMapPcReads            = "pc_reads"
+	pcLruMapPcTimers           = "pc_timers"
+	pcLruMapPcTrackStats       = "pc_track_stats"
+	pcLruMapPcWake             = "pc_wake"
 	pcLruProgEvictDrain        = "evict_drain"
 	pcLruProgEvictInit         = "evict_init"
 	pcLruProgEvictReplay       = "evict_replay"
+	pcLruProgPcAdd             = "pc_add"
 	pcLruProgPcApply           = "pc_apply"
+	pcLruProgPcDel             = "pc_del"
+	pcLruProgPcRead            = "pc_read"
+	pcLruProgPcStart           = "pc_start"
+	pcLruProgPcSysPread        = "pc_sys_pread"
+	pcLruProgPcSysRead         = "pc_sys_read"
 	pcLruVarEvictByteCapacity  = "evict_byte_capacity"
 	pcLruVarEvictCapacity      = "evict_capacity"
 	pcLruVarEvictFallbackHand  = "evict_fallback_hand"
@@ -126,7 +181,18 @@ const (
 	pcLruVarEvictNextUnused    = "evict_next_unused"
 	pcLruVarEvictReportVictims = "evict_report_victims"
 	pcLruVarEvictUsedBytes     = "evict_used_bytes"
+	pcLruVarPcAccessMask       = "pc_access_mask"
+	pcLruVarPcLock             = "pc_lock"
+	pcLruVarPcMemcgId          = "pc_memcg_id"
+	pcLruVarPcQ_head           = "pc_q_head"
+	pcLruVarPcQ_tail           = "pc_q_tail"
+	pcLruVarPcSelfPages        = "pc_self_pages"
+	pcLruVarPcSelfTid          = "pc_self_tid"
 	pcLruVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcLruVarPcSweepNs          = "pc_sweep_ns"
+	pcLruVarPcWakePages        = "pc_wake_pages"
+	pcLruVarPcWantAccess       = "pc_want_access"
+	pcLruVarPcWoken            = "pc_woken"
 )
 
 // loadPcLru returns the embedded CollectionSpec for pcLru.
@@ -174,7 +240,13 @@ type pcLruProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcLruMapSpecs contains maps before they are loaded into the kernel.
@@ -193,7 +265,13 @@ type pcLruMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcLruVariableSpecs contains global variables before they are loaded into the kernel.
@@ -210,7 +288,18 @@ type pcLruVariableSpecs struct {
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcLruObjects contains all objects after they have been loaded into the kernel.
@@ -245,7 +334,13 @@ type pcLruMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcLruMaps) Close() error {
@@ -262,7 +357,13 @@ func (m *pcLruMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -280,7 +381,18 @@ type pcLruVariables struct {
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcLruPrograms contains all programs after they have been loaded into the kernel.
@@ -290,7 +402,13 @@ type pcLruPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcLruPrograms) Close() error {
@@ -298,7 +416,13 @@ func (p *pcLruPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -83,6 +83,49 @@ type pcMruPcBatch struct {
 	}
 }
 
+type pcMruPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcMruPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcMruPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcMruPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcMruPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -111,11 +154,23 @@ const (
 	pcMruMapEvictVictims       = "evict_victims"
 	pcMruMapPcApplyStats       = "pc_apply_stats"
 	pcMruMapPcBatches          = "pc_batches"
+	pcMruMapPcFiles            = "pc_files"
 	pcMruMapPcOut              = "pc_out"
+	pcMruMapPcQueue            = "pc_queue"
+	pcMruMapPcReads            = "pc_reads"
+	pcMruMapPcTimers           = "pc_timers"
+	pcMruMapPcTrackStats       = "pc_track_stats"
+	pcMruMapPcWake             = "pc_wake"
 	pcMruProgEvictDrain        = "evict_drain"
 	pcMruProgEvictInit         = "evict_init"
 	pcMruProgEvictReplay       = "evict_replay"
+	pcMruProgPcAdd             = "pc_add"
 	pcMruProgPcApply           = "pc_apply"
+	pcMruProgPcDel             = "pc_del"
+	pcMruProgPcRead            = "pc_read"
+	pcMruProgPcStart           = "pc_start"
+	pcMruProgPcSysPread        = "pc_sys_pread"
+	pcMruProgPcSysRead         = "pc_sys_read"
 	pcMruVarEvictByteCapacity  = "evict_byte_capacity"
 	pcMruVarEvictCapacity      = "evict_capacity"
 	pcMruVarEvictFallbackHand  = "evict_fallback_hand"
@@ -126,7 +181,18 @@ const (
 	pcMruVarEvictNextUnused    = "evict_next_unused"
 	pcMruVarEvictReportVictims = "evict_report_victims"
 	pcMruVarEvictUsedBytes     = "evict_used_bytes"
+	pcMruVarPcAccessMask       = "pc_access_mask"
+	pcMruVarPcLock             = "pc_lock"
+	pcMruVarPcMemcgId          = "pc_memcg_id"
+	pcMruVarPcQ_head           = "pc_q_head"
+	pcMruVarPcQ_tail           = "pc_q_tail"
+	pcMruVarPcSelfPages        = "pc_self_pages"
+	pcMruVarPcSelfTid          = "pc_self_tid"
 	pcMruVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcMruVarPcSweepNs          = "pc_sweep_ns"
+	pcMruVarPcWakePages        = "pc_wake_pages"
+	pcMruVarPcWantAccess       = "pc_want_access"
+	pcMruVarPcWoken            = "pc_woken"
 )
 
 // loadPcMru returns the embedded CollectionSpec for pcMru.
@@ -174,7 +240,13 @@ type pcMruProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcMruMapSpecs contains maps before they are loaded into the kernel.
@@ -193,7 +265,13 @@ type pcMruMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcMruVariableSpecs contains global variables before they are loaded into the kernel.
@@ -210,7 +288,18 @@ type pcMruVariableSpecs struct {
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcMruObjects contains all objects after they have been loaded into the kernel.
@@ -245,7 +334,13 @@ type pcMruMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcMruMaps) Close() error {
@@ -262,7 +357,13 @@ func (m *pcMruMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -280,7 +381,18 @@ type pcMruVariables struct {
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcMruPrograms contains all programs after they have been loaded into the kernel.
@@ -290,7 +402,13 @@ type pcMruPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcMruPrograms) Close() error {
@@ -298,7 +416,13 @@ func (p *pcMruPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -83,6 +83,49 @@ type pcNonePcBatch struct {
 	}
 }
 
+type pcNonePcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcNonePcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcNonePcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcNonePcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcNonePcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -111,11 +154,23 @@ const (
 	pcNoneMapEvictVictims       = "evict_victims"
 	pcNoneMapPcApplyStats       = "pc_apply_stats"
 	pcNoneMapPcBatches          = "pc_batches"
+	pcNoneMapPcFiles            = "pc_files"
 	pcNoneMapPcOut              = "pc_out"
+	pcNoneMapPcQueue            = "pc_queue"
+	pcNoneMapPcReads            = "pc_reads"
+	pcNoneMapPcTimers           = "pc_timers"
+	pcNoneMapPcTrackStats       = "pc_track_stats"
+	pcNoneMapPcWake             = "pc_wake"
 	pcNoneProgEvictDrain        = "evict_drain"
 	pcNoneProgEvictInit         = "evict_init"
 	pcNoneProgEvictReplay       = "evict_replay"
+	pcNoneProgPcAdd             = "pc_add"
 	pcNoneProgPcApply           = "pc_apply"
+	pcNoneProgPcDel             = "pc_del"
+	pcNoneProgPcRead            = "pc_read"
+	pcNoneProgPcStart           = "pc_start"
+	pcNoneProgPcSysPread        = "pc_sys_pread"
+	pcNoneProgPcSysRead         = "pc_sys_read"
 	pcNoneVarEvictByteCapacity  = "evict_byte_capacity"
 	pcNoneVarEvictCapacity      = "evict_capacity"
 	pcNoneVarEvictFallbackHand  = "evict_fallback_hand"
@@ -126,7 +181,18 @@ const (
 	pcNoneVarEvictNextUnused    = "evict_next_unused"
 	pcNoneVarEvictReportVictims = "evict_report_victims"
 	pcNoneVarEvictUsedBytes     = "evict_used_bytes"
+	pcNoneVarPcAccessMask       = "pc_access_mask"
+	pcNoneVarPcLock             = "pc_lock"
+	pcNoneVarPcMemcgId          = "pc_memcg_id"
+	pcNoneVarPcQ_head           = "pc_q_head"
+	pcNoneVarPcQ_tail           = "pc_q_tail"
+	pcNoneVarPcSelfPages        = "pc_self_pages"
+	pcNoneVarPcSelfTid          = "pc_self_tid"
 	pcNoneVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcNoneVarPcSweepNs          = "pc_sweep_ns"
+	pcNoneVarPcWakePages        = "pc_wake_pages"
+	pcNoneVarPcWantAccess       = "pc_want_access"
+	pcNoneVarPcWoken            = "pc_woken"
 )
 
 // loadPcNone returns the embedded CollectionSpec for pcNone.
@@ -174,7 +240,13 @@ type pcNoneProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcNoneMapSpecs contains maps before they are loaded into the kernel.
@@ -193,7 +265,13 @@ type pcNoneMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcNoneVariableSpecs contains global variables before they are loaded into the kernel.
@@ -210,7 +288,18 @@ type pcNoneVariableSpecs struct {
 	EvictNextUnused    *ebpf.VariableSpec `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcNoneObjects contains all objects after they have been loaded into the kernel.
@@ -245,7 +334,13 @@ type pcNoneMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcNoneMaps) Close() error {
@@ -262,7 +357,13 @@ func (m *pcNoneMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -280,7 +381,18 @@ type pcNoneVariables struct {
 	EvictNextUnused    *ebpf.Variable `ebpf:"evict_next_unused"`
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcNonePrograms contains all programs after they have been loaded into the kernel.
@@ -290,7 +402,13 @@ type pcNonePrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcNonePrograms) Close() error {
@@ -298,7 +416,13 @@ func (p *pcNonePrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -83,6 +83,49 @@ type pcS3fifoPcBatch struct {
 	}
 }
 
+type pcS3fifoPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcS3fifoPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcS3fifoPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcS3fifoPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcS3fifoPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -122,11 +165,23 @@ const (
 	pcS3fifoMapEvictVictims       = "evict_victims"
 	pcS3fifoMapPcApplyStats       = "pc_apply_stats"
 	pcS3fifoMapPcBatches          = "pc_batches"
+	pcS3fifoMapPcFiles            = "pc_files"
 	pcS3fifoMapPcOut              = "pc_out"
+	pcS3fifoMapPcQueue            = "pc_queue"
+	pcS3fifoMapPcReads            = "pc_reads"
+	pcS3fifoMapPcTimers           = "pc_timers"
+	pcS3fifoMapPcTrackStats       = "pc_track_stats"
+	pcS3fifoMapPcWake             = "pc_wake"
 	pcS3fifoProgEvictDrain        = "evict_drain"
 	pcS3fifoProgEvictInit         = "evict_init"
 	pcS3fifoProgEvictReplay       = "evict_replay"
+	pcS3fifoProgPcAdd             = "pc_add"
 	pcS3fifoProgPcApply           = "pc_apply"
+	pcS3fifoProgPcDel             = "pc_del"
+	pcS3fifoProgPcRead            = "pc_read"
+	pcS3fifoProgPcStart           = "pc_start"
+	pcS3fifoProgPcSysPread        = "pc_sys_pread"
+	pcS3fifoProgPcSysRead         = "pc_sys_read"
 	pcS3fifoVarEvictByteCapacity  = "evict_byte_capacity"
 	pcS3fifoVarEvictCapacity      = "evict_capacity"
 	pcS3fifoVarEvictFallbackHand  = "evict_fallback_hand"
@@ -138,7 +193,18 @@ const (
 	pcS3fifoVarEvictReportVictims = "evict_report_victims"
 	pcS3fifoVarEvictUsedBytes     = "evict_used_bytes"
 	pcS3fifoVarMainQ              = "main_q"
+	pcS3fifoVarPcAccessMask       = "pc_access_mask"
+	pcS3fifoVarPcLock             = "pc_lock"
+	pcS3fifoVarPcMemcgId          = "pc_memcg_id"
+	pcS3fifoVarPcQ_head           = "pc_q_head"
+	pcS3fifoVarPcQ_tail           = "pc_q_tail"
+	pcS3fifoVarPcSelfPages        = "pc_self_pages"
+	pcS3fifoVarPcSelfTid          = "pc_self_tid"
 	pcS3fifoVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcS3fifoVarPcSweepNs          = "pc_sweep_ns"
+	pcS3fifoVarPcWakePages        = "pc_wake_pages"
+	pcS3fifoVarPcWantAccess       = "pc_want_access"
+	pcS3fifoVarPcWoken            = "pc_woken"
 	pcS3fifoVarSmallQ             = "small_q"
 )
 
@@ -187,7 +253,13 @@ type pcS3fifoProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcS3fifoMapSpecs contains maps before they are loaded into the kernel.
@@ -208,7 +280,13 @@ type pcS3fifoMapSpecs struct {
 	EvictVictims     *ebpf.MapSpec `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcS3fifoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -226,7 +304,18 @@ type pcS3fifoVariableSpecs struct {
 	EvictReportVictims *ebpf.VariableSpec `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.VariableSpec `ebpf:"evict_used_bytes"`
 	MainQ              *ebpf.VariableSpec `ebpf:"main_q"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 	SmallQ             *ebpf.VariableSpec `ebpf:"small_q"`
 }
 
@@ -264,7 +353,13 @@ type pcS3fifoMaps struct {
 	EvictVictims     *ebpf.Map `ebpf:"evict_victims"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcS3fifoMaps) Close() error {
@@ -283,7 +378,13 @@ func (m *pcS3fifoMaps) Close() error {
 		m.EvictVictims,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -302,7 +403,18 @@ type pcS3fifoVariables struct {
 	EvictReportVictims *ebpf.Variable `ebpf:"evict_report_victims"`
 	EvictUsedBytes     *ebpf.Variable `ebpf:"evict_used_bytes"`
 	MainQ              *ebpf.Variable `ebpf:"main_q"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 	SmallQ             *ebpf.Variable `ebpf:"small_q"`
 }
 
@@ -313,7 +425,13 @@ type pcS3fifoPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcS3fifoPrograms) Close() error {
@@ -321,7 +439,13 @@ func (p *pcS3fifoPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -83,6 +83,49 @@ type pcScanonlyPcBatch struct {
 	}
 }
 
+type pcScanonlyPcFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type pcScanonlyPcQslot struct {
+	_   structs.HostLayout
+	Seq uint64
+	Ev  struct {
+		_     structs.HostLayout
+		Op    uint8
+		Order uint8
+		Pad   uint16
+		File  uint32
+		Index uint64
+		Tid   uint32
+		Tgid  uint32
+		Nr    uint32
+		Read  uint32
+	}
+}
+
+type pcScanonlyPcReadState struct {
+	_       structs.HostLayout
+	Mapping uint64
+	Index   uint64
+	Last    uint64
+	File    uint32
+	Read    uint32
+	On      uint32
+	Pad     uint32
+}
+
+type pcScanonlyPcTimer struct {
+	_ structs.HostLayout
+	T struct {
+		_      structs.HostLayout
+		Opaque [2]uint64
+	}
+}
+
 type pcScanonlyPcVictims struct {
 	_     structs.HostLayout
 	N     uint32
@@ -112,11 +155,23 @@ const (
 	pcScanonlyMapGetscanScanIds     = "getscan_scan_ids"
 	pcScanonlyMapPcApplyStats       = "pc_apply_stats"
 	pcScanonlyMapPcBatches          = "pc_batches"
+	pcScanonlyMapPcFiles            = "pc_files"
 	pcScanonlyMapPcOut              = "pc_out"
+	pcScanonlyMapPcQueue            = "pc_queue"
+	pcScanonlyMapPcReads            = "pc_reads"
+	pcScanonlyMapPcTimers           = "pc_timers"
+	pcScanonlyMapPcTrackStats       = "pc_track_stats"
+	pcScanonlyMapPcWake             = "pc_wake"
 	pcScanonlyProgEvictDrain        = "evict_drain"
 	pcScanonlyProgEvictInit         = "evict_init"
 	pcScanonlyProgEvictReplay       = "evict_replay"
+	pcScanonlyProgPcAdd             = "pc_add"
 	pcScanonlyProgPcApply           = "pc_apply"
+	pcScanonlyProgPcDel             = "pc_del"
+	pcScanonlyProgPcRead            = "pc_read"
+	pcScanonlyProgPcStart           = "pc_start"
+	pcScanonlyProgPcSysPread        = "pc_sys_pread"
+	pcScanonlyProgPcSysRead         = "pc_sys_read"
 	pcScanonlyVarEvictByteCapacity  = "evict_byte_capacity"
 	pcScanonlyVarEvictCapacity      = "evict_capacity"
 	pcScanonlyVarEvictFallbackHand  = "evict_fallback_hand"
@@ -134,7 +189,18 @@ const (
 	pcScanonlyVarGsScanPages        = "gs_scan_pages"
 	pcScanonlyVarGsScanQ            = "gs_scan_q"
 	pcScanonlyVarGsWalked           = "gs_walked"
+	pcScanonlyVarPcAccessMask       = "pc_access_mask"
+	pcScanonlyVarPcLock             = "pc_lock"
+	pcScanonlyVarPcMemcgId          = "pc_memcg_id"
+	pcScanonlyVarPcQ_head           = "pc_q_head"
+	pcScanonlyVarPcQ_tail           = "pc_q_tail"
+	pcScanonlyVarPcSelfPages        = "pc_self_pages"
+	pcScanonlyVarPcSelfTid          = "pc_self_tid"
 	pcScanonlyVarPcSkipFirstRead    = "pc_skip_first_read"
+	pcScanonlyVarPcSweepNs          = "pc_sweep_ns"
+	pcScanonlyVarPcWakePages        = "pc_wake_pages"
+	pcScanonlyVarPcWantAccess       = "pc_want_access"
+	pcScanonlyVarPcWoken            = "pc_woken"
 )
 
 // loadPcScanonly returns the embedded CollectionSpec for pcScanonly.
@@ -182,7 +248,13 @@ type pcScanonlyProgramSpecs struct {
 	EvictDrain  *ebpf.ProgramSpec `ebpf:"evict_drain"`
 	EvictInit   *ebpf.ProgramSpec `ebpf:"evict_init"`
 	EvictReplay *ebpf.ProgramSpec `ebpf:"evict_replay"`
+	PcAdd       *ebpf.ProgramSpec `ebpf:"pc_add"`
 	PcApply     *ebpf.ProgramSpec `ebpf:"pc_apply"`
+	PcDel       *ebpf.ProgramSpec `ebpf:"pc_del"`
+	PcRead      *ebpf.ProgramSpec `ebpf:"pc_read"`
+	PcStart     *ebpf.ProgramSpec `ebpf:"pc_start"`
+	PcSysPread  *ebpf.ProgramSpec `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.ProgramSpec `ebpf:"pc_sys_read"`
 }
 
 // pcScanonlyMapSpecs contains maps before they are loaded into the kernel.
@@ -202,7 +274,13 @@ type pcScanonlyMapSpecs struct {
 	GetscanScanIds   *ebpf.MapSpec `ebpf:"getscan_scan_ids"`
 	PcApplyStats     *ebpf.MapSpec `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.MapSpec `ebpf:"pc_batches"`
+	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
+	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.MapSpec `ebpf:"pc_wake"`
 }
 
 // pcScanonlyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -226,7 +304,18 @@ type pcScanonlyVariableSpecs struct {
 	GsScanPages        *ebpf.VariableSpec `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.VariableSpec `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.VariableSpec `ebpf:"gs_walked"`
+	PcAccessMask       *ebpf.VariableSpec `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.VariableSpec `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.VariableSpec `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.VariableSpec `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.VariableSpec `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.VariableSpec `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.VariableSpec `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.VariableSpec `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.VariableSpec `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.VariableSpec `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.VariableSpec `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.VariableSpec `ebpf:"pc_woken"`
 }
 
 // pcScanonlyObjects contains all objects after they have been loaded into the kernel.
@@ -262,7 +351,13 @@ type pcScanonlyMaps struct {
 	GetscanScanIds   *ebpf.Map `ebpf:"getscan_scan_ids"`
 	PcApplyStats     *ebpf.Map `ebpf:"pc_apply_stats"`
 	PcBatches        *ebpf.Map `ebpf:"pc_batches"`
+	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
+	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReads          *ebpf.Map `ebpf:"pc_reads"`
+	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
+	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
+	PcWake           *ebpf.Map `ebpf:"pc_wake"`
 }
 
 func (m *pcScanonlyMaps) Close() error {
@@ -280,7 +375,13 @@ func (m *pcScanonlyMaps) Close() error {
 		m.GetscanScanIds,
 		m.PcApplyStats,
 		m.PcBatches,
+		m.PcFiles,
 		m.PcOut,
+		m.PcQueue,
+		m.PcReads,
+		m.PcTimers,
+		m.PcTrackStats,
+		m.PcWake,
 	)
 }
 
@@ -305,7 +406,18 @@ type pcScanonlyVariables struct {
 	GsScanPages        *ebpf.Variable `ebpf:"gs_scan_pages"`
 	GsScanQ            *ebpf.Variable `ebpf:"gs_scan_q"`
 	GsWalked           *ebpf.Variable `ebpf:"gs_walked"`
+	PcAccessMask       *ebpf.Variable `ebpf:"pc_access_mask"`
+	PcLock             *ebpf.Variable `ebpf:"pc_lock"`
+	PcMemcgId          *ebpf.Variable `ebpf:"pc_memcg_id"`
+	PcQ_head           *ebpf.Variable `ebpf:"pc_q_head"`
+	PcQ_tail           *ebpf.Variable `ebpf:"pc_q_tail"`
+	PcSelfPages        *ebpf.Variable `ebpf:"pc_self_pages"`
+	PcSelfTid          *ebpf.Variable `ebpf:"pc_self_tid"`
 	PcSkipFirstRead    *ebpf.Variable `ebpf:"pc_skip_first_read"`
+	PcSweepNs          *ebpf.Variable `ebpf:"pc_sweep_ns"`
+	PcWakePages        *ebpf.Variable `ebpf:"pc_wake_pages"`
+	PcWantAccess       *ebpf.Variable `ebpf:"pc_want_access"`
+	PcWoken            *ebpf.Variable `ebpf:"pc_woken"`
 }
 
 // pcScanonlyPrograms contains all programs after they have been loaded into the kernel.
@@ -315,7 +427,13 @@ type pcScanonlyPrograms struct {
 	EvictDrain  *ebpf.Program `ebpf:"evict_drain"`
 	EvictInit   *ebpf.Program `ebpf:"evict_init"`
 	EvictReplay *ebpf.Program `ebpf:"evict_replay"`
+	PcAdd       *ebpf.Program `ebpf:"pc_add"`
 	PcApply     *ebpf.Program `ebpf:"pc_apply"`
+	PcDel       *ebpf.Program `ebpf:"pc_del"`
+	PcRead      *ebpf.Program `ebpf:"pc_read"`
+	PcStart     *ebpf.Program `ebpf:"pc_start"`
+	PcSysPread  *ebpf.Program `ebpf:"pc_sys_pread"`
+	PcSysRead   *ebpf.Program `ebpf:"pc_sys_read"`
 }
 
 func (p *pcScanonlyPrograms) Close() error {
@@ -323,7 +441,13 @@ func (p *pcScanonlyPrograms) Close() error {
 		p.EvictDrain,
 		p.EvictInit,
 		p.EvictReplay,
+		p.PcAdd,
 		p.PcApply,
+		p.PcDel,
+		p.PcRead,
+		p.PcStart,
+		p.PcSysPread,
+		p.PcSysRead,
 	)
 }
 

@@ -17,7 +17,7 @@ func TestApplyCountsEachReadOnce(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, name := range []string{"lhd", "lfu", "s3fifo", "lru", "get-scan"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := openPolicy(name, 1<<16, 1)
+			p, err := openPolicy(name, 1<<16, trackConfig{sample: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
@@ -18,16 +17,16 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued"}
 
-// tracker is the loaded tracepoint object, its links and ring buffer, and
-// the directory watch (dirwatch.go) whose goroutine registers files created under the
-// directory while the agent runs (at once: a file is usually created
-// before its first write, and its pages count from then on).
+// tracker is the policy object's tracepoint programs, attached, and the
+// directory watch (dirwatch.go) whose goroutine registers files created
+// under the directory while the agent runs (at once: a file is usually
+// created before its first write, and its pages count from then on). The
+// object belongs to the policy (policy.go): the tracker only attaches.
 type tracker struct {
 	coll  *ebpf.Collection
 	links []link.Link
-	rd    *ringbuf.Reader
 	w     *dirWatch
 	done  chan struct{} // the watch goroutine has ended
 
@@ -52,62 +51,32 @@ func kernelDev(dev uint64) uint32 {
 	return unix.Major(dev)<<20 | unix.Minor(dev)
 }
 
-// openTracker loads the tracker for the memory cgroup memcg (kernfs id),
-// registers the regular files under dir and attaches the tracepoints.
-// With sample > 1 (a power of 2), one read in sample is reported.
-func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker, error) {
-	spec, err := loadTrack()
-	if err != nil {
-		return nil, err
-	}
-	if err := spec.Variables["pc_memcg_id"].Set(memcg); err != nil {
-		return nil, err
-	}
-	var acc uint32
-	if access {
-		acc = 1
-	}
-	if err := spec.Variables["pc_want_access"].Set(acc); err != nil {
-		return nil, err
-	}
-	if sample == 0 {
-		sample = 1
-	}
-	if err := spec.Variables["pc_access_mask"].Set(sample - 1); err != nil {
-		return nil, err
-	}
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		return nil, kernel.LoadError("the page-cache tracker", err)
-	}
+// newTracker registers the regular files under dir in coll's pc_files and
+// attaches coll's tracepoint programs (the read signal too when access).
+func newTracker(coll *ebpf.Collection, dir string, access bool) (_ *tracker, err error) {
 	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
 	if t.w, err = newDirWatch(dir); err != nil {
-		t.Close()
 		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
 	}
 	if err := t.addDir(dir); err != nil {
-		t.Close()
 		return nil, fmt.Errorf("--dir %s: %w", dir, err)
 	}
 	t.done = make(chan struct{})
 	go t.watch()
-	rd, err := ringbuf.NewReader(coll.Maps["pc_events"])
-	if err != nil {
-		t.Close()
-		return nil, fmt.Errorf("open ring buffer: %w", err)
-	}
-	t.rd = rd
 	for _, name := range []string{"pc_add", "pc_del"} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {
-			t.Close()
 			return nil, fmt.Errorf("attach %s: %w", name, err)
 		}
 		t.links = append(t.links, l)
 	}
 	if access {
 		if err := t.attachReads(); err != nil {
-			t.Close()
 			return nil, err
 		}
 	}
@@ -260,7 +229,8 @@ func (t *tracker) stats() (map[string]uint64, error) {
 	return st, nil
 }
 
-// Close detaches the tracepoints first, so nothing is left behind.
+// Close detaches the tracepoints and ends the watch (the object is the
+// policy's to close).
 func (t *tracker) Close() error {
 	var errs []error
 	for _, l := range t.links {
@@ -272,10 +242,7 @@ func (t *tracker) Close() error {
 		if t.done != nil {
 			<-t.done
 		}
+		t.w = nil
 	}
-	if t.rd != nil {
-		errs = append(errs, t.rd.Close())
-	}
-	t.coll.Close()
 	return errors.Join(errs...)
 }

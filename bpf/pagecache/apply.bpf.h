@@ -1,16 +1,39 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* pc_apply: the page-cache agent's side of an eviction policy. Included
- * after a policy's source (bpf/pagecache/pc_<policy>.bpf.c), so it runs the
- * very policy object the replay tests check. One call (an XDP program run
- * with BPF_PROG_TEST_RUN, see cistern/call.bpf.h) applies a batch of
- * tracker events in order (added with the inserting thread, removed,
- * accessed), then asks the policy for want victims. Victims leave
- * the policy when proposed: the agent evicts them, and the kernel's delete
- * events for them find nothing (PC_A_DEL_UNKNOWN). */
+/* The page-cache agent's side of an eviction policy, in the kernel's path.
+ * Included after a policy's source (bpf/pagecache/pc_<policy>.bpf.c), so
+ * the tracepoint programs (track.bpf.h) and the very policy object the
+ * replay tests check are one object.
+ *
+ * WHO WRITES THE POLICY
+ *   The evict framework is single-writer and calls helpers, so no
+ *   bpf_spin_lock can guard it. Every event goes on an MPSC queue
+ *   (pc_queue: an array of slots with sequence numbers, a reservation by
+ *   compare-and-swap, a counted drop when full), and then the program tries
+ *   a lock (pc_lock, a compare-and-swap that never waits): the CPU that
+ *   gets it applies the queue in order, its own event and whatever other
+ *   CPUs queued while it was held, releases it and looks again. A CPU that
+ *   does not get it leaves its event to the holder. A bpf_timer (pc_sweep,
+ *   started by pc_start) applies what is ever stranded (an event published
+ *   just after its holder looked, with no later event to carry it).
+ *
+ * WHAT USER SPACE DOES
+ *   Only what BPF cannot: dropping the victims' pages. pc_apply (an XDP
+ *   program run with BPF_PROG_TEST_RUN, cistern/call.bpf.h) takes the lock
+ *   (-PC_EBUSY when held: the agent tries again), applies the queue and
+ *   the batch the agent passes (its victims that stayed cached, added
+ *   back), and proposes victims covering want pages. Victims leave the
+ *   policy when proposed: the agent evicts them, and the kernel's delete
+ *   events for them are not applied (pc_self_tid). The agent sleeps on
+ *   pc_wake, a small ring buffer the policy writes once the pages it
+ *   tracks reach pc_wake_pages, which the agent sets below its limit. */
 #ifndef CISTERN_PC_APPLY_BPF_H
 #define CISTERN_PC_APPLY_BPF_H
 
 #include "cistern/pagecache.h"
+
+#ifndef CLOCK_MONOTONIC
+#define CLOCK_MONOTONIC 1
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -56,6 +79,40 @@ struct {
 	__type(value, __u64);
 } evict_pslot_pcread SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PC_QUEUE_LEN);
+	__type(key, __u32);
+	__type(value, struct pc_qslot);
+} pc_queue SEC(".maps");
+
+/* The agent's wakeup: one record when the tracked pages reach
+ * pc_wake_pages (the smallest ring buffer: one page). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} pc_wake SEC(".maps");
+
+struct pc_timer {
+	struct bpf_timer t;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pc_timer);
+} pc_timers SEC(".maps");
+
+__u32 pc_lock;      /* 1 while a CPU (or the agent's pc_apply) writes the policy */
+__u64 pc_q_tail;    /* next position to reserve */
+__u64 pc_q_head;    /* next position to apply (the lock's holder only) */
+/* Set by the agent: wake it once the policy tracks this many pages (0:
+ * never); pc_woken is set with the wakeup and cleared by the agent. */
+volatile __u64 pc_wake_pages;
+volatile __u32 pc_woken;
+const volatile __u64 pc_sweep_ns = 20 * 1000 * 1000;
+
 static __always_inline void pc_stat(__u32 s, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&pc_apply_stats, &s);
@@ -93,14 +150,6 @@ __noinline int pc_evict_one(struct pc_victims *out)
 	return 0;
 }
 
-/* Inserts key (size pages); the caller made sure a slot is free. */
-__noinline int pc_insert(__u64 key, __u32 size)
-{
-	struct evict_req r = { .key = key, .size = size };
-
-	evict_cache_access(&r);
-	return 0;
-}
 
 struct pc_loop {
 	struct pc_batch *b;
@@ -140,12 +189,14 @@ static long pc_acc_step(__u64 i, void *arg)
 	return 0;
 }
 
-static long pc_apply_step(__u64 i, void *arg)
+/* Applies one event to the policy (the lock held). */
+static __always_inline void pc_apply_event(struct pc_event *ev)
 {
-	struct pc_loop *lp = arg;
-	struct pc_event *ev = &lp->b->ev[i & (PC_BATCH - 1)];
-	__u64 key = (__u64)ev->file << 32 | (__u32)ev->index;
+	__u64 key;
 	__u32 *sp;
+
+	key = (__u64)ev->file << 32 | (__u32)ev->index;
+	pc_stat(PC_A_APPLIED, 1);
 
 	switch (ev->op) {
 	case PC_ADD: {
@@ -154,17 +205,27 @@ static long pc_apply_step(__u64 i, void *arg)
 			evict_remove(*sp, NULL);
 			pc_stat(PC_A_READDED, 1);
 		}
-		/* Never let the insertion evict on its own: its victim would
-		 * be lost to the agent. */
-		if (evict_next_unused >= evict_capacity && !evict_free_top) {
-			pc_evict_one(lp->out);
+		/* The tracker is full (capacity is the cgroup's limit and some:
+		 * stale entries): the insertion evicts on its own, and its
+		 * victim's folio is left to the kernel's reclaim (counted). */
+		if (evict_next_unused >= evict_capacity && !evict_free_top)
 			pc_stat(PC_A_FULL, 1);
-		}
 #ifdef PC_ACTOR
 		PC_ACTOR = (__u64)ev->tgid << 32 | ev->tid;
 #endif
-		pc_insert(key, 1U << (ev->order & 15));
+		{
+			struct evict_req r = { .key = key, .size = 1U << (ev->order & 15) };
+
+			evict_cache_access(&r);
+		}
 		pc_stat(PC_A_ADDED, 1);
+		if (pc_wake_pages && evict_used_bytes >= pc_wake_pages && !pc_woken) {
+			__u64 pages = evict_used_bytes;
+
+			pc_woken = 1;
+			bpf_ringbuf_output(&pc_wake, &pages, sizeof(pages), BPF_RB_FORCE_WAKEUP);
+			pc_stat(PC_A_WAKEUPS, 1);
+		}
 		if ((sp = bpf_map_lookup_elem(&evict_index, &key))) {
 			__u64 *last = bpf_map_lookup_elem(&evict_pslot_pcread, sp);
 
@@ -196,7 +257,6 @@ static long pc_apply_step(__u64 i, void *arg)
 		break;
 	}
 	}
-	return 0;
 }
 
 static long pc_victim_step(__u64 i, void *arg)
@@ -208,27 +268,226 @@ static long pc_victim_step(__u64 i, void *arg)
 	return pc_evict_one(lp->out) ? 1 : 0;
 }
 
+/* ---- the queue and the lock ---- */
+
+static __always_inline int pc_trylock(void)
+{
+	return __sync_val_compare_and_swap(&pc_lock, 0, 1) == 0;
+}
+
+static __always_inline void pc_unlock(void)
+{
+	__sync_lock_test_and_set(&pc_lock, 0); /* an exchange: a full barrier */
+}
+
+/* Queues ev; 0, or -1 when the queue is full (or every reservation lost
+ * its race PC_PUSH_TRIES times): the caller counts the drop. */
+static __always_inline int pc_push(struct pc_event *ev)
+{
+	for (int i = 0; i < PC_PUSH_TRIES; i++) {
+		__u64 pos = *(volatile __u64 *)&pc_q_tail, lap = pos & ~(__u64)(PC_QUEUE_LEN - 1), seq;
+		__u32 idx = pos & (PC_QUEUE_LEN - 1);
+		struct pc_qslot *s = bpf_map_lookup_elem(&pc_queue, &idx);
+
+		if (!s)
+			return -1;
+		seq = *(volatile __u64 *)&s->seq;
+		if (seq == lap) {
+			if (__sync_val_compare_and_swap(&pc_q_tail, pos, pos + 1) != pos)
+				continue; /* another CPU took pos */
+			s->ev = *ev;
+			__sync_lock_test_and_set(&s->seq, lap + 1); /* publish */
+			return 0;
+		}
+		if (seq < lap)
+			return -1; /* full: the slot's event of the last lap is not applied yet */
+		/* seq > lap: pc_q_tail moved on since it was read */
+	}
+	return -1;
+}
+
+/* 1 when the event at the head is published (a racy look: a hint). */
+static __always_inline int pc_pending(void)
+{
+	__u64 h = *(volatile __u64 *)&pc_q_head;
+	__u32 idx = h & (PC_QUEUE_LEN - 1);
+	struct pc_qslot *s = bpf_map_lookup_elem(&pc_queue, &idx);
+
+	return s && *(volatile __u64 *)&s->seq == (h & ~(__u64)(PC_QUEUE_LEN - 1)) + 1;
+}
+
+/* Applies the event at the head of the queue (the lock held); 0 when
+ * there is none, or it is reserved but not published yet. A global
+ * function: the policy is verified once per program, not at each caller.
+ * Frames: the policy takes 4 below it, and it is called at most 3 deep
+ * (the timer's callback; a bpf_loop callback), of the verifier's 8. */
+__noinline int pc_drain_one(void)
+{
+	__u64 h = pc_q_head, lap = h & ~(__u64)(PC_QUEUE_LEN - 1);
+	__u32 idx = h & (PC_QUEUE_LEN - 1);
+	struct pc_qslot *s = bpf_map_lookup_elem(&pc_queue, &idx);
+	struct pc_event ev;
+
+	if (!s || *(volatile __u64 *)&s->seq != lap + 1)
+		return 0;
+	ev = s->ev;
+	__sync_lock_test_and_set(&s->seq, lap + PC_QUEUE_LEN); /* free for the next lap */
+	pc_q_head = h + 1;
+	pc_apply_event(&ev);
+	return 1;
+}
+
+static long pc_drain_step(__u64 i, void *arg)
+{
+	long r = pc_drain_one();
+
+	/* A global's return is any scalar to the verifier; clang knows it is
+	 * 0 or 1 and would return r ^ 1: opaque to clang, so it branches. */
+	barrier_var(r);
+	return r == 1 ? 0 : 1;
+}
+
+/* Applies the queue in order (the lock held); returns how many events.
+ * Counted from the head, not in the callback: a counter the callback
+ * carries would be a new state to the verifier at every iteration (6.7+
+ * verifies callbacks as loops). */
+static __always_inline __u32 pc_drain(void)
+{
+	__u64 h0 = pc_q_head;
+
+	bpf_loop(PC_QUEUE_LEN, pc_drain_step, NULL, 0);
+	return pc_q_head - h0;
+}
+
+/* Takes the lock and applies the queue, and again if events came while it
+ * was held (their CPUs found it taken), at most PC_COMBINE_ROUNDS times:
+ * what is left, the next event or the timer applies. */
+static __always_inline __u32 pc_combine(void)
+{
+	__u32 n = 0;
+
+	for (int i = 0; i < PC_COMBINE_ROUNDS; i++) {
+		if (!pc_trylock())
+			return n;
+		n += pc_drain();
+		pc_unlock();
+		if (!pc_pending())
+			break;
+	}
+	return n;
+}
+
+static __always_inline void stat(__u32 s); /* track.bpf.h */
+
+/* An event from a tracepoint program: queued, then applied by whoever
+ * holds the lock. Returns -1 when it was dropped. */
+static __always_inline int pc_event_in(struct pc_event *ev)
+{
+	if (pc_push(ev))
+		return -1;
+	if (pc_combine() == 0)
+		stat(PC_T_QUEUED);
+	return 0;
+}
+
+#include "track.bpf.h"
+
+/* ---- the policy's periodic work (LHD), under the lock ---- */
+
+static __always_inline void pc_periodic(void)
+{
+#ifdef PC_PERIODIC
+	struct evict_run_args pa = {};
+
+	____evict_periodic(&pa);
+#endif
+}
+
+/* ---- the timer: what the queue ever strands ---- */
+
+#define PC_SWEEP_MAX 64 /* events one tick applies (stranded ones are few) */
+
+static int pc_sweep(void *map, __u32 *key, struct pc_timer *t)
+{
+	__u32 n = 0;
+
+	if (pc_trylock()) {
+		/* A plain loop, not bpf_loop: one frame less (see pc_drain_one). */
+		for (int i = 0; i < PC_SWEEP_MAX; i++) {
+			if (!pc_drain_one())
+				break;
+			n++;
+		}
+		pc_periodic();
+		pc_unlock();
+	}
+	if (n)
+		pc_stat(PC_A_SWEPT, n);
+	bpf_timer_start(&t->t, pc_sweep_ns, 0);
+	return 0;
+}
+
+/* Starts the sweep timer (once; the agent calls it after loading). */
+CISTERN_CALL(pc_start, struct pc_run_args, a)
+{
+	__u32 zero = 0;
+	struct pc_timer *t = bpf_map_lookup_elem(&pc_timers, &zero);
+
+	if (!t) {
+		a->ret = -EVICT_EINVAL;
+		return;
+	}
+	bpf_timer_init(&t->t, &pc_timers, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&t->t, pc_sweep);
+	a->ret = bpf_timer_start(&t->t, pc_sweep_ns, 0);
+}
+
+/* ---- pc_apply: the agent's call ---- */
+
+static long pc_batch_step(__u64 i, void *arg)
+{
+	struct pc_batch *b = ((struct pc_loop *)arg)->b;
+
+	if (pc_push(&b->ev[i & (PC_BATCH - 1)]))
+		stat(PC_T_DROPPED);
+	return 0;
+}
+
 CISTERN_CALL(pc_apply, struct pc_run_args, a)
 {
 	__u32 zero = 0, n;
 	struct pc_loop lp = {};
+	struct pc_batch *b = bpf_map_lookup_elem(&pc_batches, &zero);
 
-	lp.b = bpf_map_lookup_elem(&pc_batches, &zero);
+	lp.b = b;
 	lp.out = bpf_map_lookup_elem(&pc_out, &zero);
-	if (!lp.b || !lp.out || !evict_initialized) {
+	if (!b || !lp.out || !evict_initialized) {
 		a->ret = -EVICT_EINVAL;
+		return;
+	}
+	/* The batch (victims added back) goes through the queue: one order
+	 * for every event. */
+	n = b->n;
+	if (n > PC_BATCH)
+		n = PC_BATCH;
+	bpf_loop(n, pc_batch_step, &lp, 0);
+	if (!pc_trylock()) {
+		pc_stat(PC_A_BUSY, 1);
+		a->got = 0;
+		a->ret = -PC_EBUSY;
 		return;
 	}
 	lp.out->n = 0;
 	lp.out->pages = 0;
-	n = lp.b->n;
-	if (n > PC_BATCH)
-		n = PC_BATCH;
-	bpf_loop(n, pc_apply_step, &lp, 0);
+	pc_drain();
+	pc_periodic();
 	lp.want = a->want;
 	if (lp.out->n < PC_MAX_VICTIMS)
 		bpf_loop(PC_MAX_VICTIMS - lp.out->n, pc_victim_step, &lp, 0);
 	a->got = lp.out->n;
+	pc_unlock();
+	if (pc_pending())
+		pc_combine();
 	a->ret = 0;
 }
 

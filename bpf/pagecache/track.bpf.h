@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Page-cache tracker: tp_btf programs on the filemap tracepoints report the
+/* Page-cache tracker: tp_btf programs on the filemap tracepoints see the
  * folios of watched files (pc_files, filled by the agent) charged to one
- * memory cgroup to the agent through a ring buffer, in the order the
- * kernel added and deleted them. The agent applies them to the eviction
- * policy from one thread (the policy framework is single-writer).
+ * memory cgroup, and hand each event to the policy in the kernel
+ * (pc_event_in, apply.bpf.h), in the order the kernel added and deleted
+ * them. Included by apply.bpf.h, after the policy: one object per policy.
  *
  * Access signal: mm_filemap_get_pages, the page range every buffered read
  * (read, pread, readv, sendfile, splice) is served from; only when
  * pc_want_access is set (policies that ignore accesses skip its cost),
- * and sampled (pc_access_mask) when reads are too many to report each:
+ * and sampled (pc_access_mask) when reads are too many to apply each:
  * counts stay proportional for LFU-like policies. */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
+#ifndef CISTERN_PC_TRACK_BPF_H
+#define CISTERN_PC_TRACK_BPF_H
+
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "cistern/pagecache.h"
@@ -22,8 +23,11 @@ const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a powe
 
 /* The agent's evicting thread (set by the agent when it runs): the deletes
  * its own fadvise causes are of victims the policy already dropped, so
- * they are not reported (half the events of a scan). */
+ * they are not applied (half the events of a scan); their pages are
+ * counted in pc_self_pages, which tells the agent what its fadvise freed
+ * without a cachestat per range. */
 volatile __u32 pc_self_tid;
+__u64 pc_self_pages;
 
 #define PF_MEMALLOC 0x00000800 /* include/linux/sched.h: the task is reclaiming */
 
@@ -37,11 +41,6 @@ static __always_inline int reclaiming(void)
 	return (BPF_CORE_READ(t, flags) & PF_MEMALLOC) != 0;
 }
 
-/* Wake the agent once this much is queued, not at every event: a wakeup
- * per folio preempted the scanner for every folio it read (the agent also
- * polls every 2 ms while events flow). */
-#define PC_WAKE_BYTES (128 * sizeof(struct pc_event))
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 20);
@@ -49,11 +48,6 @@ struct {
 	__type(key, struct pc_file_key);
 	__type(value, __u32);
 } pc_files SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20);
-} pc_events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -137,25 +131,14 @@ static __always_inline int in_memcg(struct folio *f)
 
 static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, __u32 nr, __u32 read)
 {
-	struct pc_event *e = bpf_ringbuf_reserve(&pc_events, sizeof(*e), 0);
-	__u64 id;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct pc_event e = {
+		.op = op, .order = order, .file = file, .index = index,
+		.tid = (__u32)id, .tgid = id >> 32, .nr = nr, .read = read,
+	};
 
-	if (!e) {
+	if (pc_event_in(&e))
 		stat(PC_T_DROPPED);
-		return;
-	}
-	id = bpf_get_current_pid_tgid();
-	e->op = op;
-	e->order = order;
-	e->pad = 0;
-	e->file = file;
-	e->index = index;
-	e->tid = (__u32)id;
-	e->tgid = id >> 32;
-	e->nr = nr;
-	e->read = read;
-	bpf_ringbuf_submit(e, bpf_ringbuf_query(&pc_events, BPF_RB_AVAIL_DATA) >= PC_WAKE_BYTES ?
-				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
@@ -183,6 +166,7 @@ int BPF_PROG(pc_del, struct folio *folio)
 		return 0;
 	if (pc_self_tid && (__u32)bpf_get_current_pid_tgid() == pc_self_tid && !reclaiming()) {
 		stat(PC_T_DEL_SELF);
+		__sync_fetch_and_add(&pc_self_pages, 1ULL << (folio_order_of(folio) & 15));
 		return 0;
 	}
 	stat(PC_T_DEL);
@@ -331,4 +315,4 @@ int pc_sys_pread(struct trace_event_raw_sys_enter *ctx)
 	return sys_read(ctx->args[0], ctx->args[2], ctx->args[3], 0);
 }
 
-char _license[] SEC("license") = "GPL";
+#endif
