@@ -314,3 +314,16 @@ func (p *policy) stats() (map[string]uint64, error) {
 	st["apply_busy_gave_up"] = p.busyGaveUp.Load()
 	return st, nil
 }
+
+// SimPolicies are the agent's policies that a trace can be replayed under
+// as they are (get-scan and scan-only need the run's scanner ids; none
+// decides nothing).
+func SimPolicies() []string {
+	var names []string
+	for _, n := range Policies() {
+		if n != "none" && !policies[n].scans {
+			names = append(names, n)
+		}
+	}
+	return names
+}

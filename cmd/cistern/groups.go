@@ -44,7 +44,9 @@ func newCaptureCmd() *cobra.Command {
 func newCacheCmd() *cobra.Command {
 	return group("cache", "Eviction policies: trace replay and the page-cache agent",
 		newCacheReplayCmd(),
-		newCacheAgentCmd())
+		newCacheAgentCmd(),
+		newCacheTraceCmd(),
+		newCacheHeadroomCmd())
 }
 
 func newCBufCmd() *cobra.Command {

@@ -1,0 +1,152 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// bruteOPT tries every eviction choice: the fewest misses any demand-paging
+// policy can have (small traces only).
+func bruteOPT(keys []uint64, capacity int) uint64 {
+	var best uint64 = ^uint64(0)
+	var walk func(i int, cache []uint64, misses uint64)
+	walk = func(i int, cache []uint64, misses uint64) {
+		if misses >= best {
+			return
+		}
+		if i == len(keys) {
+			best = misses
+			return
+		}
+		for _, c := range cache {
+			if c == keys[i] {
+				walk(i+1, cache, misses)
+				return
+			}
+		}
+		if len(cache) < capacity {
+			walk(i+1, append(append([]uint64{}, cache...), keys[i]), misses+1)
+			return
+		}
+		for j := range cache {
+			next := append([]uint64{}, cache...)
+			next[j] = keys[i]
+			walk(i+1, next, misses+1)
+		}
+	}
+	walk(0, nil, 0)
+	return best
+}
+
+func TestOPTIsOptimalOnSmallTraces(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 300; trial++ {
+		n, distinct, capacity := 6+r.IntN(9), 2+r.IntN(5), 1+r.IntN(3)
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = uint64(r.IntN(distinct))
+		}
+		if got, want := OPT(keys, capacity, 0), bruteOPT(keys, capacity); got != want {
+			t.Fatalf("trace %v, capacity %d: OPT %d misses, the best possible %d", keys, capacity, got, want)
+		}
+	}
+}
+
+func zipfKeys(n int, universe uint64, s float64, seed uint64) []uint64 {
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	z := newZipf(r, s, universe)
+	keys := make([]uint64, n)
+	for i := range keys {
+		// Scrambled, as YCSB does: hot keys spread over the key space.
+		keys[i] = z() * 0x9E3779B97F4A7C15
+	}
+	return keys
+}
+
+// newZipf draws ranks 0..universe-1 with P(k) ∝ 1/(k+1)^s (math/rand/v2's
+// Zipf needs s > 1 and is used here as it is).
+func newZipf(r *rand.Rand, s float64, universe uint64) func() uint64 {
+	z := rand.NewZipf(r, s, 1, universe-1)
+	return z.Uint64
+}
+
+func TestOPTBelowEveryPolicy(t *testing.T) {
+	keys := zipfKeys(200000, 1<<16, 1.1, 7)
+	for _, c := range []int{100, 1000, 10000} {
+		opt, lru, kern := OPT(keys, c, 0), LRU(keys, c, 0), Kernel(keys, c, 0)
+		t.Logf("capacity %d: OPT %d, LRU %d, kernel model %d misses", c, opt, lru, kern)
+		if opt > lru || opt > kern {
+			t.Fatalf("capacity %d: OPT %d misses is above LRU %d or the kernel model %d", c, opt, lru, kern)
+		}
+		if opt >= lru*9/10 {
+			t.Fatalf("capacity %d: OPT %d is within 10%% of LRU %d on a zipf trace: OPT is not looking ahead", c, opt, lru)
+		}
+	}
+}
+
+func TestLRUCountsLoop(t *testing.T) {
+	// A loop one larger than the cache: LRU misses every access, OPT one
+	// per lap once warm (it keeps all but the key used furthest ahead).
+	var keys []uint64
+	for lap := 0; lap < 10; lap++ {
+		for k := uint64(0); k < 5; k++ {
+			keys = append(keys, k)
+		}
+	}
+	if got := LRU(keys, 4, 0); got != 50 {
+		t.Fatalf("LRU on a loop of 5 in 4: %d misses, want 50", got)
+	}
+	if got := OPT(keys, 4, 0); got >= 20 {
+		t.Fatalf("OPT on a loop of 5 in 4: %d misses, want fewer than 20", got)
+	}
+}
+
+func TestKernelModelKeepsReusedPagesThroughAScan(t *testing.T) {
+	// 100 hot pages read twice (active), then a 10,000-page scan read once
+	// through a 1,000-page cache: the scan churns the inactive list and the
+	// hot pages stay, so reading them again misses nothing; a plain LRU
+	// loses them all.
+	var keys []uint64
+	for rep := 0; rep < 2; rep++ {
+		for k := uint64(0); k < 100; k++ {
+			keys = append(keys, k)
+		}
+	}
+	for k := uint64(1000); k < 11000; k++ {
+		keys = append(keys, k)
+	}
+	m := NewKernelModel(1000)
+	for _, k := range keys {
+		m.Access(k)
+	}
+	before := m.Misses
+	for k := uint64(0); k < 100; k++ {
+		m.Access(k)
+	}
+	if d := m.Misses - before; d != 0 {
+		t.Fatalf("the hot set missed %d of 100 pages after a one-time scan", d)
+	}
+	l := LRU(append(keys, keys[:100]...), 1000, 0)
+	if l != 100+10000+100 {
+		t.Fatalf("plain LRU: %d misses, want %d", l, 100+10000+100)
+	}
+}
+
+func TestKernelModelRefaultActivates(t *testing.T) {
+	// Pages evicted once and read again soon (within the active list's
+	// size of evictions) are activated at once.
+	m := NewKernelModel(100)
+	for k := uint64(0); k < 60; k++ { // 60 pages made active
+		m.Access(k)
+		m.Access(k)
+	}
+	for k := uint64(100); k < 150; k++ { // 50 new pages: some inactive pages go
+		m.Access(k)
+	}
+	for k := uint64(100); k < 110; k++ { // the first of them, read again
+		m.Access(k)
+	}
+	if m.Refaults == 0 {
+		t.Fatalf("no refault detected (misses %d, age %d, active %d)", m.Misses, m.age, m.lists[active].n)
+	}
+}

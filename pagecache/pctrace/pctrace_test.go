@@ -1,0 +1,86 @@
+package pctrace
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestRoundTripAndAccesses(t *testing.T) {
+	evs := []Event{
+		{Op: OpAdd, Order: 2, File: 1, Index: 0, TID: 7},
+		{Op: OpRead, File: 1, Index: 0, Nr: 4, TID: 7, Read: 5},
+		{Op: OpRead, File: 2, Index: 9, Nr: 1, TID: 8, Read: 1}, // another thread between batches
+		{Op: OpRead, File: 1, Index: 3, Nr: 2, TID: 7, Read: 5}, // page 3 again, page 4 new
+		{Op: OpRead, File: 1, Index: 0, Nr: 1, TID: 7, Read: 6}, // a new read: page 0 again counts
+		{Op: OpDel, Order: 0, File: 1, Index: 1},
+		{Op: OpRead, File: 1, Index: 2, Nr: 1}, // read 0: its own read
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if err := w.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []Event
+	if err := Read(bytes.NewReader(buf.Bytes()), func(e Event) error { got = append(got, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(evs) {
+		t.Fatalf("%d records read back, want %d", len(got), len(evs))
+	}
+	for i := range evs {
+		if got[i] != evs[i] {
+			t.Fatalf("record %d: %+v, want %+v", i, got[i], evs[i])
+		}
+	}
+	keys, from, s := Accesses(got, 0)
+	want := []uint64{Key(1, 0), Key(1, 1), Key(1, 2), Key(1, 3), Key(2, 9), Key(1, 4), Key(1, 0), Key(1, 2)}
+	if len(keys) != len(want) {
+		t.Fatalf("accesses %v, want %v", keys, want)
+	}
+	for i := range want {
+		if keys[i] != want[i] {
+			t.Fatalf("accesses %v, want %v", keys, want)
+		}
+	}
+	if from != 0 {
+		t.Fatalf("no warm-up, measured from access %d", from)
+	}
+	if _, from, s := Accesses(got, 0.5); from != 6 || s.Reads != 2 || s.WarmupReads != 2 || s.PagesLoaded != 0 || s.PagesGone != 1 {
+		t.Fatalf("half warm-up: measured from access %d, summary %+v", from, s)
+	}
+	if s.Reads != 4 || s.PagesLoaded != 4 || s.PagesGone != 1 || s.MaxResident != 4 || s.Files != 2 {
+		t.Fatalf("summary %+v", s)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf)
+	w.Write(Event{Op: OpRead, File: 1, Nr: 1})
+	w.Flush()
+	full := buf.Bytes()
+	noop := func(Event) error { return nil }
+	if err := Read(bytes.NewReader(full[:len(full)-5]), noop); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("truncated trace: %v, want ErrTruncated", err)
+	}
+	if err := Read(bytes.NewReader([]byte("time,object,size\n1,2,3\n")), noop); !errors.Is(err, ErrFormat) {
+		t.Fatalf("a CSV trace: %v, want ErrFormat", err)
+	}
+	if err := Read(bytes.NewReader(nil), noop); !errors.Is(err, ErrFormat) {
+		t.Fatalf("an empty file: %v, want ErrFormat", err)
+	}
+	bad := append([]byte{}, full...)
+	bad[len(Magic)] = 9 // op 9
+	if err := Read(bytes.NewReader(bad), noop); !errors.Is(err, ErrFormat) {
+		t.Fatalf("op 9: %v, want ErrFormat", err)
+	}
+}

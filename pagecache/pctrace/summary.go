@@ -1,0 +1,130 @@
+package pctrace
+
+// Summary is what a trace says about the run it recorded; the counts are
+// of the measured part (after the warm-up Accesses was given).
+type Summary struct {
+	Events      uint64 `json:"events"`
+	WarmupReads uint64 `json:"warmup_reads"` // read calls before the measured part
+	Reads       uint64 `json:"reads"`        // read calls (batches of one read(2) count once)
+	PageReads   uint64 `json:"page_reads"`   // pages those reads were served from
+	PagesLoaded uint64 `json:"pages_loaded"` // pages added to the cache
+	PagesGone   uint64 `json:"pages_gone"`   // pages deleted from it (reclaim, eviction, truncation)
+	// MaxResident is the most pages of watched files the cgroup held at
+	// once (added minus deleted since the trace began; the pages cached
+	// before it began are not counted): the cache size the run had.
+	MaxResident uint64 `json:"max_resident_pages"`
+	Files       int    `json:"files"`
+}
+
+// LoadedPer1000Reads is the live figure simulations are compared with.
+func (s Summary) LoadedPer1000Reads() float64 {
+	if s.Reads == 0 {
+		return 0
+	}
+	return 1000 * float64(s.PagesLoaded) / float64(s.Reads)
+}
+
+// Key is the policy key of a page: file << 32 | index.
+func Key(file uint32, index uint64) uint64 { return uint64(file)<<32 | uint64(uint32(index)) }
+
+// maxReadPages bounds the pages one read record expands to (the agent's
+// policies look up at most this many: PC_MAX_ACC_PAGES is 64; a trace
+// keeps the whole range, up to this bound).
+const maxReadPages = 1 << 16
+
+// Accesses expands the trace's reads into one key per page access, in
+// order, as the agent's policies see them: the later page batches of one
+// read(2) (same thread and read number) do not access again the pages
+// that read already touched. The first warm (a fraction, 0 to <1) of the
+// read calls warm the cache: keys[from:] are the measured accesses, and
+// the summary counts reads and pages loaded from there on (a cold start
+// is every policy's misses alike).
+func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
+	total := countReads(evs)
+	s.WarmupReads = uint64(float64(total) * min(max(warm, 0), 0.99))
+	var calls uint64
+	measuring := s.WarmupReads == 0
+	// Per thread: its current read and the pages it touched (reads of
+	// other threads interleave with a read's batches).
+	type readState struct {
+		read uint32
+		seen map[uint64]struct{}
+	}
+	reads := map[uint32]*readState{}
+	files := map[uint32]struct{}{}
+	var resident int64
+	for _, e := range evs {
+		s.Events++
+		files[e.File] = struct{}{}
+		switch e.Op {
+		case OpAdd:
+			n := uint64(1) << (e.Order & 15)
+			if measuring {
+				s.PagesLoaded += n
+			}
+			resident += int64(n)
+			if resident > 0 && uint64(resident) > s.MaxResident {
+				s.MaxResident = uint64(resident)
+			}
+		case OpDel:
+			n := uint64(1) << (e.Order & 15)
+			if measuring {
+				s.PagesGone += n
+			}
+			resident -= int64(n)
+		case OpRead:
+			st := reads[e.TID]
+			if st == nil {
+				st = &readState{seen: map[uint64]struct{}{}}
+				reads[e.TID] = st
+			}
+			if e.Read == 0 || e.Read != st.read {
+				calls++
+				if !measuring && calls > s.WarmupReads {
+					measuring = true
+					from = len(keys)
+				}
+				if measuring {
+					s.Reads++
+				}
+				st.read = e.Read
+				clear(st.seen)
+			}
+			nr := min(max(e.Nr, 1), maxReadPages)
+			for p := uint64(0); p < uint64(nr); p++ {
+				k := Key(e.File, e.Index+p)
+				if e.Read != 0 {
+					if _, dup := st.seen[k]; dup {
+						continue
+					}
+					st.seen[k] = struct{}{}
+				}
+				if measuring {
+					s.PageReads++
+				}
+				keys = append(keys, k)
+			}
+		}
+	}
+	s.Files = len(files)
+	if !measuring {
+		from = len(keys)
+	}
+	return keys, from, s
+}
+
+// countReads counts read calls as Accesses does.
+func countReads(evs []Event) uint64 {
+	last := map[uint32]uint32{}
+	var n uint64
+	for _, e := range evs {
+		if e.Op != OpRead {
+			continue
+		}
+		if r, ok := last[e.TID]; e.Read == 0 || !ok || r != e.Read {
+			n++
+		}
+		last[e.TID] = e.Read
+	}
+	return n
+}
