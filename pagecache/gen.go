@@ -1,5 +1,6 @@
 package pagecache
 
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel track ../bpf/pagecache/track.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel pcMru ../bpf/pagecache/pc_mru.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel pcFifo ../bpf/pagecache/pc_fifo.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -cflags "-O2 -g -Wall -mcpu=v3 -I../bpf/include" -target bpfel pcLru ../bpf/pagecache/pc_lru.bpf.c

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/percpu"
@@ -28,7 +29,11 @@ type tracker struct {
 	coll  *ebpf.Collection
 	links []link.Link
 	w     *dirWatch
-	done  chan struct{} // the watch goroutine has ended
+	// The recording tracker (openTracker) owns its object and reads its
+	// events from a ring buffer; the agent's reads none.
+	rd   *ringbuf.Reader
+	own  bool
+	done chan struct{} // the watch goroutine has ended
 
 	mu    sync.Mutex         // files, ids, pages
 	files map[uint32]string  // file id -> path (the latest name seen)
@@ -80,6 +85,44 @@ func newTracker(coll *ebpf.Collection, dir string, access bool) (_ *tracker, err
 			return nil, err
 		}
 	}
+	return t, nil
+}
+
+// openTracker loads the recording tracker (track.bpf.c: every event to a
+// ring buffer, no policy) for the memory cgroup memcg (kernfs id), with
+// the read signal when access, one read in sample reported (a power of
+// 2), and attaches it to dir's files.
+func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker, error) {
+	spec, err := loadTrack()
+	if err != nil {
+		return nil, err
+	}
+	var acc uint32
+	if access {
+		acc = 1
+	}
+	vars := map[string]any{"pc_memcg_id": memcg, "pc_want_access": acc, "pc_access_mask": max(sample, 1) - 1}
+	for k, v := range vars {
+		if err := spec.Variables[k].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", k, err)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, kernel.LoadError("the page-cache tracker", err)
+	}
+	rd, err := ringbuf.NewReader(coll.Maps["pc_events"])
+	if err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	t, err := newTracker(coll, dir, access)
+	if err != nil {
+		rd.Close()
+		coll.Close()
+		return nil, err
+	}
+	t.rd, t.own = rd, true
 	return t, nil
 }
 
@@ -229,8 +272,8 @@ func (t *tracker) stats() (map[string]uint64, error) {
 	return st, nil
 }
 
-// Close detaches the tracepoints and ends the watch (the object is the
-// policy's to close).
+// Close detaches the tracepoints and ends the watch (the agent's object is
+// the policy's to close; the recording tracker closes its own).
 func (t *tracker) Close() error {
 	var errs []error
 	for _, l := range t.links {
@@ -243,6 +286,14 @@ func (t *tracker) Close() error {
 			<-t.done
 		}
 		t.w = nil
+	}
+	if t.rd != nil {
+		errs = append(errs, t.rd.Close())
+		t.rd = nil
+	}
+	if t.own {
+		t.coll.Close()
+		t.own = false
 	}
 	return errors.Join(errs...)
 }
