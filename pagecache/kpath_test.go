@@ -176,7 +176,7 @@ func TestAgentKilledLeavesKernelDefault(t *testing.T) {
 		t.Fatal("the agent process never became ready")
 	}
 	defer os.Remove(cgPath) // the killed agent cannot remove it
-	go func() { // drain the helper's output
+	go func() {             // drain the helper's output
 		for sc.Scan() {
 		}
 	}()
