@@ -280,9 +280,12 @@ static __always_inline void pc_unlock(void)
 	__sync_lock_test_and_set(&pc_lock, 0); /* an exchange: a full barrier */
 }
 
-/* Queues ev; 0, or -1 when the queue is full (or every reservation lost
- * its race PC_PUSH_TRIES times): the caller counts the drop. */
-static __always_inline int pc_push(struct pc_event *ev)
+/* Reserves the next slot of the queue; its event, or NULL when the queue
+ * is full (or every reservation lost its race PC_PUSH_TRIES times): the
+ * caller counts the drop. The caller writes the event in place (not
+ * through its stack: get-scan's call chain is at 6.1's 512-byte stack
+ * limit) and publishes it with pc_event_commit(ev, *lap). */
+static __always_inline struct pc_event *pc_event_reserve(__u64 *lapp)
 {
 	for (int i = 0; i < PC_PUSH_TRIES; i++) {
 		__u64 pos = *(volatile __u64 *)&pc_q_tail, lap = pos & ~(__u64)(PC_QUEUE_LEN - 1), seq;
@@ -290,20 +293,27 @@ static __always_inline int pc_push(struct pc_event *ev)
 		struct pc_qslot *s = bpf_map_lookup_elem(&pc_queue, &idx);
 
 		if (!s)
-			return -1;
+			return NULL;
 		seq = *(volatile __u64 *)&s->seq;
 		if (seq == lap) {
 			if (__sync_val_compare_and_swap(&pc_q_tail, pos, pos + 1) != pos)
 				continue; /* another CPU took pos */
-			s->ev = *ev;
-			__sync_lock_test_and_set(&s->seq, lap + 1); /* publish */
-			return 0;
+			*lapp = lap;
+			return &s->ev;
 		}
 		if (seq < lap)
-			return -1; /* full: the slot's event of the last lap is not applied yet */
+			return NULL; /* full: the slot's event of the last lap is not applied yet */
 		/* seq > lap: pc_q_tail moved on since it was read */
 	}
-	return -1;
+	return NULL;
+}
+
+/* Publishes an event pc_event_reserve returned. */
+static __always_inline void pc_publish(struct pc_event *ev, __u64 lap)
+{
+	struct pc_qslot *s = (struct pc_qslot *)((char *)ev - __builtin_offsetof(struct pc_qslot, ev));
+
+	__sync_lock_test_and_set(&s->seq, lap + 1);
 }
 
 /* 1 when the event at the head is published (a racy look: a hint). */
@@ -326,14 +336,14 @@ __noinline int pc_drain_one(void)
 	__u64 h = pc_q_head, lap = h & ~(__u64)(PC_QUEUE_LEN - 1);
 	__u32 idx = h & (PC_QUEUE_LEN - 1);
 	struct pc_qslot *s = bpf_map_lookup_elem(&pc_queue, &idx);
-	struct pc_event ev;
 
 	if (!s || *(volatile __u64 *)&s->seq != lap + 1)
 		return 0;
-	ev = s->ev;
-	__sync_lock_test_and_set(&s->seq, lap + PC_QUEUE_LEN); /* free for the next lap */
+	/* Applied in place (no copy on the stack): no producer writes the
+	 * slot until it is freed below. */
+	pc_apply_event(&s->ev);
 	pc_q_head = h + 1;
-	pc_apply_event(&ev);
+	__sync_lock_test_and_set(&s->seq, lap + PC_QUEUE_LEN); /* free for the next lap */
 	return 1;
 }
 
@@ -379,15 +389,13 @@ static __always_inline __u32 pc_combine(void)
 
 static __always_inline void stat(__u32 s); /* track.bpf.h */
 
-/* An event from a tracepoint program: queued, then applied by whoever
- * holds the lock. Returns -1 when it was dropped. */
-static __always_inline int pc_event_in(struct pc_event *ev)
+/* An event from a tracepoint program, written in its slot: published,
+ * then applied by whoever holds the lock. */
+static __always_inline void pc_event_commit(struct pc_event *ev, __u64 lap)
 {
-	if (pc_push(ev))
-		return -1;
+	pc_publish(ev, lap);
 	if (pc_combine() == 0)
 		stat(PC_T_QUEUED);
-	return 0;
 }
 
 #include "track.bpf.h"
@@ -447,9 +455,15 @@ CISTERN_CALL(pc_start, struct pc_run_args, a)
 static long pc_batch_step(__u64 i, void *arg)
 {
 	struct pc_batch *b = ((struct pc_loop *)arg)->b;
+	struct pc_event *ev;
+	__u64 lap;
 
-	if (pc_push(&b->ev[i & (PC_BATCH - 1)]))
+	if (!(ev = pc_event_reserve(&lap))) {
 		stat(PC_T_DROPPED);
+		return 0;
+	}
+	*ev = b->ev[i & (PC_BATCH - 1)];
+	pc_publish(ev, lap);
 	return 0;
 }
 

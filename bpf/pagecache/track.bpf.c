@@ -18,12 +18,15 @@ struct {
  * also polls). */
 #define PC_WAKE_BYTES (128 * sizeof(struct pc_event))
 
-/* 0, or -1 when the ring buffer is full (the caller counts the drop). */
-static __always_inline int pc_event_in(struct pc_event *e)
+static __always_inline struct pc_event *pc_event_reserve(__u64 *tag)
 {
-	return bpf_ringbuf_output(&pc_events, e, sizeof(*e),
-				  bpf_ringbuf_query(&pc_events, BPF_RB_AVAIL_DATA) >= PC_WAKE_BYTES ?
-					  BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP) ? -1 : 0;
+	return bpf_ringbuf_reserve(&pc_events, sizeof(struct pc_event), 0);
+}
+
+static __always_inline void pc_event_commit(struct pc_event *e, __u64 tag)
+{
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&pc_events, BPF_RB_AVAIL_DATA) >= PC_WAKE_BYTES ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 #include "track.bpf.h"

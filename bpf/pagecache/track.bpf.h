@@ -2,7 +2,7 @@
 /* Page-cache tracker: tp_btf programs on the filemap tracepoints see the
  * folios of watched files (pc_files, filled by the agent) charged to one
  * memory cgroup, and hand each event to the policy in the kernel
- * (pc_event_in, apply.bpf.h), in the order the kernel added and deleted
+ * (pc_event_reserve/commit, apply.bpf.h), in the order the kernel added and deleted
  * them. Included by apply.bpf.h, after the policy: one object per policy.
  *
  * Access signal: mm_filemap_get_pages, the page range every buffered read
@@ -129,16 +129,28 @@ static __always_inline int in_memcg(struct folio *f)
 	return BPF_CORE_READ(cg, css.cgroup, kn, id) == pc_memcg_id;
 }
 
+/* The includer defines pc_event_reserve (a place for the event, NULL when
+ * full) and pc_event_commit (hands it on): apply.bpf.h queues it for the
+ * policy, track.bpf.c puts it in a ring buffer. */
 static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, __u32 nr, __u32 read)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct pc_event e = {
-		.op = op, .order = order, .file = file, .index = index,
-		.tid = (__u32)id, .tgid = id >> 32, .nr = nr, .read = read,
-	};
+	__u64 id = bpf_get_current_pid_tgid(), tag = 0;
+	struct pc_event *e = pc_event_reserve(&tag);
 
-	if (pc_event_in(&e))
+	if (!e) {
 		stat(PC_T_DROPPED);
+		return;
+	}
+	e->op = op;
+	e->order = order;
+	e->pad = 0;
+	e->file = file;
+	e->index = index;
+	e->tid = (__u32)id;
+	e->tgid = id >> 32;
+	e->nr = nr;
+	e->read = read;
+	pc_event_commit(e, tag);
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
