@@ -157,6 +157,7 @@ const (
 	pcFifoMapPcFiles            = "pc_files"
 	pcFifoMapPcOut              = "pc_out"
 	pcFifoMapPcQueue            = "pc_queue"
+	pcFifoMapPcReadScratch      = "pc_read_scratch"
 	pcFifoMapPcReads            = "pc_reads"
 	pcFifoMapPcTimers           = "pc_timers"
 	pcFifoMapPcTrackStats       = "pc_track_stats"
@@ -268,6 +269,7 @@ type pcFifoMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -337,6 +339,7 @@ type pcFifoMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -360,6 +363,7 @@ func (m *pcFifoMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

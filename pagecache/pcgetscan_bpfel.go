@@ -158,6 +158,7 @@ const (
 	pcGetscanMapPcFiles            = "pc_files"
 	pcGetscanMapPcOut              = "pc_out"
 	pcGetscanMapPcQueue            = "pc_queue"
+	pcGetscanMapPcReadScratch      = "pc_read_scratch"
 	pcGetscanMapPcReads            = "pc_reads"
 	pcGetscanMapPcTimers           = "pc_timers"
 	pcGetscanMapPcTrackStats       = "pc_track_stats"
@@ -275,6 +276,7 @@ type pcGetscanMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -350,6 +352,7 @@ type pcGetscanMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -374,6 +377,7 @@ func (m *pcGetscanMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

@@ -157,6 +157,7 @@ const (
 	pcLfuMapPcFiles            = "pc_files"
 	pcLfuMapPcOut              = "pc_out"
 	pcLfuMapPcQueue            = "pc_queue"
+	pcLfuMapPcReadScratch      = "pc_read_scratch"
 	pcLfuMapPcReads            = "pc_reads"
 	pcLfuMapPcTimers           = "pc_timers"
 	pcLfuMapPcTrackStats       = "pc_track_stats"
@@ -269,6 +270,7 @@ type pcLfuMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -339,6 +341,7 @@ type pcLfuMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -362,6 +365,7 @@ func (m *pcLfuMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

@@ -166,6 +166,7 @@ const (
 	pcLhdMapPcFiles             = "pc_files"
 	pcLhdMapPcOut               = "pc_out"
 	pcLhdMapPcQueue             = "pc_queue"
+	pcLhdMapPcReadScratch       = "pc_read_scratch"
 	pcLhdMapPcReads             = "pc_reads"
 	pcLhdMapPcTimers            = "pc_timers"
 	pcLhdMapPcTrackStats        = "pc_track_stats"
@@ -289,6 +290,7 @@ type pcLhdMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -368,6 +370,7 @@ type pcLhdMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -392,6 +395,7 @@ func (m *pcLhdMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

@@ -168,6 +168,7 @@ const (
 	pcS3fifoMapPcFiles            = "pc_files"
 	pcS3fifoMapPcOut              = "pc_out"
 	pcS3fifoMapPcQueue            = "pc_queue"
+	pcS3fifoMapPcReadScratch      = "pc_read_scratch"
 	pcS3fifoMapPcReads            = "pc_reads"
 	pcS3fifoMapPcTimers           = "pc_timers"
 	pcS3fifoMapPcTrackStats       = "pc_track_stats"
@@ -283,6 +284,7 @@ type pcS3fifoMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -356,6 +358,7 @@ type pcS3fifoMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -381,6 +384,7 @@ func (m *pcS3fifoMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

@@ -158,6 +158,7 @@ const (
 	pcScanonlyMapPcFiles            = "pc_files"
 	pcScanonlyMapPcOut              = "pc_out"
 	pcScanonlyMapPcQueue            = "pc_queue"
+	pcScanonlyMapPcReadScratch      = "pc_read_scratch"
 	pcScanonlyMapPcReads            = "pc_reads"
 	pcScanonlyMapPcTimers           = "pc_timers"
 	pcScanonlyMapPcTrackStats       = "pc_track_stats"
@@ -277,6 +278,7 @@ type pcScanonlyMapSpecs struct {
 	PcFiles          *ebpf.MapSpec `ebpf:"pc_files"`
 	PcOut            *ebpf.MapSpec `ebpf:"pc_out"`
 	PcQueue          *ebpf.MapSpec `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.MapSpec `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.MapSpec `ebpf:"pc_reads"`
 	PcTimers         *ebpf.MapSpec `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.MapSpec `ebpf:"pc_track_stats"`
@@ -354,6 +356,7 @@ type pcScanonlyMaps struct {
 	PcFiles          *ebpf.Map `ebpf:"pc_files"`
 	PcOut            *ebpf.Map `ebpf:"pc_out"`
 	PcQueue          *ebpf.Map `ebpf:"pc_queue"`
+	PcReadScratch    *ebpf.Map `ebpf:"pc_read_scratch"`
 	PcReads          *ebpf.Map `ebpf:"pc_reads"`
 	PcTimers         *ebpf.Map `ebpf:"pc_timers"`
 	PcTrackStats     *ebpf.Map `ebpf:"pc_track_stats"`
@@ -378,6 +381,7 @@ func (m *pcScanonlyMaps) Close() error {
 		m.PcFiles,
 		m.PcOut,
 		m.PcQueue,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTimers,
 		m.PcTrackStats,

@@ -35,20 +35,21 @@ type trackPcReadState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	trackMapPcEvents     = "pc_events"
-	trackMapPcFiles      = "pc_files"
-	trackMapPcReads      = "pc_reads"
-	trackMapPcTrackStats = "pc_track_stats"
-	trackProgPcAdd       = "pc_add"
-	trackProgPcDel       = "pc_del"
-	trackProgPcRead      = "pc_read"
-	trackProgPcSysPread  = "pc_sys_pread"
-	trackProgPcSysRead   = "pc_sys_read"
-	trackVarPcAccessMask = "pc_access_mask"
-	trackVarPcMemcgId    = "pc_memcg_id"
-	trackVarPcSelfPages  = "pc_self_pages"
-	trackVarPcSelfTid    = "pc_self_tid"
-	trackVarPcWantAccess = "pc_want_access"
+	trackMapPcEvents      = "pc_events"
+	trackMapPcFiles       = "pc_files"
+	trackMapPcReadScratch = "pc_read_scratch"
+	trackMapPcReads       = "pc_reads"
+	trackMapPcTrackStats  = "pc_track_stats"
+	trackProgPcAdd        = "pc_add"
+	trackProgPcDel        = "pc_del"
+	trackProgPcRead       = "pc_read"
+	trackProgPcSysPread   = "pc_sys_pread"
+	trackProgPcSysRead    = "pc_sys_read"
+	trackVarPcAccessMask  = "pc_access_mask"
+	trackVarPcMemcgId     = "pc_memcg_id"
+	trackVarPcSelfPages   = "pc_self_pages"
+	trackVarPcSelfTid     = "pc_self_tid"
+	trackVarPcWantAccess  = "pc_want_access"
 )
 
 // loadTrack returns the embedded CollectionSpec for track.
@@ -104,10 +105,11 @@ type trackProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type trackMapSpecs struct {
-	PcEvents     *ebpf.MapSpec `ebpf:"pc_events"`
-	PcFiles      *ebpf.MapSpec `ebpf:"pc_files"`
-	PcReads      *ebpf.MapSpec `ebpf:"pc_reads"`
-	PcTrackStats *ebpf.MapSpec `ebpf:"pc_track_stats"`
+	PcEvents      *ebpf.MapSpec `ebpf:"pc_events"`
+	PcFiles       *ebpf.MapSpec `ebpf:"pc_files"`
+	PcReadScratch *ebpf.MapSpec `ebpf:"pc_read_scratch"`
+	PcReads       *ebpf.MapSpec `ebpf:"pc_reads"`
+	PcTrackStats  *ebpf.MapSpec `ebpf:"pc_track_stats"`
 }
 
 // trackVariableSpecs contains global variables before they are loaded into the kernel.
@@ -141,16 +143,18 @@ func (o *trackObjects) Close() error {
 //
 // It can be passed to loadTrackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trackMaps struct {
-	PcEvents     *ebpf.Map `ebpf:"pc_events"`
-	PcFiles      *ebpf.Map `ebpf:"pc_files"`
-	PcReads      *ebpf.Map `ebpf:"pc_reads"`
-	PcTrackStats *ebpf.Map `ebpf:"pc_track_stats"`
+	PcEvents      *ebpf.Map `ebpf:"pc_events"`
+	PcFiles       *ebpf.Map `ebpf:"pc_files"`
+	PcReadScratch *ebpf.Map `ebpf:"pc_read_scratch"`
+	PcReads       *ebpf.Map `ebpf:"pc_reads"`
+	PcTrackStats  *ebpf.Map `ebpf:"pc_track_stats"`
 }
 
 func (m *trackMaps) Close() error {
 	return _TrackClose(
 		m.PcEvents,
 		m.PcFiles,
+		m.PcReadScratch,
 		m.PcReads,
 		m.PcTrackStats,
 	)

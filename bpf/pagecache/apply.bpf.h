@@ -189,6 +189,27 @@ static long pc_acc_step(__u64 i, void *arg)
 	return 0;
 }
 
+/* A read: accessed() for each tracked folio of its pages. A global
+ * function of its own, so that its locals are not on the stack of the
+ * insertion's call chain (get-scan's reaches 6.1's 512 bytes). */
+__noinline int pc_apply_acc(struct pc_event *ev)
+{
+	struct pc_acc_loop l = {};
+	__u32 nr;
+
+	if (!ev)
+		return 0;
+	l.key = (__u64)ev->file << 32 | (__u32)ev->index;
+	if (ev->read)
+		l.read = (__u64)ev->tid << 32 | ev->read;
+	nr = ev->nr;
+	if (nr > PC_MAX_ACC_PAGES)
+		nr = PC_MAX_ACC_PAGES;
+	bpf_loop(nr, pc_acc_step, &l, 0);
+	pc_stat(PC_A_ACC_HITS, l.hits);
+	return 0;
+}
+
 /* Applies one event to the policy (the lock held). */
 static __always_inline void pc_apply_event(struct pc_event *ev)
 {
@@ -243,19 +264,9 @@ static __always_inline void pc_apply_event(struct pc_event *ev)
 			pc_stat(PC_A_DEL_UNKNOWN, 1);
 		}
 		break;
-	case PC_ACC: {
-		struct pc_acc_loop l = { .key = key };
-
-		if (ev->read)
-			l.read = (__u64)ev->tid << 32 | ev->read;
-		__u32 nr = ev->nr;
-
-		if (nr > PC_MAX_ACC_PAGES)
-			nr = PC_MAX_ACC_PAGES;
-		bpf_loop(nr, pc_acc_step, &l, 0);
-		pc_stat(PC_A_ACC_HITS, l.hits);
+	case PC_ACC:
+		pc_apply_acc(ev);
 		break;
-	}
 	}
 }
 
@@ -330,7 +341,7 @@ static __always_inline int pc_pending(void)
  * there is none, or it is reserved but not published yet. A global
  * function: the policy is verified once per program, not at each caller.
  * Frames: the policy takes 4 below it, and it is called at most 3 deep
- * (the timer's callback; a bpf_loop callback), of the verifier's 8. */
+ * (from the timer's callback), of the verifier's 8. */
 __noinline int pc_drain_one(void)
 {
 	__u64 h = pc_q_head, lap = h & ~(__u64)(PC_QUEUE_LEN - 1);
@@ -347,27 +358,24 @@ __noinline int pc_drain_one(void)
 	return 1;
 }
 
-static long pc_drain_step(__u64 i, void *arg)
-{
-	long r = pc_drain_one();
+/* Applies up to max events of the queue in order (the lock held); returns
+ * how many. A plain bounded loop around a global call, not bpf_loop: no
+ * callback frame, which get-scan's call chain cannot afford on 6.1 (512
+ * bytes of stack over its 8 frames). Counted from the head: a counter
+ * carried across iterations would be a state of its own to the verifier
+ * at each. What is left, the next event, pc_apply or the timer applies. */
+#define PC_DRAIN_EVENT 256   /* per lock round in a tracepoint program */
+#define PC_DRAIN_CALL 2048   /* per pc_apply */
+#define PC_SWEEP_MAX 256     /* per timer tick (stranded events are few) */
 
-	/* A global's return is any scalar to the verifier; clang knows it is
-	 * 0 or 1 and would return r ^ 1: opaque to clang, so it branches. */
-	barrier_var(r);
-	return r == 1 ? 0 : 1;
-}
-
-/* Applies the queue in order (the lock held); returns how many events.
- * Counted from the head, not in the callback: a counter the callback
- * carries would be a new state to the verifier at every iteration (6.7+
- * verifies callbacks as loops). */
-static __always_inline __u32 pc_drain(void)
-{
-	__u64 h0 = pc_q_head;
-
-	bpf_loop(PC_QUEUE_LEN, pc_drain_step, NULL, 0);
-	return pc_q_head - h0;
-}
+#define pc_drain(max)                                  \
+	({                                             \
+		__u64 __h0 = pc_q_head;                \
+		for (int __i = 0; __i < (max); __i++)  \
+			if (!pc_drain_one())           \
+				break;                 \
+		(__u32)(pc_q_head - __h0);             \
+	})
 
 /* Takes the lock and applies the queue, and again if events came while it
  * was held (their CPUs found it taken), at most PC_COMBINE_ROUNDS times:
@@ -379,7 +387,7 @@ static __always_inline __u32 pc_combine(void)
 	for (int i = 0; i < PC_COMBINE_ROUNDS; i++) {
 		if (!pc_trylock())
 			return n;
-		n += pc_drain();
+		n += pc_drain(PC_DRAIN_EVENT);
 		pc_unlock();
 		if (!pc_pending())
 			break;
@@ -413,19 +421,12 @@ static __always_inline void pc_periodic(void)
 
 /* ---- the timer: what the queue ever strands ---- */
 
-#define PC_SWEEP_MAX 64 /* events one tick applies (stranded ones are few) */
-
 static int pc_sweep(void *map, __u32 *key, struct pc_timer *t)
 {
 	__u32 n = 0;
 
 	if (pc_trylock()) {
-		/* A plain loop, not bpf_loop: one frame less (see pc_drain_one). */
-		for (int i = 0; i < PC_SWEEP_MAX; i++) {
-			if (!pc_drain_one())
-				break;
-			n++;
-		}
+		n = pc_drain(PC_SWEEP_MAX);
 		pc_periodic();
 		pc_unlock();
 	}
@@ -493,7 +494,7 @@ CISTERN_CALL(pc_apply, struct pc_run_args, a)
 	}
 	lp.out->n = 0;
 	lp.out->pages = 0;
-	pc_drain();
+	pc_drain(PC_DRAIN_CALL);
 	pc_periodic();
 	lp.want = a->want;
 	if (lp.out->n < PC_MAX_VICTIMS)

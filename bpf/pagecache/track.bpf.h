@@ -224,11 +224,20 @@ struct {
 	__type(value, struct pc_read_state);
 } pc_reads SEC(".maps");
 
+/* pc_read's new state is built here, not on its stack: the policy's call
+ * chain below pc_read needs all but a few bytes of 6.1's 512. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pc_read_state);
+} pc_read_scratch SEC(".maps");
+
 SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsigned long last)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), file;
-	struct pc_read_state *st, nst = {};
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), file, zero = 0;
+	struct pc_read_state *st, *nst;
 
 	if (!pc_want_access)
 		return 0;
@@ -256,17 +265,21 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 			st->mapping = 0;
 		return 0;
 	}
-	nst.mapping = (__u64)mapping;
-	nst.index = index;
-	nst.last = last;
-	nst.file = file;
-	nst.read = st ? st->read + 1 : bpf_get_prandom_u32();
-	if (!nst.read)
-		nst.read = 1;
-	nst.on = 1;
-	bpf_map_update_elem(&pc_reads, &tid, &nst, BPF_ANY);
+	nst = bpf_map_lookup_elem(&pc_read_scratch, &zero);
+	if (!nst)
+		return 0;
+	nst->mapping = (__u64)mapping;
+	nst->index = index;
+	nst->last = last;
+	nst->file = file;
+	nst->read = st ? st->read + 1 : bpf_get_prandom_u32();
+	if (!nst->read)
+		nst->read = 1;
+	nst->on = 1;
+	nst->pad = 0;
+	bpf_map_update_elem(&pc_reads, &tid, nst, BPF_ANY);
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, nst.read);
+	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, nst->read);
 	return 0;
 }
 
