@@ -22,7 +22,7 @@ func TestApplyCountsEachReadOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := openPolicy(row, 1<<16, 1)
+			p, err := openPolicy(row, 1<<16, trackConfig{sample: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
