@@ -1,10 +1,12 @@
 package capture
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -53,12 +55,14 @@ const (
 const (
 	UnreadNoProbe     = "no_tls_probe" // no TLS probe ever read it
 	UnreadStartMissed = "start_missed" // read, but not from its first TLS byte
+	UnreadJava        = "java_tls"     // no probe: a JVM's JSSE
+	UnreadRustls      = "rustls"       // no probe: a Rust program's rustls
 )
 
 // AttachSample is one file attached from a control event: how long from
 // the kernel's event (exec, or the library's open) to the uprobes in place.
 type AttachSample struct {
-	Kind    string // "go" or "openssl"
+	Kind    string // "go", "openssl" (a libssl opened) or "openssl-static" (an executable's own)
 	Latency time.Duration
 	Cached  bool // the file's offsets came from the build-id cache
 	Held    bool
@@ -102,54 +106,30 @@ type sslSyms map[string]uint64
 var sslNames = []string{"SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex", "SSL_free",
 	"SSL_connect", "SSL_accept", "SSL_do_handshake"}
 
-// findSSLSyms reads the file offsets of sslNames from a libssl's dynamic
-// symbols.
-func findSSLSyms(f *elf.File) (sslSyms, error) {
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		return nil, err
-	}
-	want := map[string]bool{}
-	for _, n := range sslNames {
-		want[n] = true
-	}
-	out := sslSyms{}
-	for _, s := range syms {
-		if !want[s.Name] || s.Value == 0 || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
-			continue
-		}
-		off, err := fileOffset(f, s.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[s.Name] = off
-	}
-	if out["SSL_write"] == 0 || out["SSL_read"] == 0 {
-		return nil, errors.New("no SSL_write/SSL_read")
-	}
-	return out, nil
-}
-
-// sslOffsets finds (or takes from the build-id cache) lib's offsets.
-// Called with c.mu held.
-func (c *Capture) sslOffsets(lib string) (sslSyms, bool, error) {
-	f, err := elf.Open(lib)
+// sslOffsets finds (or takes from the build-id cache) the TLS library in
+// the file at path (name: its name, for its kind and messages). errNoSSL:
+// it carries none. Called with c.mu held.
+func (c *Capture) sslOffsets(path, name string) (*sslObj, bool, error) {
+	f, err := elf.Open(path)
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
 	id := buildID(f)
-	if s, ok := c.sslCache[id]; ok && id != "" {
-		return s, true, nil
+	if o, ok := c.sslCache[id]; ok && id != "" {
+		if o == nil {
+			return nil, true, fmt.Errorf("%s: %w", name, errNoSSL)
+		}
+		return o, true, nil
 	}
-	s, err := findSSLSyms(f)
+	o, err := findSSLObj(f, name)
+	if id != "" && (err == nil || errors.Is(err, errNoSSL)) {
+		c.sslCache[id] = o // nil: no TLS library
+	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", lib, err)
+		return nil, false, fmt.Errorf("%s: %w", name, err)
 	}
-	if id != "" {
-		c.sslCache[id] = s
-	}
-	return s, false, nil
+	return o, false, nil
 }
 
 // goOffsets is findGoTLS through the build-id cache. Called with c.mu held.
@@ -267,8 +247,12 @@ func (c *Capture) onFile(ev *capCapEv) {
 		}
 		if ev.Type == evExec {
 			attached, cached, err = c.lookGo(at, pid)
+			if !attached && err == nil { // OpenSSL or BoringSSL inside it (Node.js)?
+				kind = LibOpenSSLStatic
+				attached, cached, err = c.lookSSL(at, path, pid, false)
+			}
 		} else {
-			attached, cached, err = c.lookSSL(at, path, pid)
+			attached, cached, err = c.lookSSL(at, path, pid, true)
 		}
 		if err != nil {
 			c.nLibErrors.Add(1)
@@ -313,16 +297,24 @@ func (c *Capture) lookGo(path string, id libFile) (attached, cached bool, err er
 	return true, cached, nil
 }
 
-// lookSSL attaches the libssl uprobes to the library at path (file id,
-// name for messages) unless attached before. Called with c.mu held.
-func (c *Capture) lookSSL(path, name string, id libFile) (attached, cached bool, err error) {
+// lookSSL attaches the libssl uprobes to the TLS library in the file at
+// path (file id, name for its kind and messages) unless looked at before.
+// must: a file without one is an error (a libssl.so), not a miss.
+// Called with c.mu held.
+func (c *Capture) lookSSL(path, name string, id libFile, must bool) (attached, cached bool, err error) {
 	if c.libs[id] {
 		return false, false, nil
 	}
 	c.libs[id] = true
-	syms, cached, err := c.sslOffsets(path)
+	o, cached, err := c.sslOffsets(path, name)
+	if !must && errors.Is(err, errNoSSL) {
+		return false, cached, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(c.libs, id) // its process exited: the file may be met again through another
+	}
 	if err == nil {
-		err = c.attachTLS(path, syms)
+		err = c.attachTLS(path, o)
 	}
 	if err != nil {
 		return false, cached, err
@@ -401,6 +393,8 @@ func (c *Capture) onUnread(ev *capCapEv) {
 	}
 	if ev.Flags&tlsProbed != 0 {
 		q.UnreadReason = UnreadStartMissed
+	} else if s := c.tlsStack(ev.Pid); s != "" {
+		q.UnreadReason = s
 	}
 	if ev.A.Family != 0 {
 		q.Local = sockAddr(ev.A.Family, ev.A.Laddr, ev.A.Lport)
@@ -456,4 +450,40 @@ func monotonicNS() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// tlsStack names the TLS stack without probes that process pid uses, if
+// known: UnreadJava when it maps libjvm.so, UnreadRustls when its
+// executable carries rustls (its name in the symbols or, stripped, in the
+// panic locations of .rodata); "" otherwise (or the process is gone).
+// Called from the control goroutine only.
+func (c *Capture) tlsStack(pid uint32) string {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return ""
+	}
+	if bytes.Contains(maps, []byte("/libjvm.so\n")) {
+		return UnreadJava
+	}
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	id, ok := libFileOf(exe)
+	if !ok {
+		return ""
+	}
+	if r, ok := c.rustls[id]; ok {
+		return r
+	}
+	r := ""
+	if f, err := elf.Open(exe); err == nil {
+		for _, name := range []string{".rodata", ".strtab"} {
+			if sec := f.Section(name); sec != nil {
+				if b, err := sec.Data(); err == nil && bytes.Contains(b, []byte("rustls")) {
+					r = UnreadRustls
+				}
+			}
+		}
+		f.Close()
+	}
+	c.rustls[id] = r
+	return r
 }

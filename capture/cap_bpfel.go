@@ -94,7 +94,8 @@ type capCapTlsCall struct {
 	Key       uint64
 	Library   uint8
 	Handshake uint8
-	Pad       [6]uint8
+	Sock      uint8
+	Pad       [5]uint8
 }
 
 type capCapTlsSt struct {
@@ -129,7 +130,7 @@ type capPlainArgs struct {
 	Dir  uint8
 	Msg  uint8
 	Tls  uint8
-	Pad  uint8
+	Niov uint8
 }
 
 type capPlainVal struct {
@@ -161,6 +162,7 @@ const (
 	capMapCapHeld             = "cap_held"
 	capMapCapInTls            = "cap_in_tls"
 	capMapCapInfo             = "cap_info"
+	capMapCapLastTls          = "cap_last_tls"
 	capMapCapNextId           = "cap_next_id"
 	capMapCapOpenScratch      = "cap_open_scratch"
 	capMapCapOpens            = "cap_opens"
@@ -180,11 +182,13 @@ const (
 	capProgAccumStart         = "accum_start"
 	capProgCapClose           = "cap_close"
 	capProgCapEnterRead       = "cap_enter_read"
+	capProgCapEnterReadv      = "cap_enter_readv"
 	capProgCapEnterRecvfrom   = "cap_enter_recvfrom"
 	capProgCapEnterRecvmsg    = "cap_enter_recvmsg"
 	capProgCapEnterSendmsg    = "cap_enter_sendmsg"
 	capProgCapEnterSendto     = "cap_enter_sendto"
 	capProgCapEnterWrite      = "cap_enter_write"
+	capProgCapEnterWritev     = "cap_enter_writev"
 	capProgCapExec            = "cap_exec"
 	capProgCapExitIo          = "cap_exit_io"
 	capProgCapExitProc        = "cap_exit_proc"
@@ -266,11 +270,13 @@ type capProgramSpecs struct {
 	AccumStart         *ebpf.ProgramSpec `ebpf:"accum_start"`
 	CapClose           *ebpf.ProgramSpec `ebpf:"cap_close"`
 	CapEnterRead       *ebpf.ProgramSpec `ebpf:"cap_enter_read"`
+	CapEnterReadv      *ebpf.ProgramSpec `ebpf:"cap_enter_readv"`
 	CapEnterRecvfrom   *ebpf.ProgramSpec `ebpf:"cap_enter_recvfrom"`
 	CapEnterRecvmsg    *ebpf.ProgramSpec `ebpf:"cap_enter_recvmsg"`
 	CapEnterSendmsg    *ebpf.ProgramSpec `ebpf:"cap_enter_sendmsg"`
 	CapEnterSendto     *ebpf.ProgramSpec `ebpf:"cap_enter_sendto"`
 	CapEnterWrite      *ebpf.ProgramSpec `ebpf:"cap_enter_write"`
+	CapEnterWritev     *ebpf.ProgramSpec `ebpf:"cap_enter_writev"`
 	CapExec            *ebpf.ProgramSpec `ebpf:"cap_exec"`
 	CapExitIo          *ebpf.ProgramSpec `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
@@ -310,6 +316,7 @@ type capMapSpecs struct {
 	CapHeld        *ebpf.MapSpec `ebpf:"cap_held"`
 	CapInTls       *ebpf.MapSpec `ebpf:"cap_in_tls"`
 	CapInfo        *ebpf.MapSpec `ebpf:"cap_info"`
+	CapLastTls     *ebpf.MapSpec `ebpf:"cap_last_tls"`
 	CapNextId      *ebpf.MapSpec `ebpf:"cap_next_id"`
 	CapOpenScratch *ebpf.MapSpec `ebpf:"cap_open_scratch"`
 	CapOpens       *ebpf.MapSpec `ebpf:"cap_opens"`
@@ -377,6 +384,7 @@ type capMaps struct {
 	CapHeld        *ebpf.Map `ebpf:"cap_held"`
 	CapInTls       *ebpf.Map `ebpf:"cap_in_tls"`
 	CapInfo        *ebpf.Map `ebpf:"cap_info"`
+	CapLastTls     *ebpf.Map `ebpf:"cap_last_tls"`
 	CapNextId      *ebpf.Map `ebpf:"cap_next_id"`
 	CapOpenScratch *ebpf.Map `ebpf:"cap_open_scratch"`
 	CapOpens       *ebpf.Map `ebpf:"cap_opens"`
@@ -408,6 +416,7 @@ func (m *capMaps) Close() error {
 		m.CapHeld,
 		m.CapInTls,
 		m.CapInfo,
+		m.CapLastTls,
 		m.CapNextId,
 		m.CapOpenScratch,
 		m.CapOpens,
@@ -452,11 +461,13 @@ type capPrograms struct {
 	AccumStart         *ebpf.Program `ebpf:"accum_start"`
 	CapClose           *ebpf.Program `ebpf:"cap_close"`
 	CapEnterRead       *ebpf.Program `ebpf:"cap_enter_read"`
+	CapEnterReadv      *ebpf.Program `ebpf:"cap_enter_readv"`
 	CapEnterRecvfrom   *ebpf.Program `ebpf:"cap_enter_recvfrom"`
 	CapEnterRecvmsg    *ebpf.Program `ebpf:"cap_enter_recvmsg"`
 	CapEnterSendmsg    *ebpf.Program `ebpf:"cap_enter_sendmsg"`
 	CapEnterSendto     *ebpf.Program `ebpf:"cap_enter_sendto"`
 	CapEnterWrite      *ebpf.Program `ebpf:"cap_enter_write"`
+	CapEnterWritev     *ebpf.Program `ebpf:"cap_enter_writev"`
 	CapExec            *ebpf.Program `ebpf:"cap_exec"`
 	CapExitIo          *ebpf.Program `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.Program `ebpf:"cap_exit_proc"`
@@ -486,11 +497,13 @@ func (p *capPrograms) Close() error {
 		p.AccumStart,
 		p.CapClose,
 		p.CapEnterRead,
+		p.CapEnterReadv,
 		p.CapEnterRecvfrom,
 		p.CapEnterRecvmsg,
 		p.CapEnterSendmsg,
 		p.CapEnterSendto,
 		p.CapEnterWrite,
+		p.CapEnterWritev,
 		p.CapExec,
 		p.CapExitIo,
 		p.CapExitProc,

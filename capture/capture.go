@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,7 @@ type Capture struct {
 	uprobeOpts         *link.UprobeOptions
 	multi              bool             // uprobe_multi links (uprobes.go)
 	libs               map[libFile]bool // attached (or failed: not retried)
+	mapSeen            map[string]bool  // "dev inode" of mappings scanObjects looked at
 	pidSeen            map[int]time.Time
 	lastScan, lastFull time.Time
 	nLibs, nLibErrors  atomic.Uint64
@@ -116,9 +118,10 @@ type Capture struct {
 	// attach state above (libs, goBins, links, LibSSL) and the caches,
 	// shared by the control goroutine and rescan.
 	mu                        sync.Mutex
-	closing                   bool              // Close has begun: attach nothing more
-	goCache                   map[string]*goTLS // build id -> offsets (nil: not Go with crypto/tls)
-	sslCache                  map[string]sslSyms
+	closing                   bool               // Close has begun: attach nothing more
+	goCache                   map[string]*goTLS  // build id -> offsets (nil: not Go with crypto/tls)
+	sslCache                  map[string]*sslObj // build id -> offsets (nil: no TLS library)
+	rustls                    map[libFile]string // executable -> UnreadRustls or "" (tlsStack)
 	ctl                       *ringbuf.Reader
 	ctlDone                   chan struct{}
 	holdStop, holdDone        chan struct{}
@@ -193,7 +196,7 @@ func Open(opt Options) (*Capture, error) {
 		return nil, errors.New("holding new processes is for TLS attachment: not with transport plain")
 	}
 	c := &Capture{Opt: opt, conns: map[uint64]*connState{}, clock: clockOffset(),
-		goCache: map[string]*goTLS{}, sslCache: map[string]sslSyms{}, unreadWake: make(chan struct{}, 1)}
+		goCache: map[string]*goTLS{}, sslCache: map[string]*sslObj{}, rustls: map[libFile]string{}, unreadWake: make(chan struct{}, 1)}
 	var err error
 	if opt.Cgroup != "" {
 		if c.cgroup, err = ResolveCgroup(opt.Cgroup); err != nil {
@@ -217,10 +220,6 @@ func (c *Capture) open() error {
 		var err error
 		if libs, err = c.libSSLs(); err != nil {
 			return err
-		}
-		if len(libs) == 0 && opt.perPID() && opt.Transport == TransportTLS && !isGoTLS(opt.PID) {
-			_, err := FindLibSSL(opt.PID)
-			return fmt.Errorf("%w, and is no Go program with crypto/tls", err)
 		}
 	}
 	spec, err := loadCap()
@@ -261,6 +260,7 @@ func (c *Capture) open() error {
 			uo.PID = opt.PID
 		}
 		c.uprobeOpts, c.libs, c.pidSeen, c.goBins = uo, map[libFile]bool{}, map[int]time.Time{}, map[libFile]bool{}
+		c.mapSeen = map[string]bool{}
 		c.lastScan, c.lastFull = time.Now(), time.Now()
 		// The control ring first: a process that starts while the
 		// existing ones are looked at is announced.
@@ -279,10 +279,19 @@ func (c *Capture) open() error {
 		}
 		c.mu.Lock()
 		for _, lib := range libs {
-			id, _ := libFileOf(lib)
-			if _, _, err := c.lookSSL(lib, lib, id); err != nil {
-				c.mu.Unlock()
-				return err
+			// A process that exited since libSSLs is no error: its
+			// library, if still used, is found in another's maps.
+			id, ok := libFileOf(lib)
+			if !ok {
+				continue
+			}
+			if _, _, err := c.lookSSL(lib, lib, id, true); err != nil {
+				if !errors.Is(err, fs.ErrNotExist) {
+					c.mu.Unlock()
+					return err
+				}
+				c.nLibErrors.Add(1)
+				c.lastErr.Store(err.Error())
 			}
 		}
 		c.LibSSL = strings.Join(libs, ", ")
@@ -293,6 +302,11 @@ func (c *Capture) open() error {
 		}
 		for _, pid := range pids {
 			c.scanGo(pid)
+			c.scanObjects(pid)
+		}
+		if opt.perPID() && opt.Transport == TransportTLS && c.nLibs.Load() == 0 && c.nGoBins.Load() == 0 {
+			_, err := FindLibSSL(opt.PID)
+			return fmt.Errorf("%w, carries no OpenSSL or BoringSSL of its own, and is no Go program with crypto/tls", err)
 		}
 	}
 	// The uprobes come first: a TLS call that starts before the
@@ -310,6 +324,8 @@ func (c *Capture) open() error {
 		{"sys_exit_recvfrom", objs.CapExitIo},
 		{"sys_exit_sendmsg", objs.CapExitIo},
 		{"sys_exit_recvmsg", objs.CapExitIo},
+		{"sys_exit_writev", objs.CapExitIo},
+		{"sys_exit_readv", objs.CapExitIo},
 		{"sys_enter_close", objs.CapClose},
 		{"sys_enter_write", objs.CapEnterWrite},
 		{"sys_enter_read", objs.CapEnterRead},
@@ -317,6 +333,8 @@ func (c *Capture) open() error {
 		{"sys_enter_recvfrom", objs.CapEnterRecvfrom},
 		{"sys_enter_sendmsg", objs.CapEnterSendmsg},
 		{"sys_enter_recvmsg", objs.CapEnterRecvmsg},
+		{"sys_enter_writev", objs.CapEnterWritev},
+		{"sys_enter_readv", objs.CapEnterReadv},
 	} {
 		l, err := link.Tracepoint("syscalls", a.name, a.prog, nil)
 		if err != nil {
@@ -348,9 +366,10 @@ func u8of(b bool) uint8 {
 	return 0
 }
 
-// attachTLS puts the libssl uprobes on lib, at the offsets syms gives.
-// Called with c.mu held.
-func (c *Capture) attachTLS(lib string, syms sslSyms) error {
+// attachTLS puts the libssl uprobes on lib, at the offsets o gives, each
+// with o's library as its cookie. Called with c.mu held.
+func (c *Capture) attachTLS(lib string, o *sslObj) error {
+	syms := o.syms
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		return err
@@ -388,7 +407,7 @@ func (c *Capture) attachTLS(lib string, syms sslSyms) error {
 			}
 			return fmt.Errorf("attach %s (%s): %w", a.sym, lib, link.ErrNoSymbol)
 		}
-		reqs = append(reqs, uprobeReq{name: a.sym, sym: a.sym, prog: a.prog, addr: off, ret: a.ret})
+		reqs = append(reqs, uprobeReq{name: a.sym, sym: a.sym, prog: a.prog, addr: off, ret: a.ret, cookie: o.cookie()})
 	}
 	links, err := c.attachUprobes(ex, lib, reqs, uo.PID)
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 
 // Values of struct cap_conn_info (bpf/capture/conn.bpf.h).
 const (
-	trTLS   = 1
-	trPlain = 2
-	libNone = 0
-	libSSL  = 1
-	libGo   = 2
+	trTLS        = 1
+	trPlain      = 2
+	libNone      = 0
+	libSSL       = 1
+	libGo        = 2
+	libSSLStatic = 3
+	libBoring    = 4
 )
 
 // connState is what the agent keeps of one connection: its parser and, once
@@ -47,11 +49,15 @@ func (c *Capture) lookupConn(id uint64, cs *connState) {
 	}
 	switch in.Library {
 	case libSSL:
-		cs.library = "openssl"
+		cs.library = LibOpenSSL
 	case libGo:
-		cs.library = "go"
+		cs.library = LibGo
+	case libSSLStatic:
+		cs.library = LibOpenSSLStatic
+	case libBoring:
+		cs.library = LibBoringSSL
 	default:
-		cs.library = "none"
+		cs.library = LibNone
 	}
 	if in.A.Family != 0 {
 		cs.local = sockAddr(in.A.Family, in.A.Laddr, in.A.Lport)

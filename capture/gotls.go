@@ -267,12 +267,6 @@ func goABIRegs(v string) bool {
 	return ma > 1 || mi >= 17
 }
 
-// isGoTLS tells whether process pid runs a Go program with crypto/tls.
-func isGoTLS(pid int) bool {
-	_, err := findGoTLS(fmt.Sprintf("/proc/%d/exe", pid))
-	return err == nil
-}
-
 // attachGo puts the Go TLS uprobes on the binary at path.
 func (c *Capture) attachGo(path string, g *goTLS) error {
 	ex, err := link.OpenExecutable(path)

@@ -209,7 +209,8 @@ func (p *myConn) frontend(seq byte, b []byte, ts uint64, exact bool) {
 	case comInitDB:
 		p.db = string(b[1:])
 	case comChangeUser:
-		p.authed, p.caps = false, 0 // authentication again, then OK
+		p.changeUser(b[1:])
+		p.authed = false // authentication again, then OK
 		return
 	default:
 		if b[0] > comLast {
@@ -255,6 +256,25 @@ func (p *myConn) handshakeResponse(b []byte) {
 		p.db, _ = cstringTo(rest)
 	}
 	_ = capPluginAuth
+}
+
+// changeUser takes the user and database of a COM_CHANGE_USER (after its
+// command byte): user, auth response (length-prefixed with
+// CLIENT_SECURE_CONNECTION, else NUL-terminated; skipped, never kept),
+// schema.
+func (p *myConn) changeUser(b []byte) {
+	user, rest := cstringTo(b)
+	if p.caps&capSecureConn != 0 {
+		if len(rest) == 0 || len(rest) < 1+int(rest[0]) {
+			p.user, p.db = user, ""
+			return
+		}
+		rest = rest[1+int(rest[0]):]
+	} else {
+		_, rest = cstringTo(rest)
+	}
+	p.user = user
+	p.db, _ = cstringTo(rest)
 }
 
 func cstringTo(b []byte) (string, []byte) {

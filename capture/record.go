@@ -40,7 +40,10 @@ type Query struct {
 	Rows         int64  `json:"rows"`
 	Error        string `json:"error"`              // empty: none (always present, as the JSON format promises)
 	User         string `json:"user,omitempty"`     // when the connection's start was seen
-	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB)
+	Database     string `json:"database,omitempty"` // likewise (MySQL: or COM_INIT_DB, COM_CHANGE_USER)
+	// UserUnknown says why User is empty (UserStartedBefore: the
+	// connection's start, which names its user, came before the capture).
+	UserUnknown string `json:"user_unknown,omitempty"`
 	// Unread: not a query but a TLS connection no probe read from its
 	// first TLS byte (UnreadReason: no_tls_probe, or start_missed), with
 	// the ciphertext bytes it moved while none did.
@@ -57,6 +60,11 @@ type Query struct {
 	tagRows  int64
 	hasTag   bool
 }
+
+// UserStartedBefore is Query.UserUnknown of a connection first seen
+// mid-stream: its start (PostgreSQL's StartupMessage, MySQL's
+// HandshakeResponse) came before the capture.
+const UserStartedBefore = "started_before_capture"
 
 // connParser parses one connection's protocol into queries.
 type connParser interface {
@@ -105,6 +113,9 @@ func finish(q *Query, ts uint64, exact bool, protocol string, pid uint32, id uin
 	r := *q
 	r.LatencyExact = r.startOK && exact
 	r.PID, r.ConnID, r.Protocol, r.User, r.Database = pid, id, protocol, user, db
+	if user == "" {
+		r.UserUnknown = UserStartedBefore
+	}
 	if ts > r.startNS {
 		r.LatencyUS = float64(ts-r.startNS) / 1e3
 	}

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -217,9 +218,9 @@ const (
 	rescanFullGap = 5 * time.Second
 )
 
-// rescan attaches the uprobes to any libssl.so.3 a selected process maps,
-// and to any Go executable with crypto/tls it runs, that is not attached
-// yet (TLS wanted, not a single process).
+// rescan attaches the uprobes to any libssl.so.3 or other file carrying
+// OpenSSL or BoringSSL a selected process maps, and to any Go executable
+// with crypto/tls it runs, that is not attached yet (TLS wanted, not a single process).
 func (c *Capture) rescan() {
 	now := time.Now()
 	if c.uprobeOpts == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
@@ -245,22 +246,7 @@ func (c *Capture) rescan() {
 			continue
 		}
 		c.scanGo(pid)
-		lib, err := FindLibSSL(pid)
-		if err != nil {
-			continue
-		}
-		id, ok := libFileOf(lib)
-		if !ok {
-			continue
-		}
-		c.mu.Lock()
-		if !c.closing {
-			if _, _, err := c.lookSSL(lib, lib, id); err != nil {
-				c.nLibErrors.Add(1)
-				c.lastErr.Store(err.Error())
-			}
-		}
-		c.mu.Unlock()
+		c.scanObjects(pid)
 	}
 	c.pidSeen = alive // forget the processes that are gone
 }
@@ -329,4 +315,47 @@ func (o *Options) selectionString() string {
 		return fmt.Sprintf("pid %d and its children", o.PID)
 	}
 	return fmt.Sprintf("pid %d", o.PID)
+}
+
+// scanObjects attaches the libssl uprobes to every file mapped executable by
+// pid that carries a TLS library (libssl.so, or OpenSSL or BoringSSL linked
+// into the executable or another object) and was not looked at yet. A file
+// is known by the device and inode its mapping shows, so a later pass pays
+// no stat for it.
+func (c *Capture) scanObjects(pid int) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// address perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || !strings.Contains(fields[1], "x") || !strings.HasPrefix(fields[5], "/") {
+			continue
+		}
+		key := fields[3] + " " + fields[4]
+		if c.mapSeen[key] {
+			continue
+		}
+		c.mapSeen[key] = true
+		path := fmt.Sprintf("/proc/%d/root%s", pid, fields[5])
+		id, ok := libFileOf(path)
+		if !ok {
+			delete(c.mapSeen, key) // gone, or not reachable yet: next pass
+			continue
+		}
+		must := strings.HasPrefix(filepath.Base(fields[5]), "libssl.so")
+		c.mu.Lock()
+		if !c.closing {
+			if _, _, err := c.lookSSL(path, fields[5], id, must); errors.Is(err, fs.ErrNotExist) {
+				delete(c.mapSeen, key) // the process exited: the next pass, through another
+			} else if err != nil {
+				c.nLibErrors.Add(1)
+				c.lastErr.Store(err.Error())
+			}
+		}
+		c.mu.Unlock()
+	}
 }

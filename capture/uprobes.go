@@ -32,6 +32,9 @@ type uprobeReq struct {
 	prog *ebpf.Program
 	addr uint64
 	ret  bool
+	// cookie: what bpf_get_attach_cookie gives the program (the TLS
+	// library's CAP_LIB_*; 0 for Go's).
+	cookie uint64
 }
 
 // useUprobeMulti tells whether the kernel has uprobe_multi links.
@@ -64,7 +67,7 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 	}
 	if !c.multi {
 		for _, r := range reqs {
-			o := &link.UprobeOptions{Address: r.addr, PID: pid}
+			o := &link.UprobeOptions{Address: r.addr, PID: pid, Cookie: r.cookie}
 			var l link.Link
 			var err error
 			if r.ret {
@@ -80,10 +83,11 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 		return links, nil
 	}
 	type group struct {
-		prog  *ebpf.Program
-		ret   bool
-		names []string
-		addrs []uint64
+		prog    *ebpf.Program
+		ret     bool
+		names   []string
+		addrs   []uint64
+		cookies []uint64
 	}
 	var groups []*group
 	for _, r := range reqs {
@@ -97,13 +101,13 @@ func (c *Capture) attachUprobes(ex *link.Executable, path string, reqs []uprobeR
 			g = &group{prog: r.prog, ret: r.ret}
 			groups = append(groups, g)
 		}
-		g.names, g.addrs = append(g.names, r.name), append(g.addrs, r.addr)
+		g.names, g.addrs, g.cookies = append(g.names, r.name), append(g.addrs, r.addr), append(g.cookies, r.cookie)
 	}
 	if !kernel.MultiUprobePIDFilter() {
 		pid = 0 // other threads would be missed: every process traps; cap_selected decides
 	}
 	for _, g := range groups {
-		o := &link.UprobeMultiOptions{Addresses: g.addrs, PID: uint32(pid)}
+		o := &link.UprobeMultiOptions{Addresses: g.addrs, Cookies: g.cookies, PID: uint32(pid)}
 		var l link.Link
 		var err error
 		if g.ret {

@@ -94,6 +94,7 @@ var registry = []Policy{
 	{Name: "s3fifo", Replay: "s3fifo", PageCache: "pc_s3fifo", Accesses: true, FirstRead: true},
 	{Name: "lfu", Replay: "lfu", PageCache: "pc_lfu", Accesses: true, FirstRead: true},
 	{Name: "lhd", Replay: "lhd", PageCache: "pc_lhd", Accesses: true, FirstRead: true, Periodic: true},
+	{Name: "wtinylfu", Replay: "wtinylfu", PageCache: "pc_wtinylfu", Accesses: true, FirstRead: true},
 	{Name: "get-scan", Replay: "getscan", PageCache: "pc_getscan", Accesses: true, ScanIDs: true},
 	// GET-SCAN's scan list alone: the rest is the kernel's (pc_scanonly.bpf.c).
 	{Name: "scan-only", PageCache: "pc_scanonly", ScanIDs: true},

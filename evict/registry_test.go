@@ -85,7 +85,7 @@ func TestLookup(t *testing.T) {
 		}
 	}
 	_, err := Lookup("nope", PageCache)
-	if want := `policy "nope": want one of fifo, get-scan, lfu, lhd, lru, mru, s3fifo, scan-only`; err.Error() != want {
+	if want := `policy "nope": want one of fifo, get-scan, lfu, lhd, lru, mru, s3fifo, scan-only, wtinylfu`; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
 	for _, k := range []Kind{Replay, PageCache} {

@@ -33,6 +33,7 @@ type requirement struct {
 	name      string
 	needs     []string   // features it cannot run without
 	fallbacks []fallback // features it can do without, and how
+	path      string     // how it runs where it runs, when that needs saying
 }
 
 // requirements is the per-system table: which features each system's
@@ -47,11 +48,14 @@ var requirements = []requirement{
 			{"sockmap_self_redirect", "TCP GETs answered in the kernel only with kv serve --tcp (this kernel's sockmap can leave an answered segment counted as unread)"}}},
 	{name: "accum/capture", needs: []string{"btf", "tracepoint", "tp_btf", "uprobe", "ringbuf", "atomics", "for_each_map_elem", "bpf_timer", "bpf_loop"}},
 	{name: "evict/cache", needs: []string{"btf", "xdp", "bpf_loop"}},
-	{name: "pagecache", needs: []string{"btf", "tp_btf", "raw_tp", "tracepoint", "ringbuf", "bpf_loop"},
+	{name: "pagecache", needs: []string{"btf", "tp_btf", "raw_tp", "tracepoint", "ringbuf", "bpf_loop", "atomics", "bpf_timer", "mmap_array"},
 		fallbacks: []fallback{
 			{"filemap_get_pages", "read/pread64 calls as the read signal instead of mm_filemap_get_pages"},
 			{"cachestat", "mincore instead of cachestat"},
-		}},
+		},
+		// Every kernel with these features runs it (6.1 up): the
+		// ring-buffer round trip per event is gone.
+		path: "the policy in the kernel's path (tracepoint programs apply each event under a lock no CPU waits for; the agent only drops pages)"},
 	{name: "cbuf", needs: []string{"btf", "tracepoint", "ringbuf", "mmap_array"}},
 	{name: "query", needs: []string{"btf", "tracepoint", "raw_tp", "uprobe", "ringbuf"}},
 }
@@ -90,6 +94,9 @@ func SystemsFor(has func(feature string) error) []System {
 			s.Detail = strings.Join(instead, "; ")
 		default:
 			s.Detail = "every feature it uses is here"
+		}
+		if r.path != "" && s.Status != SystemUnavailable {
+			s.Detail += "; " + r.path
 		}
 		out = append(out, s)
 	}

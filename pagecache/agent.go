@@ -2,16 +2,17 @@ package pagecache
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/cilium/ebpf"
+	"io/fs"
 	"math/bits"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -51,6 +52,10 @@ type Agent struct {
 	failOpen, failFadvise, stillDirty    atomic.Uint64
 	stillWriteback, stillBusy, pressured atomic.Uint64
 	retried, cpuMicros                   atomic.Uint64
+	// Wakeups by the policy; runs where it proposed nothing while the
+	// cgroup was above high (the kernel's reclaim then does the work);
+	// pages of victims already gone when evicted.
+	woken, declined, gonePages atomic.Uint64
 	// fadvise(DONTNEED) calls and the wall time the agent spent in them: a
 	// range the kernel cannot drop at once (a folio still in a CPU's LRU
 	// batch, or held by a reader) makes it drain every CPU's batches.
@@ -64,6 +69,9 @@ type Agent struct {
 	// again at the next step, up to maxTries, before they count as not
 	// evicted and go back to the policy.
 	pending []Victim
+	// Victims given up on, to be tracked again (queued with the next
+	// pc_apply).
+	back []Event
 	// evictedPages per file id: read only after Run returns (tests).
 	evictedPages map[uint32]int64
 	// fds of the files victims came from, kept open while the agent runs
@@ -106,16 +114,19 @@ func Start(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("read the limit of %s: %w", a.cg.Path, err)
 	}
 	a.setWatermarks()
-	if a.tr, err = openTracker(cfg.Dir, a.cg.ID, row.Accesses, cfg.AccessSample); err != nil {
-		return nil, err
-	}
 	// The cgroup's cache never exceeds its limit, whatever files appear.
-	capacity := a.tr.spanPages()
+	capacity := int64(0)
 	if a.limit > 0 {
 		capacity = a.limit / pageSize
+	} else if capacity, err = dirPages(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("--dir %s: %w", cfg.Dir, err)
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
-	if a.pol, err = openPolicy(row, uint32(capacity), cfg.AccessSample); err != nil {
+	tc := trackConfig{memcg: a.cg.ID, sample: cfg.AccessSample}
+	if a.pol, err = openPolicy(row, uint32(capacity), tc); err != nil {
+		return nil, err
+	}
+	if a.tr, err = newTracker(a.pol.coll, cfg.Dir, row.Accesses, false); err != nil {
 		return nil, err
 	}
 	for _, pid := range cfg.ScanPIDs {
@@ -126,17 +137,43 @@ func Start(cfg Config) (_ *Agent, err error) {
 	return a, nil
 }
 
+// setWatermarks: the agent evicts from high down to low. The policy wakes
+// it as soon as the pages it tracks would put the cgroup at high, so the
+// headroom only has to cover the agent's wakeup: max(limit/64, 4 MiB), at
+// most a quarter of the limit (it was max(limit/16, 16 MiB) while events
+// reached the agent through a ring buffer, 2 ms late at best). Each
+// wakeup evicts max(limit/256, 1 MiB), in as few ranges as it can.
 func (a *Agent) setWatermarks() {
 	if a.limit <= 0 {
 		return
 	}
 	h := a.cfg.Headroom
 	if h <= 0 {
-		h = min(max(a.limit/16, 16<<20), a.limit/4)
+		h = min(max(a.limit/64, 4<<20), a.limit/4)
 	}
 	h = min(h, a.limit/2)
 	a.high = a.limit - h
-	a.low = a.high - max(a.limit/64, 2<<20)
+	a.low = a.high - max(a.limit/256, 1<<20)
+}
+
+// dirPages is how many pages the regular files under dir span.
+func dirPages(dir string) (int64, error) {
+	var pages int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == dir {
+				return err
+			}
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				pages += (fi.Size() + pageSize - 1) / pageSize
+			}
+		}
+		return nil
+	})
+	return pages, err
 }
 
 // Cgroup is the agent's memory cgroup (put the workload in it).
@@ -162,21 +199,33 @@ func (a *Agent) AddScanPID(pid int) error {
 	return nil
 }
 
-// Run applies tracker events to the policy and evicts its victims while
-// the cgroup is near its limit, until ctx ends.
+// How often the agent reads the cgroup's usage when the policy does not
+// wake it (memory the policy does not track, other files and anonymous
+// memory, grows the usage too): pollNear within an eighth of the limit of
+// its high watermark, pollFar below. Each poll is a wakeup of the agent's
+// thread (about 60 ns per read of fio's at 20 ms: the overhead bench).
+const (
+	pollNear = 20 * time.Millisecond
+	pollFar  = 100 * time.Millisecond
+)
+
+// Run evicts the policy's victims while the cgroup is near its limit,
+// until ctx ends. The policy runs in the kernel (apply.bpf.h); Run sleeps
+// until the policy wakes it (the pages it tracks reached the threshold Run
+// sets) or pollEvery passes.
 func (a *Agent) Run(ctx context.Context) error {
-	batch := make([]Event, 0, batchSize)
 	var rec ringbuf.Record
 	// The agent must react before the kernel reclaims: its thread runs
 	// at a higher priority than the workload (best effort).
 	defer thread.Urgent()()
-	// The tracker does not report the deletes this thread's own
+	// The tracker does not apply the deletes this thread's own
 	// evictions cause: their folios already left the policy.
-	self := a.tr.coll.Variables["pc_self_tid"]
+	self := a.pol.coll.Variables["pc_self_tid"]
 	if err := self.Set(uint32(unix.Gettid())); err != nil {
 		return fmt.Errorf("set the agent's thread: %w", err)
 	}
 	defer self.Set(uint32(0))
+	defer a.pol.wakePages.Set(uint64(0))
 	a.tid.Store(int32(unix.Gettid()))
 	defer a.tid.Store(0)
 	var ru0 unix.Rusage
@@ -191,151 +240,102 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.preempted.Add(uint64(max(ru.Nivcsw-n0, 0)))
 		}
 	}()
-	idle := false
 	for ctx.Err() == nil {
-		// Events wake the reader at once; while none come, only the
-		// usage check needs a timer, and a slow one costs least.
-		wait := 2 * time.Millisecond
-		if idle {
-			wait = 50 * time.Millisecond
+		poll, err := a.step()
+		if err != nil {
+			return err
 		}
-		deadline := time.Now().Add(wait)
-		a.tr.rd.SetDeadline(deadline)
-		for len(batch) < batchSize {
-			err := a.tr.rd.ReadInto(&rec)
+		a.pol.wake.SetDeadline(time.Now().Add(poll))
+		for { // one wakeup is enough: take what is there
+			err := a.pol.wake.ReadInto(&rec)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				break
 			}
 			if err != nil {
-				return fmt.Errorf("read events: %w", err)
+				return fmt.Errorf("read wakeups: %w", err)
 			}
-			e, ok := decode(&rec)
-			if !ok {
-				continue
-			}
-			if idle { // the first event after a quiet spell: short batches again
-				idle = false
-				deadline = time.Now().Add(2 * time.Millisecond)
-				a.tr.rd.SetDeadline(deadline)
-			}
-			batch = append(batch, e)
-			if len(batch)%256 == 0 && time.Now().After(deadline) {
-				break
-			}
-		}
-		idle = len(batch) == 0
-		var err error
-		if batch, err = a.step(batch); err != nil {
-			return err
+			a.woken.Add(1)
+			a.pol.wake.SetDeadline(time.Now())
 		}
 	}
 	return nil
 }
 
-func decode(rec *ringbuf.Record) (Event, bool) {
-	s, le := rec.RawSample, binary.LittleEndian
-	if len(s) < eventSize {
-		return Event{}, false
+// step evicts victims while the cgroup is above its high watermark, down
+// to the low one, then sets the pages at which the policy wakes the agent;
+// it returns how long to sleep unless woken.
+func (a *Agent) step() (time.Duration, error) {
+	if a.limit <= 0 {
+		return pollFar, nil
 	}
-	return Event{Op: s[0], Order: s[1], File: le.Uint32(s[4:]), Index: le.Uint64(s[8:]),
-		TID: le.Uint32(s[16:]), TGID: le.Uint32(s[20:]), Nr: le.Uint32(s[24:]), Read: le.Uint32(s[28:])}, true
-}
-
-// drain reads every event already in the ring buffer, applying full
-// batches, so that the policy knows every folio charged before the usage
-// was read: choosing victims without them would pick from a stale view
-// (a scan's newest folios, for one).
-func (a *Agent) drain(batch []Event) ([]Event, error) {
-	var rec ringbuf.Record
-	a.tr.rd.SetDeadline(time.Now())
-	for n := 0; n < 16*batchSize; n++ { // bounded: events may keep coming
-		if len(batch) == batchSize {
-			vs, err := a.pol.run(batch, 0)
-			if err != nil {
-				return nil, err
-			}
-			batch = batch[:0]
-			if len(vs) > 0 {
-				_, back := a.evict(vs)
-				batch = append(batch, back...)
-			}
-		}
-		err := a.tr.rd.ReadInto(&rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return batch, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read events: %w", err)
-		}
-		if e, ok := decode(&rec); ok {
-			batch = append(batch, e)
-		}
+	u, err := a.cg.Usage()
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup usage: %w", err)
 	}
-	return batch, nil
-}
-
-// step applies batch and, while the cgroup is above its high watermark,
-// evicts victims until it is below the low one. It returns the events
-// for the next batch (victims that stayed cached, to be tracked again).
-func (a *Agent) step(batch []Event) ([]Event, error) {
+	u0, runs0 := u, a.evictRuns.Load()
 	need := int64(0)
-	if a.limit > 0 {
-		u, err := a.cg.Usage()
-		if err != nil {
-			return nil, fmt.Errorf("read cgroup usage: %w", err)
-		}
-		if u > a.high {
-			need = (u - a.low) / pageSize
-			a.pressured.Add(1)
-			if batch, err = a.drain(batch); err != nil {
-				return nil, err
-			}
-		}
+	if u > a.high {
+		need = (u - a.low) / pageSize
+		a.pressured.Add(1)
 	}
-	if len(batch) == 0 && need <= 0 {
-		return batch, nil // idle: no program run
-	}
-	var next []Event
 	if len(a.pending) > 0 {
 		retry := a.pending
 		a.pending = nil
 		a.retried.Add(uint64(len(retry)))
-		freed, back := a.evict(retry)
-		next = append(next, back...)
-		need -= freed
+		need -= a.evict(retry)
 		for _, v := range a.pending {
 			need -= int64(v.Pages)
 		}
 	}
-	for need > 0 || len(batch) > 0 {
+	for need > 0 || len(a.back) > 0 {
 		// Pages, not victims: one folio of a scan can be 512 pages.
 		want := int(max(min(need, 4096), 0))
-		vs, err := a.pol.run(batch, want)
+		back := a.back
+		a.back = nil
+		vs, err := a.pol.run(back, want)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		batch = batch[:0]
 		if len(vs) == 0 {
+			if need > 0 { // the kernel reclaims at the limit, as without an agent
+				a.declined.Add(1)
+			}
 			break
 		}
 		a.evictRuns.Add(1)
-		freed, back := a.evict(vs)
-		next = append(next, back...)
-		need -= freed
+		need -= a.evict(vs)
 		for _, v := range a.pending { // leaving soon: do not take more for them
 			need -= int64(v.Pages)
 		}
-		if need <= 0 || len(next) >= batchSize-maxVictims {
+		if len(a.back) >= batchSize-maxVictims {
 			break
 		}
 	}
-	return append(batch, next...), nil
+	if u0 > a.high || a.evictRuns.Load() != runs0 {
+		if u, err = a.cg.Usage(); err != nil {
+			return 0, fmt.Errorf("read cgroup usage: %w", err)
+		}
+	}
+	// Wake at the pages that put the usage at high, were the rest of the
+	// cgroup's memory to stay as it is (the poll sees when it does not).
+	t := int64(a.pol.tracked())
+	wake := t + max((a.high-u)/pageSize, 1)
+	if err := a.pol.wakePages.Set(uint64(wake)); err != nil {
+		return 0, fmt.Errorf("set the wake threshold: %w", err)
+	}
+	if err := a.pol.woken.Set(uint32(0)); err != nil {
+		return 0, fmt.Errorf("rearm the wakeup: %w", err)
+	}
+	if u < a.high-a.limit/8 {
+		return pollFar, nil
+	}
+	return pollNear, nil
 }
 
 // evict drops the victims' pages and returns how many pages left the
-// cache, and the victims given up on (as add events, to be tracked again).
-// Victims still cached are kept in a.pending to be tried again.
-func (a *Agent) evict(vs []Victim) (freed int64, back []Event) {
+// cache. Victims still cached are kept in a.pending to be tried again;
+// those given up on go to a.back (as add events, to be tracked again).
+func (a *Agent) evict(vs []Victim) (freed int64) {
 	for _, v := range vs {
 		if v.tries == 0 {
 			a.victims.Add(1)
@@ -352,16 +352,18 @@ func (a *Agent) evict(vs []Victim) (freed int64, back []Event) {
 		for j < len(vs) && vs[j].File == vs[i].File {
 			j++
 		}
-		freed += a.evictFile(vs[i:j], &back)
+		freed += a.evictFile(vs[i:j])
 		i = j
 	}
 	a.pagesEvicted.Add(uint64(freed))
-	return freed, back
+	return freed
 }
 
 // evictFile drops the ranges of vs (one file, sorted), merging adjacent
-// folios into one fadvise and one cachestat.
-func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
+// folios into one fadvise. What a range's fadvise freed is counted in the
+// kernel (pc_self_pages: the deletes on this thread); only a range it did
+// not free whole is looked at with cachestat, victim by victim.
+func (a *Agent) evictFile(vs []Victim) (freed int64) {
 	f := a.fds[vs[0].File]
 	if f == nil {
 		var err error
@@ -386,6 +388,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			j++
 		}
 		start := uint64(vs[i].Index)
+		self0 := u64(a.pol.selfPages)
 		t0 := time.Now()
 		err := unix.Fadvise(fd, int64(start*pageSize), int64((end-start)*pageSize), unix.FADV_DONTNEED)
 		d := uint64(time.Since(t0))
@@ -399,19 +402,32 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			i = j
 			continue
 		}
-		if cs, err := cachestat(fd, start*pageSize, (end-start)*pageSize); err != nil || cs.Cache == 0 {
+		dropped := int64(u64(a.pol.selfPages) - self0)
+		whole := dropped >= int64(end-start)
+		if !whole {
+			if cs, err := cachestat(fd, start*pageSize, (end-start)*pageSize); err == nil && cs.Cache == 0 {
+				whole = true
+			}
+		}
+		if whole {
 			for _, v := range vs[i:j] {
-				freed += int64(v.Pages)
 				a.evictedPages[v.File] += int64(v.Pages)
 			}
+			// Pages no longer cached that this fadvise did not drop:
+			// the folios were gone already (the policy proposed them
+			// before their delete was applied).
+			if gone := int64(end-start) - dropped; gone > 0 {
+				a.gonePages.Add(uint64(gone))
+			}
+			freed += min(dropped, int64(end-start))
 			i = j
 			continue
 		}
+		freed += dropped
 		for _, v := range vs[i:j] { // some stayed: find which, and why
 			c, _ := cachestat(fd, uint64(v.Index)*pageSize, uint64(v.Pages)*pageSize)
 			switch {
 			case c.Cache == 0:
-				freed += int64(v.Pages)
 				a.evictedPages[v.File] += int64(v.Pages)
 				continue
 			case v.tries+1 < maxTries:
@@ -426,7 +442,7 @@ func (a *Agent) evictFile(vs []Victim, back *[]Event) (freed int64) {
 			default:
 				a.stillBusy.Add(1) // mapped, locked or in use
 			}
-			*back = append(*back, Event{Op: opAdd, Order: uint8(bits.TrailingZeros32(v.Pages)), File: v.File, Index: uint64(v.Index)})
+			a.back = append(a.back, Event{Op: opAdd, Order: uint8(bits.TrailingZeros32(v.Pages)), File: v.File, Index: uint64(v.Index)})
 		}
 		i = j
 	}
@@ -439,7 +455,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	if a.tr == nil {
 		return nil, errors.New("agent closed")
 	}
-	st, err := a.tr.stats()
+	st, err := a.tr.stats() // the policy object's pc_track_stats
 	if err != nil {
 		return nil, err
 	}
@@ -457,6 +473,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"not_evicted_busy": &a.stillBusy, "pressure_checks": &a.pressured, "retried": &a.retried,
 		"agent_cpu_us": &a.cpuMicros, "fadvise_calls": &a.fadvCalls,
 		"agent_wakeups": &a.wakeups, "agent_preempted": &a.preempted,
+		"woken_by_policy": &a.woken, "policy_declined": &a.declined, "victim_pages_gone": &a.gonePages,
 	} {
 		st[k] = v.Load()
 	}
@@ -497,7 +514,7 @@ func (a *Agent) Close() error {
 func (a *Agent) ProgramRuntime() (time.Duration, uint64, error) {
 	var total time.Duration
 	var runs uint64
-	for _, c := range []*ebpf.Collection{a.tr.coll, a.polColl()} {
+	for _, c := range []*ebpf.Collection{a.polColl()} {
 		if c == nil {
 			continue
 		}

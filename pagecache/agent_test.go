@@ -136,7 +136,7 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 		t.Fatalf("watching %d files, want 64", a.Files())
 	}
 	cgPath := a.Cgroup().Path
-	progID, _ := a.tr.coll.Programs["pc_add"].Info()
+	progID, _ := a.pol.coll.Programs["pc_add"].Info()
 	id, _ := progID.ID()
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -65,8 +65,12 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 	if zipfDecision.Policy != "" || a.Agent() != nil {
 		t.Errorf("zipf reads: auto runs %q (%s), want the kernel's default", zipfDecision.Policy, zipfDecision.Reason)
 	}
-	deadline := time.Now().Add(60 * time.Second * testenv.TimeScale())
-	for time.Now().Before(deadline) && a.Decision().Policy == "" {
+	// The window holds zipf's samples for a while: a policy chosen on the
+	// mix (LFU, say) may run first. Read the loop until a loop-resistant
+	// policy runs, or the deadline.
+	loopPolicy := func(p string) bool { return p == "mru" || p == "wtinylfu" }
+	deadline := time.Now().Add(90 * time.Second * testenv.TimeScale())
+	for time.Now().Before(deadline) && !loopPolicy(a.Decision().Policy) {
 		if out, err := inCgroup("cat", loop, loop, loop).CombinedOutput(); err != nil {
 			t.Fatalf("cat: %v: %s", err, out)
 		}
@@ -78,10 +82,13 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 	d := a.Decision()
 	st, _ = a.Stats()
 	t.Logf("after the loop: policy %q, best %s, %.1f%%, misses per 1000 %v", d.Policy, d.Best, d.GainPct, d.MissesPer1000)
-	if d.Policy != "mru" {
-		t.Fatalf("a file 1.5x the cgroup read in a loop: auto runs %q (%s), want mru", d.Policy, d.Reason)
+	// MRU keeps the loop's first part; W-TinyLFU's admission keeps main's
+	// entries over the window's newcomers (ties lose), so it resists the
+	// loop as well: either may simulate best.
+	if !loopPolicy(d.Policy) {
+		t.Fatalf("a file 1.5x the cgroup read in a loop: auto runs %q (%s), want mru or wtinylfu", d.Policy, d.Reason)
 	}
-	if st["auto_switches"] < 1 || st["auto_policy_mru"] != 1 {
-		t.Fatalf("counters say %d switches, auto_policy_mru %d", st["auto_switches"], st["auto_policy_mru"])
+	if st["auto_switches"] < 1 || st["auto_policy_"+d.Policy] != 1 {
+		t.Fatalf("counters say %d switches, auto_policy_%s %d", st["auto_switches"], d.Policy, st["auto_policy_"+d.Policy])
 	}
 }

@@ -15,7 +15,7 @@ func TestFileKeyLayout(t *testing.T) {
 	}
 	m := spec.Maps["pc_files"]
 	if m == nil || m.Key == nil {
-		t.Fatal("the tracker object has no pc_files map with a BTF key")
+		t.Fatal("the policy object has no pc_files map with a BTF key")
 	}
 	if err := bpfcheck.Layout(m.Key, fileKey{}); err != nil {
 		t.Error(err)

@@ -3,8 +3,11 @@ package pagecache
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/percpu"
@@ -17,6 +20,7 @@ const (
 	maxVictims = 1024 // PC_MAX_VICTIMS
 	eventSize  = 32   // sizeof(struct pc_event)
 	victimSize = 16   // sizeof(struct pc_victim)
+	pcEBUSY    = 16   // PC_EBUSY
 
 	opAdd = 1
 	opDel = 2
@@ -24,9 +28,10 @@ const (
 )
 
 // applyStatNames are pc_apply_stats, in enum pc_apply_stat order.
-var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads", "read_again"}
+var applyStatNames = []string{"added", "readded", "removed", "del_unknown", "acc_hits", "victims", "full", "first_reads", "read_again",
+	"applied", "lock_busy", "swept", "wakeups"}
 
-// Event is one tracker event (struct pc_event).
+// Event is one event for the policy (struct pc_event).
 type Event struct {
 	Op    uint8
 	Order uint8
@@ -46,18 +51,24 @@ type Victim struct {
 	tries int // evictions tried (the agent retries folios under I/O)
 }
 
-// policy is a loaded policy object with its pc_apply program.
+// policy is a loaded policy object: the policy, the tracepoint programs
+// that apply events to it in the kernel (track.bpf.h, apply.bpf.h) and
+// pc_apply, the agent's call for victims.
 type policy struct {
 	name    string
 	coll    *ebpf.Collection
 	apply   *ebpf.Program
 	batches *ebpf.Map
 	out     *ebpf.Map
-	// periodic is the policy's work off the hot path (LHD's density
-	// rebuild), run after the batches that changed the policy; nil if none.
-	periodic *ebpf.Program
-	buf      []byte
-	obuf     []byte
+	wake    *ringbuf.Reader
+	// The policy's globals, read and written through the .bss mapping
+	// (no syscall): pages tracked, the wake threshold and flag, and the
+	// pages the agent's own evictions deleted.
+	used, wakePages, woken, selfPages *ebpf.Variable
+	batchN                            int           // n of the batch last written to pc_batches
+	busy, busyGaveUp                  atomic.Uint64 // pc_apply found the lock held; gave up after maxBusy
+	buf                               []byte
+	obuf                              []byte
 }
 
 type runArgs struct {
@@ -67,10 +78,17 @@ type runArgs struct {
 	Pad  uint32
 }
 
-// openPolicy loads the page-cache object of p with room for capacity folios
-// and runs its init; sample is the tracker's access sampling (0 or 1: every
-// read).
-func openPolicy(p evict.Policy, capacity uint32, sample uint32) (*policy, error) {
+// trackConfig is how the tracepoint programs filter: the memory cgroup
+// (kernfs id, 0: any) and the access sampling (0 or 1: every read).
+type trackConfig struct {
+	memcg  uint64
+	sample uint32
+}
+
+// openPolicy loads p's page-cache object with room for capacity folios,
+// runs its init and starts its sweep timer. Nothing is attached
+// (newTracker does that).
+func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err error) {
 	name := p.Name
 	spec, err := p.Spec(evict.PageCache)
 	if err != nil {
@@ -79,77 +97,116 @@ func openPolicy(p evict.Policy, capacity uint32, sample uint32) (*policy, error)
 	if err := (evict.Config{Policy: name, Capacity: capacity}).Apply(spec); err != nil {
 		return nil, err
 	}
-	if p.FirstRead && sample <= 1 {
-		if err := spec.Variables["pc_skip_first_read"].Set(uint32(1)); err != nil {
-			return nil, err
+	sample := max(tc.sample, 1)
+	vars := map[string]any{"pc_memcg_id": tc.memcg, "pc_want_access": uint32(0), "pc_access_mask": sample - 1}
+	if p.Accesses {
+		vars["pc_want_access"] = uint32(1)
+	}
+	if p.FirstRead && sample == 1 {
+		vars["pc_skip_first_read"] = uint32(1)
+	}
+	for k, v := range vars {
+		if err := spec.Variables[k].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", k, err)
 		}
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, kernel.LoadError("page-cache policy "+name, err)
 	}
-	periodic, err := p.PeriodicProgram(coll)
-	if err != nil {
-		coll.Close()
-		return nil, err
+	pol := &policy{
+		name: name, coll: coll, apply: coll.Programs["pc_apply"],
+		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
+		used: coll.Variables["evict_used_bytes"], wakePages: coll.Variables["pc_wake_pages"],
+		woken: coll.Variables["pc_woken"], selfPages: coll.Variables["pc_self_pages"],
+		buf:  make([]byte, 8+batchSize*eventSize),
+		obuf: make([]byte, 8+maxVictims*victimSize),
 	}
+	defer func() {
+		if err != nil {
+			pol.Close()
+		}
+	}()
 	var a struct {
 		Ret  int32
 		N    uint32
 		Hits uint64
 	}
 	if err := kernel.Call(coll.Programs["evict_init"], &a); err != nil || a.Ret != 0 {
-		coll.Close()
 		return nil, fmt.Errorf("policy %s init: %v (ret %d)", name, err, a.Ret)
 	}
-	return &policy{
-		name: name, coll: coll, apply: coll.Programs["pc_apply"],
-		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
-		periodic: periodic,
-		buf:      make([]byte, 8+batchSize*eventSize),
-		obuf:     make([]byte, 8+maxVictims*victimSize),
-	}, nil
+	var sa runArgs
+	if err := kernel.Call(coll.Programs["pc_start"], &sa); err != nil || sa.Ret != 0 {
+		return nil, fmt.Errorf("policy %s: start the sweep timer: %v (ret %d)", name, err, sa.Ret)
+	}
+	if pol.wake, err = ringbuf.NewReader(coll.Maps["pc_wake"]); err != nil {
+		return nil, fmt.Errorf("open the wake ring buffer: %w", err)
+	}
+	return pol, nil
 }
 
-func (p *policy) Close() { p.coll.Close() }
+// Close unloads the object; its maps (and the sweep timer with them) go
+// once nothing holds them.
+func (p *policy) Close() {
+	if p.wake != nil {
+		p.wake.Close()
+	}
+	p.coll.Close()
+}
 
-// run applies evs (at most batchSize) in order, then asks for victims
-// covering want pages (at most maxVictims of them).
+// u64 reads one of the policy's globals (0 if it cannot).
+func u64(v *ebpf.Variable) uint64 {
+	var x uint64
+	if v != nil {
+		v.Get(&x)
+	}
+	return x
+}
+
+// tracked is how many pages the policy tracks.
+func (p *policy) tracked() uint64 { return u64(p.used) }
+
+// maxBusy bounds how long run waits for the policy's lock: a holder is a
+// tracepoint program applying a short queue, so this is only reached when
+// the holder's CPU was taken from it.
+const maxBusy = 100 * time.Millisecond
+
+// run queues evs (at most batchSize) for the policy, then asks for victims
+// covering want pages (at most maxVictims of them). While a tracepoint
+// program holds the policy's lock it tries again (counted), and after
+// maxBusy gives up for this time (counted): no victims.
 func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 	le := binary.LittleEndian
 	if len(evs) > batchSize {
 		return nil, fmt.Errorf("%d events: at most %d per run", len(evs), batchSize)
 	}
-	le.PutUint32(p.buf[0:], uint32(len(evs)))
-	for i, e := range evs {
-		o := p.buf[8+i*eventSize:]
-		o[0], o[1] = e.Op, e.Order
-		le.PutUint32(o[4:], e.File)
-		le.PutUint64(o[8:], e.Index)
-		le.PutUint32(o[16:], e.TID)
-		le.PutUint32(o[20:], e.TGID)
-		le.PutUint32(o[24:], e.Nr)
-		le.PutUint32(o[28:], e.Read)
-	}
-	// The whole struct pc_batch is written: records past n are stale and
-	// never read.
-	if err := p.batches.Update(uint32(0), p.buf, ebpf.UpdateAny); err != nil {
-		return nil, fmt.Errorf("write events: %w", err)
+	if err := p.writeBatch(evs); err != nil {
+		return nil, err
 	}
 	a := runArgs{Want: uint32(min(want, 1<<30))}
-	if err := kernel.Call(p.apply, &a); err != nil {
-		return nil, err
+	for t0 := time.Now(); ; {
+		if err := kernel.Call(p.apply, &a); err != nil {
+			return nil, err
+		}
+		if a.Ret != -pcEBUSY {
+			break
+		}
+		p.busy.Add(1)
+		if len(evs) > 0 { // queued by the first call: not again
+			evs = nil
+			if err := p.writeBatch(nil); err != nil {
+				return nil, err
+			}
+		}
+		if time.Since(t0) > maxBusy {
+			p.busyGaveUp.Add(1)
+			return nil, nil
+		}
+		time.Sleep(20 * time.Microsecond)
+		a = runArgs{Want: a.Want}
 	}
 	if a.Ret != 0 {
 		return nil, fmt.Errorf("pc_apply: error %d", a.Ret)
-	}
-	if p.periodic != nil && len(evs) > 0 {
-		// Cheap when there is nothing to do: LHD returns unless
-		// lhd_reconf_every accesses passed since its last rebuild.
-		var pa runArgs
-		if err := kernel.Call(p.periodic, &pa); err != nil {
-			return nil, fmt.Errorf("evict_periodic: %w", err)
-		}
 	}
 	if a.Got == 0 {
 		return nil, nil
@@ -166,6 +223,33 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 	return vs, nil
 }
 
+// writeBatch puts evs in pc_batches; an empty batch is written only when
+// the last one was not (a batch is 128 KiB).
+func (p *policy) writeBatch(evs []Event) error {
+	if len(evs) == 0 && p.batchN == 0 {
+		return nil
+	}
+	le := binary.LittleEndian
+	le.PutUint32(p.buf[0:], uint32(len(evs)))
+	for i, e := range evs {
+		o := p.buf[8+i*eventSize:]
+		o[0], o[1] = e.Op, e.Order
+		le.PutUint32(o[4:], e.File)
+		le.PutUint64(o[8:], e.Index)
+		le.PutUint32(o[16:], e.TID)
+		le.PutUint32(o[20:], e.TGID)
+		le.PutUint32(o[24:], e.Nr)
+		le.PutUint32(o[28:], e.Read)
+	}
+	// The whole struct pc_batch is written: records past n are stale and
+	// never read.
+	if err := p.batches.Update(uint32(0), p.buf, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write events: %w", err)
+	}
+	p.batchN = len(evs)
+	return nil
+}
+
 func (p *policy) stats() (map[string]uint64, error) {
 	st, err := percpu.Sum(p.coll.Maps["pc_apply_stats"], applyStatNames)
 	if err != nil {
@@ -178,6 +262,9 @@ func (p *policy) stats() (map[string]uint64, error) {
 	for k, v := range ev {
 		st["policy_"+k] = v
 	}
+	st["tracked_pages"] = p.tracked()
+	st["apply_busy_retries"] = p.busy.Load()
+	st["apply_busy_gave_up"] = p.busyGaveUp.Load()
 	return st, nil
 }
 

@@ -16,13 +16,13 @@ import (
 // each a read of their own.
 func TestApplyCountsEachReadOnce(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, name := range []string{"lhd", "lfu", "s3fifo", "lru", "get-scan"} {
+	for _, name := range []string{"lhd", "lfu", "s3fifo", "wtinylfu", "lru", "get-scan"} {
 		t.Run(name, func(t *testing.T) {
 			row, err := evict.Lookup(name, evict.PageCache)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := openPolicy(row, 1<<16, 1)
+			p, err := openPolicy(row, 1<<16, trackConfig{sample: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,18 +18,22 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued"}
 
-// tracker is the loaded tracepoint object, its links and ring buffer, and
-// the directory watch (dirwatch.go) whose goroutine registers files created under the
-// directory while the agent runs (at once: a file is usually created
-// before its first write, and its pages count from then on).
+// tracker is the policy object's tracepoint programs, attached, and the
+// directory watch (dirwatch.go) whose goroutine registers files created
+// under the directory while the agent runs (at once: a file is usually
+// created before its first write, and its pages count from then on). The
+// object belongs to the policy (policy.go): the tracker only attaches.
 type tracker struct {
 	coll  *ebpf.Collection
 	links []link.Link
-	rd    *ringbuf.Reader
 	w     *dirWatch
-	done  chan struct{} // the watch goroutine has ended
+	// The recording tracker (openTracker) owns its object and reads its
+	// events from a ring buffer; the agent's reads none.
+	rd   *ringbuf.Reader
+	own  bool
+	done chan struct{} // the watch goroutine has ended
 
 	mu    sync.Mutex         // files, ids, pages
 	files map[uint32]string  // file id -> path (the latest name seen)
@@ -52,9 +56,46 @@ func kernelDev(dev uint64) uint32 {
 	return unix.Major(dev)<<20 | unix.Minor(dev)
 }
 
-// openTracker loads the tracker for the memory cgroup memcg (kernfs id),
-// registers the regular files under dir and attaches the tracepoints.
-// With sample > 1 (a power of 2), one read in sample is reported.
+// newTracker registers the regular files under dir in coll's pc_files and
+// attaches coll's tracepoint programs (the read signal too when access;
+// only it when readsOnly: a shadow simulation needs the accesses alone).
+func newTracker(coll *ebpf.Collection, dir string, access, readsOnly bool) (_ *tracker, err error) {
+	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	if t.w, err = newDirWatch(dir); err != nil {
+		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
+	}
+	if err := t.addDir(dir); err != nil {
+		return nil, fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	t.done = make(chan struct{})
+	go t.watch()
+	for _, name := range []string{"pc_add", "pc_del"} {
+		if readsOnly {
+			break
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		if err != nil {
+			return nil, fmt.Errorf("attach %s: %w", name, err)
+		}
+		t.links = append(t.links, l)
+	}
+	if access {
+		if err := t.attachReads(); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// openTracker loads the recording tracker (track.bpf.c: every event to a
+// ring buffer, no policy) for the memory cgroup memcg (kernfs id), with
+// the read signal when access, one read in sample reported (a power of
+// 2), and attaches it to dir's files.
 func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker, error) {
 	return openTrackerOpts(dir, memcg, access, sample, 0)
 }
@@ -62,69 +103,39 @@ func openTracker(dir string, memcg uint64, access bool, sample uint32) (*tracker
 // openTrackerOpts is openTracker with spatial sampling: with shardsBits >
 // 0 only reads of pages whose key hashes into 1/2^shardsBits of the key
 // space are reported (ShardsSampled), and only reads are (no adds and
-// deletes: a shadow simulation needs the accesses alone).
+// deletes).
 func openTrackerOpts(dir string, memcg uint64, access bool, sample uint32, shardsBits uint) (*tracker, error) {
 	spec, err := loadTrack()
 	if err != nil {
-		return nil, err
-	}
-	if err := spec.Variables["pc_shards_threshold"].Set(shardsThreshold(shardsBits)); err != nil {
-		return nil, err
-	}
-	if err := spec.Variables["pc_memcg_id"].Set(memcg); err != nil {
 		return nil, err
 	}
 	var acc uint32
 	if access {
 		acc = 1
 	}
-	if err := spec.Variables["pc_want_access"].Set(acc); err != nil {
-		return nil, err
-	}
-	if sample == 0 {
-		sample = 1
-	}
-	if err := spec.Variables["pc_access_mask"].Set(sample - 1); err != nil {
-		return nil, err
+	vars := map[string]any{"pc_memcg_id": memcg, "pc_want_access": acc, "pc_access_mask": max(sample, 1) - 1,
+		"pc_shards_threshold": shardsThreshold(shardsBits)}
+	for k, v := range vars {
+		if err := spec.Variables[k].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", k, err)
+		}
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, kernel.LoadError("the page-cache tracker", err)
 	}
-	t := &tracker{coll: coll, files: map[uint32]string{}, ids: map[fileKey]uint32{}}
-	if t.w, err = newDirWatch(dir); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("watch --dir %s: %w", dir, err)
-	}
-	if err := t.addDir(dir); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("--dir %s: %w", dir, err)
-	}
-	t.done = make(chan struct{})
-	go t.watch()
 	rd, err := ringbuf.NewReader(coll.Maps["pc_events"])
 	if err != nil {
-		t.Close()
+		coll.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
-	t.rd = rd
-	for _, name := range []string{"pc_add", "pc_del"} {
-		if shardsBits > 0 {
-			break
-		}
-		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
-		if err != nil {
-			t.Close()
-			return nil, fmt.Errorf("attach %s: %w", name, err)
-		}
-		t.links = append(t.links, l)
+	t, err := newTracker(coll, dir, access, shardsBits > 0)
+	if err != nil {
+		rd.Close()
+		coll.Close()
+		return nil, err
 	}
-	if access {
-		if err := t.attachReads(); err != nil {
-			t.Close()
-			return nil, err
-		}
-	}
+	t.rd, t.own = rd, true
 	return t, nil
 }
 
@@ -274,7 +285,8 @@ func (t *tracker) stats() (map[string]uint64, error) {
 	return st, nil
 }
 
-// Close detaches the tracepoints first, so nothing is left behind.
+// Close detaches the tracepoints and ends the watch (the agent's object is
+// the policy's to close; the recording tracker closes its own).
 func (t *tracker) Close() error {
 	var errs []error
 	for _, l := range t.links {
@@ -286,11 +298,16 @@ func (t *tracker) Close() error {
 		if t.done != nil {
 			<-t.done
 		}
+		t.w = nil
 	}
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())
+		t.rd = nil
 	}
-	t.coll.Close()
+	if t.own {
+		t.coll.Close()
+		t.own = false
+	}
 	return errors.Join(errs...)
 }
 

@@ -86,4 +86,13 @@ if [ "$mode" = all ]; then
     step "go-ycsb with RocksDB from source (once)" "$(dirname "$0")/go-ycsb.sh"
   fi
 fi
+if [ "$mode" = all ]; then
+  if ! command -v node >/dev/null; then
+    echo "deps: Node.js is not installed: the capture tests of Node.js clients will skip (install Node.js 20 from nodejs.org or NodeSource)"
+  elif "$(dirname "$0")/node-clients.sh" --check; then
+    echo "deps: Node.js clients (pg, mysql2) present"
+  else
+    step "Node.js clients (npm ci: pg, mysql2)" "$(dirname "$0")/node-clients.sh"
+  fi
+fi
 echo "deps: $mode: done in $(( $(date +%s) - t0 )) s"

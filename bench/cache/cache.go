@@ -157,7 +157,7 @@ func Run(opt Options) (*benchkit.Report, []Curve, error) {
 	}
 	rep.Note(fmt.Sprintf("hit ratios are replayed at every size in round 1 and at %s in every round; TRACE_requests_per_sec is the replay rate at %s",
 		PercentLabel(opt.Percents[last]), PercentLabel(opt.Percents[last])))
-	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects); lfu samples 8 candidates and is not libCacheSim's exact LFU; lhd rebuilds its table every 65,536 accesses, libCacheSim's every 2^20 (docs/eviction.md)")
+	rep.Note("hit ratios of fifo, lru, clock, sieve and s3fifo match libCacheSim 0.3.5 (unit-size objects), wtinylfu within 0.5 points (evict/replay TestMatchesLibCacheSim); lfu samples 8 candidates and is not libCacheSim's exact LFU; lhd rebuilds its table every 65,536 accesses, libCacheSim's every 2^20 (docs/eviction.md)")
 	return rep, curves, nil
 }
 

@@ -52,12 +52,15 @@ type Options struct {
 // statements), untraced and accumulated.
 // churn: short-lived TLS connections, big answers, every capture default
 // (churn.go).
+// node_pg*: node-postgres over TLS from Node.js (OpenSSL inside node),
+// untraced, naive and accumulated (node.go).
 var Modes = []string{"untraced", "naive", "accumulated", "naive_4m", "accumulated_4m", "bpftrace",
-	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "churn", "attach"}
+	"sysbench", "sysbench_accumulated", "sysbench_accumulated_4m", "node_pg", "node_pg_naive", "node_pg_accumulated", "churn", "attach"}
 
 // quickModes are --quick's modes: three rounds of every mode would take
 // minutes, so the 4 MiB twins only where a target needs them.
-var quickModes = []string{"untraced", "naive", "accumulated", "bpftrace", "sysbench", "sysbench_accumulated_4m"}
+var quickModes = []string{"untraced", "naive", "accumulated", "bpftrace", "sysbench", "sysbench_accumulated_4m",
+	"node_pg", "node_pg_naive", "node_pg_accumulated"}
 
 func (o *Options) defaults() {
 	if o.Duration == 0 {
@@ -116,18 +119,22 @@ type captureResult struct {
 // agent's cost; subtracted, the per-round ratios spread from -0.3 to 0.9
 // at load 30). Queries sent, not captured: a naive agent that loses
 // records gets no credit for the work it did not do.
-func cpuPerQueryRatio(rep *benchkit.Report, byRound map[int]map[string]float64, rounds int) {
-	const name = "accumulated_vs_naive_agent_cpu_per_query"
+//
+// prefix names the pair: "" for pgbench's accumulated and naive modes,
+// "node_pg_" for node-postgres's.
+func cpuPerQueryRatio(rep *benchkit.Report, byRound map[int]map[string]float64, rounds int, prefix string) {
+	name := prefix + "accumulated_vs_naive_agent_cpu_per_query"
+	acc, naive := prefix+"accumulated", prefix+"naive"
 	for i := range rounds {
-		a, okA := byRound[i]["accumulated"]
-		n, okN := byRound[i]["naive"]
+		a, okA := byRound[i][acc]
+		n, okN := byRound[i][naive]
 		if okA && okN && n > 0 {
 			rep.SampleRatio(name, a/n)
 		}
-		a, okA = byRound[i]["accumulated idle"]
-		n, okN = byRound[i]["naive idle"]
+		a, okA = byRound[i][acc+" idle"]
+		n, okN = byRound[i][naive+" idle"]
 		if okA && okN && n > 0 {
-			rep.SampleRatio("accumulated_vs_naive_agent_idle_cpu", a/n)
+			rep.SampleRatio(prefix+"accumulated_vs_naive_agent_idle_cpu", a/n)
 		}
 	}
 	rep.TargetRatio(name, "<=", 1.0/3)
@@ -168,6 +175,14 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		}
 	}
 
+	if slices.ContainsFunc(opt.Modes, isNodeMode) {
+		if why := nodeAvailable(); why != "" {
+			rep.Note("node_pg modes skipped: " + why)
+			opt.Modes = slices.DeleteFunc(slices.Clone(opt.Modes), isNodeMode)
+		} else {
+			rep.SetConfig("node_pg_workload", "node-postgres (pg) over TLS from one Node.js process, simple and extended protocol in turn, one connection")
+		}
+	}
 	var mb *mariadbBench
 	for _, mode := range opt.Modes {
 		if strings.HasPrefix(mode, "sysbench") && mb == nil {
@@ -223,12 +238,15 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 		if strings.HasPrefix(mode, "sysbench") {
 			workload = "sysbench" // queries per second, sysbench's own count
 		}
-		if mode == "untraced" || mode == "sysbench" {
+		if isNodeMode(mode) {
+			workload = "node_pg" // statements per second, the client's own count
+		}
+		if mode == "untraced" || mode == "sysbench" || mode == "node_pg" {
 			base[workload] = r.tps
 		}
 		sample("tps", r.tps)
 		sample("queries_sent", r.sent)
-		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" {
+		if mode != "untraced" && mode != "bpftrace" && mode != "sysbench" && mode != "node_pg" {
 			sample("queries_captured", r.captured)
 			sample("lost_events", r.lostEvents)
 			sample("lost_bytes", r.lostByte)
@@ -244,7 +262,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			}
 			sum[mode+" missed"] += r.sent - r.captured
 			sum[mode+" lost"] += r.lostEvents
-			if mode != "naive" && mode != "naive_4m" {
+			if mode != "naive" && mode != "naive_4m" && mode != "node_pg_naive" {
 				sample("protocol_bytes_skipped", r.badBytes)
 				sample("latency_exact_pct", 100*r.exact/max(r.captured, 1))
 			}
@@ -302,13 +320,24 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 			}
 			rep.Target("naive lost_events > 0 or ring_bytes_per_payload_byte >= 10", v, ">=", 10)
 			rep.PairedRatio("naive_vs_accumulated_agent_cpu", "naive", "agent_cpu_pct", "accumulated", "agent_cpu_pct")
-			cpuPerQueryRatio(rep, cpuPerQuery, opt.Rounds)
+			cpuPerQueryRatio(rep, cpuPerQuery, opt.Rounds, "")
 		}
 		if ran("bpftrace") {
 			// Per round: both probe effects are against that round's
 			// untraced run, so their difference cancels the round's load.
 			rep.PairedDiff("accumulated_minus_bpftrace_probe_effect_pct_points", "accumulated", "probe_effect_pct", "bpftrace", "probe_effect_pct")
 			rep.TargetRatio("accumulated_minus_bpftrace_probe_effect_pct_points", "<=", 5)
+		}
+	}
+	if ran("node_pg_accumulated") {
+		rep.Target("node_pg_accumulated queries_sent - queries_captured (all rounds)", sum["node_pg_accumulated missed"], "==", 0)
+		rep.Target("node_pg_accumulated lost_events (all rounds)", sum["node_pg_accumulated lost"], "==", 0)
+		rep.TargetMetric("node_pg_accumulated ring_bytes_per_payload_byte", "node_pg_accumulated", "ring_bytes_per_payload_byte", "<=", 1.2)
+		if ran("node_pg_naive") {
+			// The same form as pgbench's (issue #34): CPU per query sent,
+			// accumulated over naive within each round.
+			cpuPerQueryRatio(rep, cpuPerQuery, opt.Rounds, "node_pg_")
+			rep.PairedRatio("node_pg_naive_vs_accumulated_agent_cpu", "node_pg_naive", "agent_cpu_pct", "node_pg_accumulated", "agent_cpu_pct")
 		}
 	}
 	if ran("sysbench_accumulated_4m") {
@@ -368,6 +397,9 @@ type pgbenchRun struct {
 	cmd  *exec.Cmd
 	out  bytes.Buffer
 	done chan error
+	// resumeFn, if set, starts the workload instead of SIGCONT (the node
+	// client waits on its standard input).
+	resumeFn func() error
 }
 
 func startPgbench(ctx context.Context, pg *servers.Postgres, opt Options, stop bool) (*pgbenchRun, error) {
@@ -447,7 +479,14 @@ func hasSocket(pid int) bool {
 	return false
 }
 
-func (r *pgbenchRun) resume() error { return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT) }
+func (r *pgbenchRun) resume() error {
+	if r.resumeFn != nil {
+		return r.resumeFn()
+	}
+	return unix.Kill(r.cmd.Process.Pid, unix.SIGCONT)
+}
+
+func isNodeMode(m string) bool { return strings.HasPrefix(m, "node_pg") }
 
 func (r *pgbenchRun) kill() {
 	r.cmd.Process.Kill()
@@ -491,6 +530,8 @@ func runCaptureMode(ctx context.Context, pg *servers.Postgres, mb *mariadbBench,
 		return runSysbench(ctx, mb, false, ring, opt)
 	case "sysbench_accumulated":
 		return runSysbench(ctx, mb, true, ring, opt)
+	case "node_pg", "node_pg_naive", "node_pg_accumulated":
+		return runNodePG(ctx, pg, mode, ring, opt)
 	}
 	return captureResult{}, fmt.Errorf("unknown mode (want %s)", strings.Join(Modes, ", "))
 }
@@ -612,6 +653,13 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 	if err != nil {
 		return captureResult{}, err
 	}
+	return runNaiveOn(pb, ring, benchQuery, pb.result)
+}
+
+// runNaiveOn traces the waiting workload pb with the naive channel and
+// counts the queries count accepts; result reads the workload's count and
+// rate.
+func runNaiveOn(pb *pgbenchRun, ring uint32, count func(string) bool, result func(error) (sent, rate float64, err error)) (captureResult, error) {
 	n, err := naive.Open(pb.cmd.Process.Pid, ring)
 	if err != nil {
 		pb.kill()
@@ -627,7 +675,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 		rec, err := n.Next(100 * time.Millisecond)
 		if err == nil {
 			for _, q := range parser.Feed(rec.SSL, accum.Direction(rec.Dir), rec.Data, rec.TS, rec.PID) {
-				if benchQuery(q.Query) {
+				if count(q.Query) {
 					r.captured++
 				}
 			}
@@ -648,7 +696,7 @@ func runNaive(ctx context.Context, pg *servers.Postgres, ring uint32, opt Option
 		return r, err
 	}
 	wall, cpu := time.Since(t0), benchkit.SelfCPU()-cpu0
-	if r.sent, r.tps, err = pb.result(pbErr); err != nil {
+	if r.sent, r.tps, err = result(pbErr); err != nil {
 		return r, err
 	}
 	st, err := n.Stats()

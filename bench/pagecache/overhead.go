@@ -62,6 +62,8 @@ func pcOverhead(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			rep.Sample(m, "agent_cost_pct", float64(r.agent+r.bpf)/float64(own)*100)
 			rep.Sample(m, "bpf_ns_per_io", float64(r.bpf.Nanoseconds())/r.ios)
 			rep.Sample(m, "agent_thread_ns_per_io", float64(r.agent.Nanoseconds())/r.ios)
+			// % of a core at 10k reads/s: ns per read * 1e4 / 1e9 * 100.
+			rep.Sample(m, "pct_core_per_10k_reads", float64((r.agent+r.bpf).Nanoseconds())/r.ios/1000)
 		}
 		return nil
 	})
@@ -75,6 +77,15 @@ func pcOverhead(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.TargetSpread("cpu_per_io_overhead_pct", med, lo, hi, "<=", 3)
 	lru, _, _, _ := rep.Spread("overhead/agent_lru", "agent_cost_pct")
 	rep.Ratio("cpu_per_io_overhead_pct_lru", lru)
+	// Issue #36: the agent's whole cost per 10k reads/s, with every read
+	// applied to the policy (LRU), and what the no-op policy costs fio's
+	// throughput (paired round by round: the machine's drift cancels).
+	c, clo, chi, _ := rep.Spread("overhead/agent_lru", "pct_core_per_10k_reads")
+	rep.TargetSpread("lru_pct_core_per_10k_reads", c, clo, chi, "<=", 3)
+	offIOPS, noneIOPS := rep.Samples("overhead/off", "iops"), rep.Samples("overhead/agent_none", "iops")
+	for i := range min(len(offIOPS), len(noneIOPS)) {
+		rep.SampleRatio("none_iops_loss_pct", (1-noneIOPS[i]/offIOPS[i])*100)
+	}
 	// The old differential figure, paired round by round, for comparison.
 	off := rep.Samples("overhead/off", "cpu_ns_per_io")
 	on := rep.Samples("overhead/agent_none", "cpu_ns_per_io")

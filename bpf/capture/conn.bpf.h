@@ -19,7 +19,10 @@
  *                 them decrypted), and so a connection is never captured
  *                 twice;
  *   cap_tls_sock  (tgid, SSL * or Go *tls.Conn) -> its socket's addresses,
- *                 for the TLS connection's info.
+ *                 for the TLS connection's info;
+ *   cap_last_tls  tid -> the thread's last libssl call that moved no socket
+ *                 bytes itself (memory BIOs: Node.js): the socket write the
+ *                 thread makes next carries that SSL object's ciphertext.
  *
  * Addresses are read from the socket in the kernel (task->files->fdt->fd
  * [fd]->private_data->sk, CO-RE) at the first bytes of a connection: a
@@ -44,6 +47,8 @@
 #define CAP_LIB_NONE 0
 #define CAP_LIB_OPENSSL 1
 #define CAP_LIB_GO 2
+#define CAP_LIB_OPENSSL_STATIC 3 /* OpenSSL linked into an executable or another object */
+#define CAP_LIB_BORINGSSL 4
 
 const volatile __u8 cap_proto = 1;      /* protocol tag of the records */
 const volatile __u8 cap_want_tls = 1;   /* send TLS plaintext (--transport) */
@@ -86,7 +91,8 @@ struct cap_tls_call {
 	__u64 key; /* SSL * or *tls.Conn */
 	__u8 library;
 	__u8 handshake; /* entered by Go's handshakeContext, not inside a Read or Write */
-	__u8 pad[6];
+	__u8 sock;      /* a socket syscall was made inside the call */
+	__u8 pad[5];
 };
 
 /* LRU: a Go Read that resumes on another thread leaves its first
@@ -97,6 +103,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cap_tls_call);
 } cap_in_tls SEC(".maps");
+
+/* A stack that does its own socket I/O outside the library (Node.js:
+ * SSL_write into a memory BIO, then libuv writes the BIO's bytes) makes no
+ * socket syscall inside a libssl call, so cap_in_tls never ties its socket.
+ * Node writes a TLS object's output right after the call that made it, on
+ * the same thread: the next write of a TLS socket no probe has tied yet is
+ * that object's (plain.bpf.h). Reads are not used to tie: a server reads a
+ * ClientHello before any call on its SSL object. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct cap_tls_call);
+} cap_last_tls SEC(".maps");
 
 /* tgid -> 1: a TLS probe (libssl or Go) has fired in the process, so its
  * uprobes are in place: a hello on a new socket there starts a connection

@@ -3,7 +3,8 @@
  * plain.bpf.h - plaintext socket capture (part of capture.bpf.c).
  *
  * Tracepoints on syscalls/sys_enter_* and sys_exit_* of write, read, sendto,
- * recvfrom, sendmsg and recvmsg. At entry, a call of a captured process
+ * recvfrom, sendmsg, recvmsg, writev and readv (libuv, so Node.js, writes
+ * a corked stream's buffers with writev). At entry, a call of a captured process
  * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its
  * fd is an AF_INET/AF_INET6 stream or datagram socket (conn.bpf.h) that is
  * not marked TLS. The buffer (or the msghdr) is remembered per thread; at
@@ -29,7 +30,7 @@
  * we missed, dup2 onto it) the old stream is closed and a new id starts, so
  * fd reuse never continues an old stream.
  *
- * sendmsg/recvmsg: up to CAP_MAX_IOV iovecs are copied; bytes beyond them
+ * sendmsg/recvmsg/writev/readv: up to CAP_MAX_IOV iovecs are copied; bytes beyond them
  * are counted as lost and break the connection's sequence (never silent).
  */
 #ifndef CISTERN_CAPTURE_PLAIN_BPF_H
@@ -44,15 +45,19 @@ struct plain_val {
 	__u64 bytes; /* carried so far */
 };
 
+#define PLAIN_BUF 0 /* plain_args.msg: buf is the buffer */
+#define PLAIN_MSG 1 /* buf is a struct user_msghdr * */
+#define PLAIN_IOV 2 /* buf is a struct iovec[niov] */
+
 struct plain_args {
-	__u64 buf;  /* buffer, or struct user_msghdr * when msg */
+	__u64 buf;
 	__u64 file;
 	__u64 sk;
 	__u32 fd;
 	__u8 dir;
-	__u8 msg;
-	__u8 tls; /* a TLS socket no probe reads: only its bytes are counted */
-	__u8 pad;
+	__u8 msg;  /* PLAIN_* */
+	__u8 tls;  /* a TLS socket no probe reads: only its bytes are counted */
+	__u8 niov; /* PLAIN_IOV: iovecs (at most 255; CAP_MAX_IOV are copied) */
 };
 
 /* (tgid, fd) -> connection id and the file it belongs to. */
@@ -202,12 +207,32 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 		info->a = sc->a;
 }
 
-static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg)
+/* Ties TLS socket (pid, fd) on file to the SSL object of the thread's last
+ * libssl call that moved no socket bytes (cap_last_tls), and forgets that
+ * call: a stack with memory BIOs writes a call's output right after it.
+ * flags as for cap_mark_tls. Whether there was one to tie. A function of
+ * its own (noinline): inlined, it took cap_exit_io's frame past what 6.1's
+ * verifier allows a call chain (512 bytes). */
+static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
+{
+	__u64 pidtid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pidtid;
+	struct cap_tls_call *last = bpf_map_lookup_elem(&cap_last_tls, &tid);
+
+	if (!last)
+		return 0;
+	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags);
+	bpf_map_delete_elem(&cap_last_tls, &tid);
+	return 1;
+}
+
+static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
 	struct cap_tls_st *mark;
-	struct plain_args a = { .buf = buf, .fd = (__u32)fd, .dir = dir, .msg = msg };
+	struct plain_args a = { .buf = buf, .fd = (__u32)fd, .dir = dir, .msg = msg,
+				.niov = niov > 255 ? 255 : (__u8)niov };
 	struct cap_fd_key fk = { .pid = pid, .fd = (__u32)fd };
 	struct cap_tls_call *in;
 
@@ -219,6 +244,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 	a.sk = sk;
 	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 	if (in && (in->library != CAP_LIB_GO || (dir == ACCUM_DIR_WRITE && !msg && cap_tls_rec(buf)))) {
+		in->sock = 1;
 		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0);
 		return 0;
 	}
@@ -228,6 +254,9 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 			/* TLS: the uprobes see its plaintext; while none does,
 			 * its bytes are counted for the unread record. */
 			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
+				return 0;
+			/* A memory-BIO stack writing what its last call made. */
+			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0))
 				return 0;
 			a.tls = 1;
 			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
@@ -280,9 +309,18 @@ static __always_inline int plain_exit(long ret)
 	}
 	first = a->buf;
 	flen = ret;
+	/* The iovecs in mh (6.1 bounds a call chain's stack at 512 bytes: no
+	 * room for two more locals here). */
+	mh.msg_iov = 0;
+	mh.msg_iovlen = 0;
+	if (a->msg == PLAIN_IOV) {
+		mh.msg_iov = (struct iovec *)a->buf;
+		mh.msg_iovlen = a->niov;
+	} else if (a->msg == PLAIN_MSG && bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
+		mh.msg_iov = 0;
+	}
 	if (a->msg) {
-		if (bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf) || !mh.msg_iovlen ||
-		    bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[0])) {
+		if (!mh.msg_iov || !mh.msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), mh.msg_iov)) {
 			first = 0;
 		} else {
 			first = (__u64)iov.iov_base;
@@ -305,6 +343,11 @@ static __always_inline int plain_exit(long ret)
 			in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 			if (in && in->library == CAP_LIB_GO)
 				fl = (fl & ~CAP_TLS_UNSEEN) | CAP_TLS_PROBED;
+			/* A memory-BIO stack (Node.js) writing the hello its
+			 * last libssl call made: read from its start. */
+			if (!in && a->dir == ACCUM_DIR_WRITE &&
+			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0))
+				goto out;
 			/* A hello in a process whose probes have fired: they are
 			 * in place before its first plaintext byte. */
 			if (fl == CAP_TLS_UNSEEN && bpf_map_lookup_elem(&cap_tls_procs, &pid))
@@ -324,7 +367,7 @@ static __always_inline int plain_exit(long ret)
 		goto out;
 	}
 	left = ret;
-	if (bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
+	if (!mh.msg_iov) {
 		accum_stat_add(ACCUM_STAT_FAULTS, 1);
 		plain_lose(id, left);
 		goto out;
@@ -353,37 +396,49 @@ out:
 SEC("tracepoint/syscalls/sys_enter_write")
 int cap_enter_write(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 0);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_sendto")
 int cap_enter_sendto(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 0);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_sendmsg")
 int cap_enter_sendmsg(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, 1);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_MSG, 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_read")
 int cap_enter_read(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 0);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_recvfrom")
 int cap_enter_recvfrom(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 0);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_recvmsg")
 int cap_enter_recvmsg(struct trace_event_raw_sys_enter *ctx)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, 1);
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_MSG, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_writev")
+int cap_enter_writev(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_IOV, ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_readv")
+int cap_enter_readv(struct trace_event_raw_sys_enter *ctx)
+{
+	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_IOV, ctx->args[2]);
 }
 
 /* One exit program serves every call: the in-flight entry says which. */

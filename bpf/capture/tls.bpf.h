@@ -90,25 +90,46 @@ static __always_inline void cap_tls_leave(void)
 	bpf_map_delete_elem(&cap_in_tls, &tid);
 }
 
+/* A libssl call ends: one that made no socket syscall is remembered as the
+ * thread's last (cap_last_tls, conn.bpf.h). */
+static __always_inline void cap_ssl_leave(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cap_tls_call *in = bpf_map_lookup_elem(&cap_in_tls, &tid);
+
+	if (in && !in->sock)
+		bpf_map_update_elem(&cap_last_tls, &tid, in, BPF_ANY);
+	bpf_map_delete_elem(&cap_in_tls, &tid);
+}
+
+/* Which library the probe is on: its attach cookie (capture/attach.go sets
+ * CAP_LIB_* per file); 0, a probe attached without one, is libssl. */
+static __always_inline __u8 cap_ssl_lib(void *ctx)
+{
+	__u64 c = bpf_get_attach_cookie(ctx);
+
+	return c ? (__u8)c : CAP_LIB_OPENSSL;
+}
+
 /* The key of the in-flight map: tid, with the direction in the top bit. */
 static __always_inline __u64 ssl_tkey(__u32 dir)
 {
 	return (__u32)bpf_get_current_pid_tgid() | ((__u64)dir << 63);
 }
 
-static __always_inline int ssl_enter(__u32 dir, __u64 ssl, __u64 buf, __u64 nptr)
+static __always_inline int ssl_enter(void *ctx, __u32 dir, __u64 ssl, __u64 buf, __u64 nptr)
 {
 	struct ssl_args a = { .ssl = ssl, .buf = buf, .nptr = nptr };
 	__u64 k = ssl_tkey(dir);
 
 	if (!cap_selected(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	cap_tls_enter(ssl, CAP_LIB_OPENSSL);
+	cap_tls_enter(ssl, cap_ssl_lib(ctx));
 	bpf_map_update_elem(&ssl_inflight, &k, &a, BPF_ANY);
 	return 0;
 }
 
-static __always_inline int ssl_exit(__u32 dir, long ret)
+static __always_inline int ssl_exit(void *ctx, __u32 dir, long ret)
 {
 	__u64 k = ssl_tkey(dir), pidtid = bpf_get_current_pid_tgid(), id;
 	struct ssl_args *a = bpf_map_lookup_elem(&ssl_inflight, &k);
@@ -116,7 +137,7 @@ static __always_inline int ssl_exit(__u32 dir, long ret)
 
 	if (!a)
 		return 0;
-	cap_tls_leave();
+	cap_ssl_leave();
 	if (!cap_want_tls)
 		goto out;
 	if (a->nptr) {
@@ -129,7 +150,7 @@ static __always_inline int ssl_exit(__u32 dir, long ret)
 	}
 	if (!n || n > 0x7fffffff)
 		goto out;
-	id = cap_tls_conn_id(&ssl_conns, pidtid >> 32, a->ssl, CAP_LIB_OPENSSL);
+	id = cap_tls_conn_id(&ssl_conns, pidtid >> 32, a->ssl, cap_ssl_lib(ctx));
 	if (id)
 		accum_write(id, a->buf, (__u32)n, ACCUM_PIDTID(pidtid >> 32, (__u32)pidtid),
 			    ACCUM_META(dir, cap_proto, 1));
@@ -141,37 +162,37 @@ out:
 SEC("uprobe")
 int BPF_KPROBE(cap_ssl_write, void *ssl, const void *buf, int num)
 {
-	return ssl_enter(ACCUM_DIR_WRITE, (__u64)ssl, (__u64)buf, 0);
+	return ssl_enter(ctx, ACCUM_DIR_WRITE, (__u64)ssl, (__u64)buf, 0);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cap_ssl_write_ret, int ret)
 {
-	return ssl_exit(ACCUM_DIR_WRITE, ret);
+	return ssl_exit(ctx, ACCUM_DIR_WRITE, ret);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(cap_ssl_read, void *ssl, void *buf, int num)
 {
-	return ssl_enter(ACCUM_DIR_READ, (__u64)ssl, (__u64)buf, 0);
+	return ssl_enter(ctx, ACCUM_DIR_READ, (__u64)ssl, (__u64)buf, 0);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cap_ssl_read_ret, int ret)
 {
-	return ssl_exit(ACCUM_DIR_READ, ret);
+	return ssl_exit(ctx, ACCUM_DIR_READ, ret);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(cap_ssl_write_ex, void *ssl, const void *buf, __u64 num, __u64 *written)
 {
-	return ssl_enter(ACCUM_DIR_WRITE, (__u64)ssl, (__u64)buf, (__u64)written);
+	return ssl_enter(ctx, ACCUM_DIR_WRITE, (__u64)ssl, (__u64)buf, (__u64)written);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(cap_ssl_read_ex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
 {
-	return ssl_enter(ACCUM_DIR_READ, (__u64)ssl, (__u64)buf, (__u64)readbytes);
+	return ssl_enter(ctx, ACCUM_DIR_READ, (__u64)ssl, (__u64)buf, (__u64)readbytes);
 }
 
 /* SSL_connect, SSL_accept, SSL_do_handshake: the handshake's socket I/O. */
@@ -179,14 +200,14 @@ SEC("uprobe")
 int BPF_KPROBE(cap_ssl_handshake, void *ssl)
 {
 	if (cap_selected(bpf_get_current_pid_tgid() >> 32))
-		cap_tls_enter((__u64)ssl, CAP_LIB_OPENSSL);
+		cap_tls_enter((__u64)ssl, cap_ssl_lib(ctx));
 	return 0;
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cap_ssl_handshake_ret, int ret)
 {
-	cap_tls_leave();
+	cap_ssl_leave();
 	return 0;
 }
 

@@ -67,6 +67,9 @@ func Attributes(q capture.Query) []attribute.KeyValue {
 	if q.User != "" {
 		a = append(a, attribute.String("db.user", q.User))
 	}
+	if q.UserUnknown != "" { // why db.user is missing
+		a = append(a, attribute.String("cistern.db.user_unknown", q.UserUnknown))
+	}
 	if q.Error != "" {
 		a = append(a, attribute.String("error.type", errorType(q.Error)))
 	}

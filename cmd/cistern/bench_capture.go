@@ -42,6 +42,7 @@ new copies of a Go program and of a libssl, and the start-up time
 	c.Flags().Uint32Var(&opt.ChurnRing, "churn-ring-size", 0, "churn mode: ring buffer bytes (default: cistern capture's default)")
 	c.Flags().BoolVar(&opt.HoldNew, "hold-new", false, "accumulated and churn modes: capture with --hold-new")
 	c.Flags().IntVar(&opt.AttachExecs, "attach-execs", 0, "attach mode: execs of each kind (Go, libssl) over all rounds (default 200)")
+	c.Flags().IntVar(&opt.Port, "port", 0, "PostgreSQL port (default 54339; MariaDB Port+1, churn Port+7): another when a run elsewhere on this machine holds it")
 	c.Flags().StringSliceVar(&opt.Modes, "modes", nil, "modes to run (default: all of "+strings.Join(capturebench.Modes, ",")+")")
 	return c
 }

@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/cistern-ebpf/cistern/accum"
@@ -44,9 +40,11 @@ func newCaptureRunCmd() *cobra.Command {
 		otlpText  string
 		holdNew   bool
 		holdMax   time.Duration
+		summary   bool
+		sumMax    int
 	)
 	c := &cobra.Command{
-		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--duration D]",
+		Use:   "capture (--pid P | --cgroup PATH | --all) [--transport both|tls|plain] [--side client|server|both] [--protocol postgres|mysql|raw] [--format table|json] [--query-text raw|sanitized] [--out FILE] [--metrics ADDR] [--otlp HOST:PORT] [--hold-new [--hold-max D]] [--summary] [--duration D]",
 		Short: "Capture TLS and plaintext database traffic through an accumulating channel",
 		Long: `capture prints one record per query sent over every connection of the
 selected processes, TLS or not.
@@ -122,7 +120,9 @@ ours is truncated and set to 0600; one of another user is refused).
 VALUES rows) by ? in the records; the default, raw, keeps the audit
 stream's text as sent. Spans sent with --otlp are sanitized unless
 --otlp-query-text raw. docs/capture.md has the rules.
-On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
+On exit (--duration, Ctrl-C) it prints the channel's loss counters, and
+with --summary, per side, database user, client command and statement
+fingerprint: count, errors, rows, p50/p99 latency (the sanitized text).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := 0
@@ -178,6 +178,9 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 			if holdNew && transport == capture.TransportPlain {
 				return cli.Usagef("--hold-new waits for TLS uprobes: not with --transport plain")
 			}
+			if sumMax <= 0 {
+				return cli.Usagef("--summary-max-series %d: want a positive number", sumMax)
+			}
 			if holdMax <= 0 {
 				return cli.Usagef("--hold-max %v: want a positive duration", holdMax)
 			}
@@ -220,21 +223,34 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 				}
 				return m, err
 			}
+			var sum *capture.Summary
+			collectors := []prometheus.Collector{metrics.NewCounterSet("cistern", "capture", counters)}
+			if summary {
+				sum = capture.NewSummary(sumMax)
+				collectors = append(collectors, sum)
+			}
 			if metricsAt != "" {
 				ctx, stop := context.WithCancel(cmd.Context())
 				defer stop()
-				addr, err := metrics.Serve(ctx, metricsAt, metrics.NewCounterSet("cistern", "capture", counters))
+				addr, err := metrics.Serve(ctx, metricsAt, collectors...)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "metrics at http://%s/metrics\n", addr)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capturing %s of %s through %s\n", protocol, cp.Selection(), cp.Via())
-			send := func(capture.Query) {}
+			po := capture.PrintOptions{Format: format, Sanitize: textMode == otlp.TextSanitized, Summary: sum}
 			if spans != nil {
-				send = spans.Send
+				po.Send = spans.Send
 			}
-			return runCapture(out, cmd.ErrOrStderr(), cp, format, textMode == otlp.TextSanitized, duration, send)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			return capture.Print(ctx, cp, out, cmd.ErrOrStderr(), po)
 		},
 	}
 	f := c.Flags()
@@ -254,115 +270,11 @@ On exit (--duration, Ctrl-C) it prints the channel's loss counters.`,
 	f.StringVar(&otlpText, "otlp-query-text", otlp.TextSanitized, "db.query.text of the spans: sanitized (literals as ?, errors as their code) or raw")
 	f.BoolVar(&holdNew, "hold-new", false, "stop a selected process that executes a file (or opens a libssl) not attached yet until its uprobes are attached")
 	f.DurationVar(&holdMax, "hold-max", capture.DefaultHoldMax, "with --hold-new: the longest a process is held (then continued, counted as hold_timeouts)")
+	f.BoolVar(&summary, "summary", false, "at exit, print per side, database user, client command and statement fingerprint: count, errors, rows, p50/p99 latency (with --metrics: served as cistern_capture_summary_* series)")
+	f.IntVar(&sumMax, "summary-max-series", capture.DefaultSummaryMaxSeries, "with --summary: the most rows (label sets) kept; queries past it are counted as dropped")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C or the process exits)")
 	f.Uint32Var(&flush, "flush-size", accum.DefaultFlushSize, "accumulating channel flush size (power of two, 64..16384)")
 	f.DurationVar(&latency, "latency", accum.DefaultLatency, "longest a byte waits in the kernel batch")
 	f.Uint32Var(&ring, "ring-size", capture.DefaultRingSize, "accumulating channel ring buffer bytes (power of two): must hold the largest TLS write on every CPU")
 	return c
-}
-
-// runCapture prints each query (its text sanitized if asked) and hands it
-// to send (the OTLP exporter, which never blocks and sanitizes on its own).
-func runCapture(out, errOut io.Writer, cp *capture.Capture, format string, sanitize bool, duration time.Duration, send func(capture.Query)) error {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	var end <-chan time.Time
-	if duration > 0 {
-		t := time.NewTimer(duration)
-		defer t.Stop()
-		end = t.C
-	}
-	var tw *tabwriter.Writer
-	if format == "table" {
-		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tPID\tTID\tCOMM\tSIDE\tLOCAL\tREMOTE\tTRANSPORT\tLIBRARY\tLATENCY_US\tROWS\tFINGERPRINT\tQUERY\tERROR")
-		tw.Flush()
-	}
-	enc := json.NewEncoder(out)
-	var san capture.Sanitizer
-	n := 0
-	gone := false
-loop:
-	for {
-		select {
-		case <-sig:
-			break loop
-		case <-end:
-			break loop
-		default:
-		}
-		qs, err := cp.Next(200 * time.Millisecond)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if cp.Opt.PID == 0 {
-				continue
-			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cp.Opt.PID)); err != nil {
-				if gone { // one more idle round after the exit: drained
-					break loop
-				}
-				gone = true
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, q := range qs {
-			if !q.Unread { // an unread connection is no query (no span)
-				n++
-				send(q)
-				if sanitize {
-					q.Query = string(san.Append(nil, q.Protocol, q.Query))
-					q.Error = capture.SanitizeError(q.Error)
-				}
-			}
-			if tw == nil {
-				if err := enc.Encode(q); err != nil {
-					return err
-				}
-				continue
-			}
-			if q.Unread {
-				fmt.Fprintf(tw, "%s\t%d\t-\t%s\t-\t%s\t%s\t%s\t-\t-\t-\t-\t(unread TLS connection: %s, %d bytes sent, %d received)\t\n",
-					q.Time.Format("15:04:05.000000"), q.PID, q.Comm, dash(q.Local), dash(q.Remote), q.Transport,
-					q.UnreadReason, q.BytesSent, q.BytesReceived)
-				tw.Flush()
-				continue
-			}
-			lat := fmt.Sprintf("%.0f", q.LatencyUS)
-			if !q.LatencyExact {
-				lat = "<=" + lat
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Time.Format("15:04:05.000000"),
-				q.PID, q.TID, q.Comm, q.Side, dash(q.Local), dash(q.Remote), q.Transport, q.Library, lat, q.Rows,
-				q.Fingerprint, oneLine(q.Query), q.Error)
-			tw.Flush()
-		}
-	}
-	st, err := cp.Stats()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
-		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped; "+
-		"%d TLS connections unread; %d processes held past --hold-max\n",
-		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes(), cp.Unread(), cp.HoldTimeouts())
-	return nil
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
-	}
-	return s
 }

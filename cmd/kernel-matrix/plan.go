@@ -45,8 +45,9 @@ var plan = []step{
 	{Name: "accum", System: "accum", Pkg: "accum", Lane: 1, Timeout: 10 * time.Minute},
 	{Name: "capture", System: "capture", Pkg: "capture", Lane: 1, Timeout: 15 * time.Minute},
 	// Issue #26's attach tests (exec and library load, --hold-new, unread
-	// connections) with their PostgreSQL, in lane 0, which ends first.
-	{Name: "capture-attach", System: "capture", Pkg: "capture", Run: "^(TestAttachOn|TestUnreadCounted|TestHoldNeverLeavesStopped)",
+	// connections) with their PostgreSQL, and #37's Node.js clients
+	// (node-postgres, mysql2; MariaDB too), in lane 0, which ends first.
+	{Name: "capture-attach", System: "capture", Pkg: "capture", Run: "^(TestAttachOn|TestUnreadCounted|TestHoldNeverLeavesStopped|TestCaptureNode)",
 		Servers: true, Lane: 0, Timeout: 20 * time.Minute},
 	// The capture bench's miniature runs: pgbench and the churn of 160
 	// psql connections, with and without --hold-new, and the attach mode.

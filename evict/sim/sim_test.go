@@ -52,26 +52,8 @@ func TestOPTIsOptimalOnSmallTraces(t *testing.T) {
 	}
 }
 
-func zipfKeys(n int, universe uint64, s float64, seed uint64) []uint64 {
-	r := rand.New(rand.NewPCG(seed, seed+1))
-	z := newZipf(r, s, universe)
-	keys := make([]uint64, n)
-	for i := range keys {
-		// Scrambled, as YCSB does: hot keys spread over the key space.
-		keys[i] = z() * 0x9E3779B97F4A7C15
-	}
-	return keys
-}
-
-// newZipf draws ranks 0..universe-1 with P(k) ∝ 1/(k+1)^s (math/rand/v2's
-// Zipf needs s > 1 and is used here as it is).
-func newZipf(r *rand.Rand, s float64, universe uint64) func() uint64 {
-	z := rand.NewZipf(r, s, 1, universe-1)
-	return z.Uint64
-}
-
 func TestOPTBelowEveryPolicy(t *testing.T) {
-	keys := zipfKeys(200000, 1<<16, 1.1, 7)
+	keys := ZipfKeys(200000, 1<<16, 1.1, 7)
 	for _, c := range []int{100, 1000, 10000} {
 		opt, lru, kern := OPT(keys, c, 0), LRU(keys, c, 0), Kernel(keys, c, 0)
 		t.Logf("capacity %d: OPT %d, LRU %d, kernel model %d misses", c, opt, lru, kern)

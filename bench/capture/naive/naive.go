@@ -56,12 +56,13 @@ type Channel struct {
 	raw    ringbuf.Record // reused, as accum.Reader does
 }
 
-// Open attaches the naive channel to pid's libssl with a ring of
-// ringSize bytes (a power-of-two multiple of the page size).
+// Open attaches the naive channel to pid's libssl (or, if it maps none, its
+// executable: Node.js carries OpenSSL inside) with a ring of ringSize bytes
+// (a power-of-two multiple of the page size).
 func Open(pid int, ringSize uint32) (n *Channel, err error) {
 	lib, err := capture.FindLibSSL(pid)
 	if err != nil {
-		return nil, err
+		lib = fmt.Sprintf("/proc/%d/exe", pid)
 	}
 	spec, err := loadNaive()
 	if err != nil {

@@ -7,6 +7,10 @@
 #define PC_BATCH 4096        /* events per pc_apply run (power of 2) */
 #define PC_MAX_VICTIMS 1024  /* victims per pc_apply run (power of 2) */
 #define PC_MAX_ACC_PAGES 64  /* pages of one read looked up for accessed() */
+#define PC_QUEUE_LEN 8192    /* events waiting for the policy's lock (power of 2) */
+#define PC_PUSH_TRIES 8      /* reservation attempts before an event is dropped */
+#define PC_COMBINE_ROUNDS 4  /* lock rounds one event's program makes at most */
+#define PC_EBUSY 16          /* pc_apply: the policy's lock is held (try again) */
 
 enum pc_op { PC_ADD = 1, PC_DEL = 2, PC_ACC = 3 };
 
@@ -17,7 +21,7 @@ struct pc_file_key {
 	__u32 pad;
 };
 
-/* One ring-buffer event; the policy key of a folio is file << 32 | index. */
+/* One event (queued for the policy); the policy key of a folio is file << 32 | index. */
 struct pc_event {
 	__u8 op;
 	__u8 order;   /* PC_ADD, PC_DEL: folio order */
@@ -29,6 +33,15 @@ struct pc_event {
 	__u32 nr;     /* PC_ACC: pages read */
 	__u32 read;   /* PC_ACC: the read's number in its thread (0: none);
 	               * events of one read(2) share it (see pc_read) */
+};
+
+/* A slot of the MPSC queue (apply.bpf.h): seq is lap (the position with
+ * the index bits cleared) while the slot is free for the producer of that
+ * lap, lap + 1 once its event is published, lap + PC_QUEUE_LEN once the
+ * consumer took it (free for the next lap). Zeroed maps start free. */
+struct pc_qslot {
+	__u64 seq;
+	struct pc_event ev;
 };
 
 struct pc_batch {
@@ -49,8 +62,10 @@ struct pc_victims {
 	struct pc_victim v[PC_MAX_VICTIMS];
 };
 
-/* Context of pc_apply: apply the batch, then propose victims until they
- * cover want pages (at most PC_MAX_VICTIMS of them). */
+/* Context of pc_apply: apply the queue and the batch (the agent's victims
+ * that stayed cached, added back), then propose victims until they cover
+ * want pages (at most PC_MAX_VICTIMS of them). ret -PC_EBUSY: the lock was
+ * held, nothing done. */
 struct pc_run_args {
 	__s32 ret;
 	__u32 want;    /* pages */
@@ -64,9 +79,10 @@ enum pc_track_stat {
 	PC_T_ADD_OTHER,  /* added to watched files, charged elsewhere */
 	PC_T_DEL,
 	PC_T_ACC,
-	PC_T_DROPPED,    /* events lost: ring buffer full */
+	PC_T_DROPPED,    /* events lost: the queue full (or contended PC_PUSH_TRIES times) */
 	PC_T_DEL_SELF,   /* deletes by the agent's own evictions (not reported) */
 	PC_T_ACC_MORE,   /* later page batches of a read already reported */
+	PC_T_QUEUED,     /* events left in the queue for the lock's holder */
 	PC_T_MAX,
 };
 
@@ -81,6 +97,10 @@ enum pc_apply_stat {
 	PC_A_FULL,         /* victims made because the tracker was full */
 	PC_A_FIRST_READS,  /* first reads of new folios, not passed on as hits */
 	PC_A_READ_AGAIN,   /* folios a read's later batch reported again: not hits */
+	PC_A_APPLIED,      /* events applied to the policy */
+	PC_A_BUSY,         /* pc_apply calls that found the lock held (EBUSY) */
+	PC_A_SWEPT,        /* events the timer applied (stranded in the queue) */
+	PC_A_WAKEUPS,      /* wakeups sent to the agent (tracked pages crossed pc_wake_pages) */
 	PC_A_MAX,
 };
 
