@@ -43,7 +43,14 @@ type FailedError struct {
 	Err  error
 }
 
-func (e *FailedError) Error() string { return fmt.Sprintf("load %s: %v", e.What, e.Err) }
+func (e *FailedError) Error() string {
+	if errors.Is(e.Err, unix.EPERM) {
+		// Tracing programs need CAP_PERFMON (and BPF itself CAP_BPF):
+		// say so rather than cilium/ebpf's MEMLOCK hint.
+		return fmt.Sprintf("load %s: not permitted: run as root, or with CAP_BPF and CAP_PERFMON (%v)", e.What, e.Err)
+	}
+	return fmt.Sprintf("load %s: %v", e.What, e.Err)
+}
 func (e *FailedError) Unwrap() error { return e.Err }
 
 // IsLoadError tells whether err is, or wraps, one of LoadError's: a load
@@ -74,7 +81,10 @@ func LoadError(what string, err error) error {
 	switch {
 	case errors.Is(ve.Cause, unix.E2BIG) || strings.Contains(log, "program is too large"):
 		r.Reason = "too complex for its verifier"
-	case errors.Is(ve.Cause, unix.EPERM):
+	case errors.Is(ve.Cause, unix.EPERM) || strings.Contains(log, "for !root"):
+		// Without CAP_PERFMON the verifier refuses what it allows root
+		// (pointer arithmetic "prohibited for !root"): a missing
+		// capability, not a bug.
 		r.Reason = "not permitted: run as root, or with CAP_BPF and CAP_PERFMON"
 	}
 	if len(ve.Log) > 0 {
