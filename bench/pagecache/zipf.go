@@ -106,7 +106,7 @@ func zipfRun(ctx context.Context, cg, path string, size int64, d time.Duration, 
 
 // zipfModes: the kernel's default, the default traced, and the agent's
 // frequency-aware policies.
-var zipfModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
+var zipfModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_wtinylfu", "agent_auto"}
 
 func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	if _, err := exec.LookPath("fio"); err != nil {
