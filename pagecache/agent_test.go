@@ -296,7 +296,10 @@ func TestAgentWatchesNewFiles(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "w")
 	writeFiles(t, dir, 1, 1<<20)
-	a, stop := startAgent(t, Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-new-%d", os.Getpid()), Limit: 32 << 20, Policy: "mru"})
+	// A quarter of the limit as headroom, as in TestAgentEvictsMRUCandidates:
+	// on a loaded machine the agent woken at the default 4 MiB lost the race
+	// to the kernel's reclaim (2,386 limit reclaims, 1,303 pages its own).
+	a, stop := startAgent(t, Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-new-%d", os.Getpid()), Limit: 32 << 20, Policy: "mru", Headroom: 8 << 20})
 	defer stop()
 	files := writeFiles(t, filepath.Join(dir, "new"), 48, 1<<20)
 	moved := filepath.Join(dir, "new", "renamed")
