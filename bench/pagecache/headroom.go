@@ -235,3 +235,43 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 	med, lo, hi, _ = rep.RatioSpread(part + "_auto_vs_best_fixed")
 	rep.TargetSpread(part+"_auto_vs_best_fixed", med, lo, hi, ">=", 0.8)
 }
+
+// modeRun is what a mode runs over its cgroup: only the cgroup (policy
+// ""), a fixed policy's agent, or auto.
+type modeRun struct {
+	a    *pagecache.Agent
+	auto *pagecache.Auto
+	cg   *pagecache.Cgroup
+	stop func() // ends the agent's or auto's loop
+}
+
+// startMode starts policy (a registry name, pagecache.AutoPolicy or "")
+// over dir in a new cgroup name of limit.
+func startMode(ctx context.Context, dir, name string, limit int64, policy string) (m modeRun, err error) {
+	if policy == pagecache.AutoPolicy {
+		m.auto, m.cg, m.stop, err = startAuto(ctx, dir, name, limit)
+	} else {
+		m.a, m.cg, m.stop, err = rdbAgent(ctx, dir, name, limit, policy, 1)
+	}
+	return m, err
+}
+
+// finish records auto's choice under mode m when the run went well (err
+// nil), removes everything and returns err or the first cleanup error.
+func (r modeRun) finish(rep *benchkit.Report, m string, err error) error {
+	if r.auto != nil && err == nil {
+		sampleAuto(rep, m, r.auto)
+	}
+	if cerr := r.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// close removes the agent or auto and the cgroup.
+func (r modeRun) close() error {
+	if r.auto != nil {
+		return r.auto.Close()
+	}
+	return pcClose(r.a, r.cg)
+}

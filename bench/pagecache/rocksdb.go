@@ -262,7 +262,7 @@ func rdbAgent(ctx context.Context, dir, name string, limit int64, policy string,
 // rdbReads: skewed point reads (readrandom, --read_random_exp_range) under
 // the kernel's default and the agent's LFU, S3-FIFO and LHD.
 func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetup) error {
-	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd"}
+	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd", "agent_auto": pagecache.AutoPolicy}
 	modes := rdbReadModes
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("rocksdb_reads_rounds", rounds)
@@ -270,20 +270,11 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		var a *pagecache.Agent
-		var auto *pagecache.Auto
-		var cg *pagecache.Cgroup
-		var stop func()
-		var err error
-		name := fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid())
-		if mode == "agent_auto" {
-			auto, cg, stop, err = startAuto(ctx, s.db.Dir, name, s.limit)
-		} else {
-			a, cg, stop, err = rdbAgent(ctx, s.db.Dir, name, s.limit, policies[mode], 1)
-		}
+		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode])
 		if err != nil {
 			return err
 		}
+		a, cg, stop := mr.a, mr.cg, mr.stop
 		var tr *tracer
 		if mode == "traced" {
 			if tr, err = startTrace(ctx, opt.CacheDir, s.db.Dir, cg.Path); err != nil {
@@ -316,19 +307,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 				pcAgentStats(rep, m, a)
 			}
 		}
-		if auto != nil {
-			if err == nil {
-				sampleAuto(rep, m, auto)
-			}
-			if cerr := auto.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-		if cerr := pcClose(a, cg); err == nil {
-			err = cerr
-		}
-		return err
+		return mr.finish(rep, m, err)
 	})
 	if err != nil {
 		return err

@@ -225,20 +225,11 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		if err := pcDrop(s.files); err != nil {
 			return err
 		}
-		var a *pagecache.Agent
-		var auto *pagecache.Auto
-		var cg *pagecache.Cgroup
-		var stop func()
-		var err error
-		name := fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid())
-		if mode == "agent_auto" {
-			auto, cg, stop, err = startAuto(ctx, clone, name, s.limit)
-		} else {
-			a, cg, stop, err = rdbAgent(ctx, clone, name, s.limit, policies[mode], 1)
-		}
+		mr, err := startMode(ctx, clone, fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid()), s.limit, policies[mode])
 		if err != nil {
 			return err
 		}
+		a, cg, stop := mr.a, mr.cg, mr.stop
 		m := part + "/" + mode
 		r, err := func() (ycsbRunResult, error) {
 			defer stop()
@@ -290,19 +281,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 				pcAgentStats(rep, m, a)
 			}
 		}
-		if auto != nil {
-			if err == nil {
-				sampleAuto(rep, m, auto)
-			}
-			if cerr := auto.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-		if cerr := pcClose(a, cg); err == nil {
-			err = cerr
-		}
-		return err
+		return mr.finish(rep, m, err)
 	})
 	if err != nil {
 		return err

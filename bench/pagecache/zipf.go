@@ -131,23 +131,13 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if !strings.HasPrefix(mode, "agent_") {
 			policy = ""
 		}
-		var a *pagecache.Agent
-		var auto *pagecache.Auto
-		var cg *pagecache.Cgroup
-		var stop func()
-		var err error
-		if policy == pagecache.AutoPolicy {
-			if auto, cg, stop, err = startAuto(ctx, dir, name, limit); err != nil {
-				return err
-			}
-			defer auto.Close()
-		} else {
-			if a, cg, stop, err = rdbAgent(ctx, dir, name, limit, policy, 1); err != nil {
-				return err
-			}
-			defer pcClose(a, cg)
+		mr, err := startMode(ctx, dir, name, limit, policy)
+		if err != nil {
+			return err
 		}
-		defer stop()
+		defer mr.close()
+		defer mr.stop()
+		a, auto, cg := mr.a, mr.auto, mr.cg
 		var tr *tracer
 		if mode == "traced" {
 			if tr, err = startTrace(ctx, opt.CacheDir, dir, cg.Path); err != nil {
