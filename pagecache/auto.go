@@ -461,6 +461,9 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 		st["auto_policy_"+d.Policy] = 1
 	}
 	st["auto_gain_pct"] = uint64(max(d.GainPct, 0))
+	for p, l := range d.LossPct {
+		st["auto_loss_pct_"+p] = uint64(max(l, 0))
+	}
 	if ag := a.Agent(); ag != nil {
 		as, err := ag.Stats()
 		if err == nil {
