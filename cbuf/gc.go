@@ -117,14 +117,6 @@ func (m *Manager) collect(c *component, k int) int {
 	haveK := false
 	for _, idx := range c.owned {
 		b := &c.bufs[idx]
-		if b.state == bufPending {
-			// acknowledged by the client (flag cleared, not in use): index reusable
-			w := atomic.LoadUint64(&c.metas[m.g(c.slot, idx)].Cnt)
-			if w&FlagInconsistent == 0 && cnt(w, refShift) == 0 {
-				defer m.dropIdx(c, idx)
-			}
-			continue
-		}
 		if b.state != bufClient {
 			continue
 		}
@@ -138,7 +130,7 @@ func (m *Manager) collect(c *component, k int) int {
 		}
 		if b.xuid {
 			// another uid maps this memfd for good: never hand it back
-			defer m.destroy(c, idx, false)
+			defer m.destroy(c, idx)
 			continue
 		}
 		dead = append(dead, idx)
@@ -149,7 +141,7 @@ func (m *Manager) collect(c *component, k int) int {
 	// Room for class k: recycle dead buffers of other sizes first.
 	if !haveK {
 		for i := 0; i < len(dead) && c.used+uint64(pages) > c.quota; {
-			m.destroy(c, dead[i], false)
+			m.destroy(c, dead[i])
 			dead = append(dead[:i], dead[i+1:]...)
 		}
 	}
@@ -179,7 +171,7 @@ func (m *Manager) collect(c *component, k int) int {
 			break
 		}
 		if !m.pushRing(c, idx) {
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
 			break
 		}
 		n++
@@ -299,7 +291,7 @@ func (m *Manager) shrink(c *component) {
 			continue
 		}
 		if cnt(w, sentShift) != 0 && !m.live(g) && m.resetCounts(g) {
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
 		}
 	}
 	for k := Classes - 1; k >= 0 && c.used > c.quota; k-- {
@@ -313,7 +305,7 @@ func (m *Manager) shrink(c *component) {
 			// it if it is garbage, its free puts it back if it is held)
 			g := m.g(c.slot, idx)
 			if c.bufs[idx].state == bufClient && atomic.LoadUint64(&c.metas[g].Cnt) == 0 && !m.live(g) {
-				m.destroy(c, idx, false)
+				m.destroy(c, idx)
 			}
 		}
 	}
@@ -395,13 +387,9 @@ func (m *Manager) disconnect(c *component) {
 func (m *Manager) reapOrphans(c *component) {
 	for _, idx := range append([]uint32(nil), c.owned...) {
 		g := m.g(c.slot, idx)
-		if c.bufs[idx].state == bufPending {
-			m.dropIdx(c, idx)
-			continue
-		}
 		if !m.live(g) {
 			m.resetCounts(g)
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
 		}
 	}
 	if len(c.owned) == 0 {
@@ -439,9 +427,6 @@ func (m *Manager) Audit() (live, total int) {
 			continue
 		}
 		for _, idx := range c.owned {
-			if c.bufs[idx].state == bufPending {
-				continue
-			}
 			total++
 			if m.live(m.g(c.slot, idx)) {
 				live++
