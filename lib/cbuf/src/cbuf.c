@@ -125,38 +125,6 @@ static inline unsigned size_class(size_t size)
 	return pages <= 1 ? 0 : 64 - (unsigned)__builtin_clzll((unsigned long long)pages - 1);
 }
 
-static void push_free(uint32_t idx, unsigned k)
-{
-	uint64_t *head = &C.hdr->free_heads[k];
-	struct cbuf_meta *m = &C.meta[gidx(C.slot, idx)];
-	uint64_t h = LOAD(head), nh;
-	do {
-		uint32_t top = (uint32_t)h;
-		STORE(&m->next, top ? top : CBUF_NEXT_END);
-		nh = ((h >> 32) + 1) << 32 | (uint64_t)(idx + 1);
-	} while (!__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-}
-
-/* Pops one buffer of class k; -1 when the list is empty. */
-static int64_t pop_free(unsigned k)
-{
-	uint64_t *head = &C.hdr->free_heads[k];
-	uint64_t h = LOAD(head);
-	for (;;) {
-		uint32_t top = (uint32_t)h;
-		if (!top)
-			return -1;
-		if (top > C.max_bufs) { /* our own list is corrupt: drop it */
-			STORE(head, ((h >> 32) + 1) << 32);
-			return -1;
-		}
-		uint32_t nx = LOAD(&C.meta[gidx(C.slot, top - 1)].next);
-		uint64_t nh = ((h >> 32) + 1) << 32 | (nx == CBUF_NEXT_END || nx > C.max_bufs ? 0 : nx);
-		if (__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return top - 1;
-	}
-}
-
 /* Pops up to want buffers of class k with one CAS into out; returns how
  * many. The chain walked between the load and the CAS is stable when the
  * CAS succeeds: the tag changes on every push and pop. */
@@ -201,6 +169,15 @@ static void push_batch(unsigned k, const uint32_t *idx, unsigned n)
 		STORE(&last->next, top ? top : CBUF_NEXT_END);
 		nh = ((h >> 32) + 1) << 32 | (uint64_t)(idx[0] + 1);
 	} while (!__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
+
+static void push_free(uint32_t idx, unsigned k) { push_batch(k, &idx, 1); }
+
+/* Pops one buffer of class k; -1 when the list is empty. */
+static int64_t pop_free(unsigned k)
+{
+	uint32_t idx;
+	return pop_batch(k, &idx, 1) ? (int64_t)idx : -1;
 }
 
 static void free_slow(cbuf_t id, struct cbuf_meta *m, const struct cbuf_dir *d, uint64_t w);
