@@ -29,9 +29,9 @@ type Config struct {
 	Limit    int64  // > 0: create the cgroup with this limit
 	Policy   string // one of Policies()
 	ScanPIDs []int  // get-scan, scan-only: processes or threads whose insertions are scans
-	// Headroom is how far below the limit the agent starts evicting;
-	// 0: max(limit/16, 16 MiB), at most a quarter of the limit; never more
-	// than half of it.
+	// Headroom is how far below the limit the agent starts evicting,
+	// fixed; never more than half of the limit. 0: adaptive (see
+	// setWatermarks), from max(limit/256, 1 MiB) up.
 	Headroom int64
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
@@ -46,6 +46,14 @@ type Agent struct {
 	pol       *policy
 	limit     int64
 	high, low int64
+	// Adaptive headroom (Config.Headroom 0): head is the current one,
+	// between headMin and headMax; limitHits the cgroup's count when it
+	// last changed.
+	head, headMin, headMax int64
+	limitHits              uint64
+	headAt                 time.Time
+	headGrown, headShrunk  atomic.Uint64
+	headNow                atomic.Int64
 
 	// Counters (read by Stats from other goroutines).
 	evictRuns, victims, pagesEvicted     atomic.Uint64
@@ -139,22 +147,84 @@ func Start(cfg Config) (_ *Agent, err error) {
 
 // setWatermarks: the agent evicts from high down to low. The policy wakes
 // it as soon as the pages it tracks would put the cgroup at high, so the
-// headroom only has to cover the agent's wakeup: max(limit/64, 4 MiB), at
-// most a quarter of the limit (it was max(limit/16, 16 MiB) while events
-// reached the agent through a ring buffer, 2 ms late at best). Each
-// wakeup evicts max(limit/256, 1 MiB), in as few ranges as it can.
+// headroom (limit - high) only has to cover the pages the workload adds
+// while the agent wakes up. How many that is depends on the workload's
+// fill rate and on how soon the agent's thread runs, which no constant
+// fits: a fixed max(limit/64, 4 MiB) held a 64 MiB cgroup 7 % below what
+// the kernel fills, and still lost the race in an emulated guest. So the
+// headroom adapts (unless Config.Headroom fixes it): it starts at
+// max(limit/256, 1 MiB), doubles whenever the kernel had to reclaim at the
+// limit since the last step (the agent was late: memory.failcnt or
+// memory.events max), and shrinks by a quarter after 10 s without, down to
+// that floor again; at most max(limit/16, 16 MiB) and a quarter of the
+// limit. Each wakeup evicts max(limit/512, 256 KiB), in as few ranges as
+// it can.
 func (a *Agent) setWatermarks() {
 	if a.limit <= 0 {
 		return
 	}
-	h := a.cfg.Headroom
-	if h <= 0 {
-		h = min(max(a.limit/64, 4<<20), a.limit/4)
+	if a.head == 0 {
+		a.headMin, a.headMax = headroomRange(a.limit, a.cfg.Headroom)
+		a.head, a.headAt = a.headMin, time.Now()
+		a.limitHits = a.cg.LimitHits()
 	}
-	h = min(h, a.limit/2)
-	a.high = a.limit - h
-	a.low = a.high - max(a.limit/256, 1<<20)
+	a.high = a.limit - a.head
+	a.low = a.high - evictStep(a.limit)
+	a.headNow.Store(a.head)
 }
+
+// headroomRange is the adaptive headroom's floor and ceiling for a cgroup
+// of limit bytes (both fixed when fixed > 0).
+func headroomRange(limit, fixed int64) (lo, hi int64) {
+	if fixed > 0 {
+		h := min(fixed, limit/2)
+		return h, h
+	}
+	lo = min(max(limit/256, 1<<20), limit/8)
+	hi = max(min(max(limit/16, 16<<20), limit/4), lo)
+	return lo, hi
+}
+
+func evictStep(limit int64) int64 { return max(limit/512, 256<<10) }
+
+// Occupancy is the share of a cgroup of limit bytes the agent keeps filled
+// at its smallest headroom: (high - step/2) / limit, what auto simulates
+// a candidate policy at.
+func Occupancy(limit, fixedHeadroom int64) float64 {
+	if limit <= 0 {
+		return 1
+	}
+	lo, _ := headroomRange(limit, fixedHeadroom)
+	return max(float64(limit-lo-evictStep(limit)/2)/float64(limit), 0.5)
+}
+
+// adaptHeadroom grows the headroom when the kernel reclaimed at the limit
+// since the last step, and shrinks it after a quiet while.
+func (a *Agent) adaptHeadroom() {
+	if a.headMin == a.headMax {
+		return
+	}
+	hits := a.cg.LimitHits()
+	switch {
+	case hits > a.limitHits:
+		a.limitHits = hits
+		a.headAt = time.Now()
+		if a.head < a.headMax {
+			a.head = min(2*a.head, a.headMax)
+			a.headGrown.Add(1)
+			a.setWatermarks()
+		}
+	case a.head > a.headMin && time.Since(a.headAt) > headroomQuiet:
+		a.headAt = time.Now()
+		a.head = max(a.head-a.head/4, a.headMin)
+		a.headShrunk.Add(1)
+		a.setWatermarks()
+	}
+}
+
+// headroomQuiet is how long the kernel must not have reclaimed at the
+// limit before the headroom shrinks.
+const headroomQuiet = 10 * time.Second
 
 // dirPages is how many pages the regular files under dir span.
 func dirPages(dir string) (int64, error) {
@@ -272,6 +342,7 @@ func (a *Agent) step() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup usage: %w", err)
 	}
+	a.adaptHeadroom()
 	u0, runs0 := u, a.evictRuns.Load()
 	need := int64(0)
 	if u > a.high {
@@ -480,6 +551,9 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	st["fadvise_us"] = a.fadvNanos.Load() / 1000
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
 	st["cgroup_limit_hits"] = a.cg.LimitHits()
+	st["headroom_bytes"] = uint64(a.headNow.Load())
+	st["headroom_grown"] = a.headGrown.Load()
+	st["headroom_shrunk"] = a.headShrunk.Load()
 	return st, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf/ringbuf"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
 )
@@ -25,20 +27,20 @@ const AutoPolicy = "auto"
 // simulation (SHARDS) of the candidates and of the kernel's default on the
 // cgroup's live reads, which runs the best candidate only while it beats
 // the default by more than Margin, and otherwise steps aside: no policy,
-// nothing evicted, only the sampled read tracepoint attached.
+// nothing evicted, only the sampled tracepoints attached.
 type AutoConfig struct {
 	Config // Dir, Cgroup, Limit, Headroom, AccessSample of the agent it runs
 	// Candidates (default: every policy SimPolicies names).
 	Candidates []string
 	// Interval between decisions (default 10 s).
 	Interval time.Duration
-	// Window is how many sampled page reads a decision weighs (default
-	// 1<<18): the older half warms the simulated caches, the newer half
-	// counts.
+	// Window is how many sampled page reads a decision weighs, the newest
+	// (default 1<<18).
 	Window int
 	// MarginPct: a candidate runs only if it misses this much less than the
-	// kernel model in simulation (default 10): what the agent itself costs
-	// (its CPU, its headroom, what its evictions miss: docs/pagecache.md).
+	// kernel model in simulation, after what it was measured to lose live
+	// (default 10): what the agent itself costs (its CPU, its headroom,
+	// what its evictions miss: docs/pagecache.md).
 	MarginPct float64
 	// SampleBits: one page in 2^SampleBits is sampled (default: the largest
 	// that leaves at least 2048 pages of the cgroup's limit simulated).
@@ -51,8 +53,11 @@ type AutoConfig struct {
 type Decision struct {
 	At      time.Time
 	Policy  string  // the policy running; "" while the kernel's default runs
-	Best    string  // the candidate with the fewest simulated misses
-	GainPct float64 // its misses below the kernel model's, in percent
+	Best    string  // the candidate with the most gain after its measured loss
+	GainPct float64 // its simulated misses below the kernel model's, in percent
+	// LossPct is what each candidate that ran lost live against its
+	// simulated gain, in points (absent: not measured yet).
+	LossPct map[string]float64
 	Reason  string
 	// MissesPer1000 are the simulated misses per 1000 sampled page reads
 	// (the kernel model as "kernel").
@@ -67,19 +72,46 @@ type Auto struct {
 	sampler *tracker
 	bits    uint
 	pages   int // simulated cache, pages (the limit at the sampling rate)
+	// polPages: the candidates' simulated cache, the share of the limit
+	// an agent keeps filled (Occupancy), at the sampling rate.
+	polPages int
+
+	// The shadow caches run on the sample without pause: each decision
+	// feeds them the reads sampled since the last one. The kernel model
+	// is the Go model (evict/sim), the candidates are the policies'
+	// replay objects, loaded once.
+	kern    *sim.KernelModel
+	shadows map[string]*evict.Cache
+	pending []uint64 // sampled page keys since the last decision
+	loaded  uint64   // sampled pages the kernel added since then
+	recs    []autoRecord
+	// Live check: the default's live misses over the kernel model's
+	// (defRatio, measured while auto stands aside), the running policy's
+	// since it started (run), and each policy's measured loss.
+	defRatio float64
+	run      autoRecord
+	runRecs  int
+	loss     map[string]float64
 
 	mu      sync.Mutex
 	agent   *Agent
 	stopRun func()
 	last    Decision
 
-	window                       []uint64 // ring of sampled page keys
-	head                         int
-	full                         bool
 	samples, decisions, switches atomic.Uint64
 }
 
-// StartAuto validates cfg, opens the cgroup and attaches the sampler.
+// autoRecord is one interval of the sample: its reads, the pages really
+// loaded, each shadow's misses, and what ran.
+type autoRecord struct {
+	reads, loaded, kernel uint64
+	misses                map[string]uint64
+	running               string
+	fresh                 bool // the first interval after a switch
+}
+
+// StartAuto validates cfg, opens the cgroup, loads the shadow caches and
+// attaches the sampler.
 func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 	if len(cfg.Candidates) == 0 {
 		cfg.Candidates = SimPolicies()
@@ -101,7 +133,7 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
 	}
-	a := &Auto{cfg: cfg, window: make([]uint64, cfg.Window)}
+	a := &Auto{cfg: cfg, shadows: map[string]*evict.Cache{}, loss: map[string]float64{}}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -120,6 +152,13 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 		a.bits = uint(bits.Len(uint(limitPages/2048))) - 1
 	}
 	a.pages = max(limitPages>>a.bits, 1)
+	a.polPages = max(int(float64(a.pages)*Occupancy(limit, cfg.Headroom)), 1)
+	a.kern = sim.NewKernelModel(a.pages)
+	for _, c := range cfg.Candidates {
+		if a.shadows[c], err = evict.Open(evict.Config{Policy: c, Capacity: uint32(a.polPages)}); err != nil {
+			return nil, fmt.Errorf("auto: shadow %s: %w", c, err)
+		}
+	}
 	if a.sampler, err = openTrackerOpts(cfg.Dir, a.cg.ID, true, 1, a.bits); err != nil {
 		return nil, err
 	}
@@ -131,7 +170,8 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 func (a *Auto) Cgroup() *Cgroup { return a.cg }
 
 // SampleRate is the share of pages sampled (1/2^bits) and the simulated
-// cache size in pages.
+// cache size in pages (the kernel model's; the candidates' is the share
+// an agent keeps filled).
 func (a *Auto) SampleRate() (bits uint, pages int) { return a.bits, a.pages }
 
 // Decision is the latest decision.
@@ -174,83 +214,133 @@ func (a *Auto) Run(ctx context.Context) error {
 	return nil
 }
 
-// add keeps the sampled pages of one read.
+// add keeps the sampled pages of one read, and counts the sampled pages
+// of a folio the kernel added (what the cgroup really loaded).
 func (a *Auto) add(e pctrace.Event) {
-	if e.Op != pctrace.OpRead {
-		return
-	}
-	for p := uint64(0); p < uint64(min(max(e.Nr, 1), 64)); p++ {
-		k := pctrace.Key(e.File, e.Index+p)
-		if !ShardsSampled(k, a.bits) {
-			continue
+	switch e.Op {
+	case pctrace.OpRead:
+		for p := uint64(0); p < uint64(min(max(e.Nr, 1), 64)); p++ {
+			k := pctrace.Key(e.File, e.Index+p)
+			if ShardsSampled(k, a.bits) {
+				a.pending = append(a.pending, k)
+				a.samples.Add(1)
+			}
 		}
-		a.window[a.head] = k
-		a.head++
-		if a.head == len(a.window) {
-			a.head, a.full = 0, true
+	case pctrace.OpAdd:
+		for p := uint64(0); p < min(uint64(1)<<min(e.Order, 9), 64); p++ {
+			if ShardsSampled(pctrace.Key(e.File, e.Index+p), a.bits) {
+				a.loaded++
+			}
 		}
-		a.samples.Add(1)
 	}
-}
-
-// keys are the window's samples, oldest first.
-func (a *Auto) keys() []uint64 {
-	if !a.full {
-		return slices.Clone(a.window[:a.head])
-	}
-	return append(slices.Clone(a.window[a.head:]), a.window[:a.head]...)
 }
 
 // minSamples a decision needs: a few times the simulated cache, so that
-// the newer half of the window sees reuse beyond a cold start.
-func (a *Auto) minSamples() int { return min(4*a.pages, len(a.window)) }
+// the shadows see reuse beyond a cold start.
+func (a *Auto) minSamples() int { return min(4*a.pages, a.cfg.Window) }
+
+// feed runs the reads sampled since the last decision through every
+// shadow cache and returns them as one record.
+func (a *Auto) feed() (autoRecord, error) {
+	r := autoRecord{reads: uint64(len(a.pending)), loaded: a.loaded, misses: map[string]uint64{}}
+	m0 := a.kern.Misses
+	for _, k := range a.pending {
+		a.kern.Access(k)
+	}
+	r.kernel = a.kern.Misses - m0
+	reqs := make([]evict.Request, len(a.pending))
+	for i, k := range a.pending {
+		reqs[i] = evict.Request{Key: k, Size: 1}
+	}
+	for name, c := range a.shadows {
+		hits, err := c.Replay(reqs, nil)
+		if err != nil {
+			return r, fmt.Errorf("auto: shadow %s: %w", name, err)
+		}
+		r.misses[name] = r.reads - hits
+	}
+	a.pending, a.loaded = a.pending[:0], 0
+	return r, nil
+}
 
 func (a *Auto) decide() error {
-	keys := a.keys()
-	if len(keys) < a.minSamples() {
-		return nil // not enough to tell: what runs keeps running
-	}
-	from := len(keys) / 2
-	kern, pols, err := sim.Compare(keys, from, a.pages, a.cfg.Candidates)
+	warm := a.kern.Misses >= uint64(a.pages) // the model's cache was full
+	r, err := a.feed()
 	if err != nil {
-		return fmt.Errorf("auto: shadow simulation: %w", err)
-	}
-	a.decisions.Add(1)
-	n := float64(len(keys) - from)
-	d := Decision{At: time.Now(), Samples: len(keys), MissesPer1000: map[string]float64{"kernel": 1000 * float64(kern.Misses) / n}}
-	var best sim.Figure
-	for _, p := range pols {
-		d.MissesPer1000[p.Name] = 1000 * float64(p.Misses) / n
-		if best.Name == "" || p.Misses < best.Misses {
-			best = p
-		}
-	}
-	d.Best = best.Name
-	if kern.Misses > 0 {
-		d.GainPct = 100 * (1 - float64(best.Misses)/float64(kern.Misses))
+		return err
 	}
 	a.mu.Lock()
 	cur := a.last.Policy
 	a.mu.Unlock()
+	r.running, r.fresh = cur, a.runRecs == 0
+	a.runRecs++
+	if !warm {
+		return nil
+	}
+	a.measureLive(r)
+	a.recs = append(a.recs, r)
+	// The newest records within Window sampled reads (at least one).
+	n, keep := 0, len(a.recs)
+	for i := len(a.recs) - 1; i >= 0; i-- {
+		if n > 0 && n+int(a.recs[i].reads) > a.cfg.Window {
+			break
+		}
+		n += int(a.recs[i].reads)
+		keep = i
+	}
+	a.recs = a.recs[keep:]
+	var kern uint64
+	pol := map[string]uint64{}
+	for _, r := range a.recs {
+		kern += r.kernel
+		for name, m := range r.misses {
+			pol[name] += m
+		}
+	}
+	if n < a.minSamples() || n == 0 {
+		return nil // not enough to tell: what runs keeps running
+	}
+	a.decisions.Add(1)
+	d := Decision{At: time.Now(), Samples: n, LossPct: maps.Clone(a.loss),
+		MissesPer1000: map[string]float64{"kernel": 1000 * float64(kern) / float64(n)}}
+	gain := map[string]float64{}
+	for _, c := range a.cfg.Candidates {
+		d.MissesPer1000[c] = 1000 * float64(pol[c]) / float64(n)
+		if kern > 0 {
+			gain[c] = 100 * (1 - float64(pol[c])/float64(kern))
+		}
+		// What a policy is expected to save: its simulated gain less what
+		// it was measured to lose live when it last ran.
+		if d.Best == "" || gain[c]-a.loss[c] > gain[d.Best]-a.loss[d.Best] {
+			d.Best = c
+		}
+	}
+	d.GainPct = gain[d.Best]
+	eff := func(p string) float64 { return gain[p] - a.loss[p] }
+	lossNote := func(p string) string {
+		if l, ok := a.loss[p]; ok {
+			return fmt.Sprintf(", %.1f points of it lost live when it ran", l)
+		}
+		return ""
+	}
 	switch {
-	case d.GainPct >= a.cfg.MarginPct:
-		d.Policy = best.Name
+	case eff(d.Best) >= a.cfg.MarginPct:
+		d.Policy = d.Best
 		// Hysteresis: a running policy is kept unless the new best beats
 		// it by half the margin too (switching loses the policy's history).
-		if cur != "" && cur != best.Name {
-			if curM, ok := d.MissesPer1000[cur]; ok && curM > 0 && 100*(1-d.MissesPer1000[best.Name]/curM) < a.cfg.MarginPct/2 {
-				d.Policy = cur
-			}
+		if cur != "" && cur != d.Best && eff(cur) >= a.cfg.MarginPct && eff(d.Best)-eff(cur) < a.cfg.MarginPct/2 {
+			d.Policy = cur
 		}
-		d.Reason = fmt.Sprintf("%s misses %.1f%% less than the kernel's default in the shadow simulation (margin %.0f%%)", d.Policy, 100*(1-d.MissesPer1000[d.Policy]/d.MissesPer1000["kernel"]), a.cfg.MarginPct)
+		d.Reason = fmt.Sprintf("%s misses %.1f%% less than the kernel's default in the shadow simulation%s (margin %.0f%%)", d.Policy, gain[d.Policy], lossNote(d.Policy), a.cfg.MarginPct)
 	default:
-		d.Reason = fmt.Sprintf("stepped aside: the best candidate, %s, misses %.1f%% less than the kernel's default in the shadow simulation, under the %.0f%% the agent costs; the kernel's default runs, nothing is evicted", best.Name, d.GainPct, a.cfg.MarginPct)
+		d.Reason = fmt.Sprintf("stepped aside: the best candidate, %s, misses %.1f%% less than the kernel's default in the shadow simulation%s, under the %.0f%% the agent costs; the kernel's default runs, nothing is evicted", d.Best, d.GainPct, lossNote(d.Best), a.cfg.MarginPct)
 	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
 			return err
 		}
 		a.switches.Add(1)
+		a.run, a.runRecs = autoRecord{}, 0
 	}
 	a.mu.Lock()
 	changed := a.last.Policy != d.Policy || a.last.Samples == 0
@@ -260,6 +350,46 @@ func (a *Auto) decide() error {
 		a.cfg.OnDecision(d)
 	}
 	return nil
+}
+
+// measureLive compares what the cgroup really loaded with the kernel
+// model's misses on the same sample. Under the default that ratio is the
+// model's own error on this workload (defRatio); under a policy, the
+// policy's live gain is 1 - ratio/defRatio, and what it falls short of its
+// simulated gain on the same intervals is its loss: the mechanism's cost
+// in misses (headroom, late or refused evictions), which later decisions
+// subtract. The first interval after a switch belongs to neither.
+func (a *Auto) measureLive(r autoRecord) {
+	for p := range a.loss { // an old measure fades: the workload may have changed
+		if p != r.running {
+			a.loss[p] *= 0.98
+		}
+	}
+	if r.fresh || r.kernel == 0 {
+		return
+	}
+	ratio := float64(r.loaded) / float64(r.kernel)
+	if r.running == "" {
+		if a.defRatio == 0 {
+			a.defRatio = ratio
+		} else {
+			a.defRatio = (a.defRatio + ratio) / 2
+		}
+		return
+	}
+	a.run.reads += r.reads
+	a.run.loaded += r.loaded
+	a.run.kernel += r.kernel
+	if a.run.misses == nil {
+		a.run.misses = map[string]uint64{}
+	}
+	a.run.misses[r.running] += r.misses[r.running]
+	if a.defRatio == 0 || a.run.kernel == 0 || a.run.reads < uint64(a.minSamples()) {
+		return
+	}
+	live := 100 * (1 - float64(a.run.loaded)/float64(a.run.kernel)/a.defRatio)
+	simulated := 100 * (1 - float64(a.run.misses[r.running])/float64(a.run.kernel))
+	a.loss[r.running] = max(simulated-live, 0)
 }
 
 // switchTo stops the running agent, if any, and starts policy ("" runs
@@ -350,6 +480,10 @@ func (a *Auto) Close() error {
 	if a.sampler != nil {
 		errs = append(errs, a.sampler.Close())
 		a.sampler = nil
+	}
+	for name, c := range a.shadows {
+		errs = append(errs, c.Close())
+		delete(a.shadows, name)
 	}
 	if a.cg != nil {
 		errs = append(errs, a.cg.Close())

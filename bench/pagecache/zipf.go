@@ -118,6 +118,11 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		return err
 	}
 	dir := filepath.Dir(path)
+	missUs, err := deviceReadUs(ctx, path)
+	if err != nil {
+		return err
+	}
+	rep.SetConfig("zipf_device_read_us", missUs)
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig("zipf_fio", fmt.Sprintf("randread bs=4k psync, zipf:%s over %d MiB, warm %s + measured %s", zipfTheta, size>>20, warm, measure))
 	rep.SetConfig("zipf_cgroup_limit_bytes", limit)
@@ -192,6 +197,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		}
 	}
 	best, gain := headroomVerdicts(rep, "zipf", "ops_per_sec", agents)
+	speedupLimits(rep, "zipf", best, missUs)
 	winTargets(rep, "zipf", best, gain)
 	autoTargets(rep, "zipf", "ops_per_sec", false, agents)
 	rep.Note(fmt.Sprintf("zipf: fio randread 4 KiB psync, zipf theta %s over a file 4x the cgroup (%d MiB in %d MiB); every round drops the file, warms with one seed, measures with another. "+
@@ -221,4 +227,53 @@ func winTargets(rep *benchkit.Report, part, best string, gainPct float64) {
 		return
 	}
 	rep.Note(fmt.Sprintf("%s: no headroom: the best policy in simulation (%s) has %.1f %% fewer misses than the kernel model (< 15 %%): no policy is expected to beat the default here", part, best, gainPct))
+}
+
+// deviceReadUs is the mean latency of a 4 KiB random read of path that
+// bypasses the page cache (O_DIRECT, 3 s): what a miss costs fio at least.
+func deviceReadUs(ctx context.Context, path string) (float64, error) {
+	out, err := exec.CommandContext(ctx, "fio", "--name=miss", "--filename="+path, "--rw=randread", "--bs=4k",
+		"--ioengine=psync", "--direct=1", "--readonly", "--time_based", "--runtime=3s", "--output-format=json").Output()
+	if err != nil {
+		return 0, fmt.Errorf("fio direct reads of %s: %w", path, err)
+	}
+	var fr struct {
+		Jobs []struct {
+			Read struct {
+				ClatNs struct {
+					Mean float64 `json:"mean"`
+				} `json:"clat_ns"`
+			} `json:"read"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &fr); err != nil || len(fr.Jobs) == 0 || fr.Jobs[0].Read.ClatNs.Mean <= 0 {
+		return 0, fmt.Errorf("fio direct reads: no latency in its output (%v)", err)
+	}
+	return fr.Jobs[0].Read.ClatNs.Mean / 1000, nil
+}
+
+// speedupLimits puts the win target beside its limit in time: a read
+// under the default takes T = 1/IOPS (one fio thread), of which each page
+// loaded costs at least a direct read of the device (missUs). A policy
+// loading L pages per 1000 reads instead of the default's L0, with a
+// mechanism that costs nothing, takes T - (L0 - L)/1000 x missUs: the
+// best simulated policy's and OPT's speedups at most
+// (PART_sim_best_speedup_limit, PART_opt_speedup_limit).
+func speedupLimits(rep *benchkit.Report, part, best string, missUs float64) {
+	iops, _, _, ok1 := rep.Spread(part+"/default", "ops_per_sec")
+	l0, _, _, ok2 := rep.Spread(part+"/default", "page_loads_per_1k_reads")
+	if !ok1 || !ok2 || iops <= 0 || best == "" {
+		return
+	}
+	t := 1e6 / iops
+	limit := func(loads float64) float64 {
+		return t / max(t-(l0-loads)/1000*missUs, t/100)
+	}
+	for name, metric := range map[string]string{"opt": "sim_opt_loads_per_1k_reads", "sim_best": "sim_" + best + "_loads_per_1k_reads"} {
+		if l, _, _, ok := rep.Spread(part+"/traced", metric); ok {
+			rep.Ratio(part+"_"+name+"_speedup_limit", limit(l))
+		}
+	}
+	rep.Note(fmt.Sprintf("%s: a read takes %.1f µs under the default, a page loaded at least %.0f µs (direct reads of the file): with a mechanism that cost nothing, the best simulated policy could run at most %s_sim_best_speedup_limit x the default's ops/s, OPT %s_opt_speedup_limit x",
+		part, t, missUs, part, part))
 }

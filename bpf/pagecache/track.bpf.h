@@ -159,6 +159,8 @@ static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, _
 	pc_event_commit(e, tag);
 }
 
+__noinline int pc_sampled(__u32 file, __u64 first, __u64 last);
+
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(pc_add, struct folio *folio)
 {
@@ -170,6 +172,8 @@ int BPF_PROG(pc_add, struct folio *folio)
 		stat(PC_T_ADD_OTHER);
 		return 0;
 	}
+	if (pc_shards_threshold && !pc_sampled(file, folio->index, folio->index + (1ULL << (folio_order_of(folio) & 15)) - 1))
+		return 0; /* auto's sampler: only sampled pages' loads */
 	stat(PC_T_ADD);
 	emit(PC_ADD, folio_order_of(folio), file, folio->index, 0, 0);
 	return 0;
@@ -187,6 +191,8 @@ int BPF_PROG(pc_del, struct folio *folio)
 		__sync_fetch_and_add(&pc_self_pages, 1ULL << (folio_order_of(folio) & 15));
 		return 0;
 	}
+	if (pc_shards_threshold && !pc_sampled(file, folio->index, folio->index + (1ULL << (folio_order_of(folio) & 15)) - 1))
+		return 0;
 	stat(PC_T_DEL);
 	emit(PC_DEL, folio_order_of(folio), file, folio->index, 0, 0);
 	return 0;

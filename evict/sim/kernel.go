@@ -114,6 +114,20 @@ func (m *KernelModel) reclaimOne() {
 	m.free = append(m.free, t)
 	m.shadow[k] = m.age
 	m.age++
+	if len(m.shadow) > 4*m.capacity+1024 {
+		m.trimShadows()
+	}
+}
+
+// trimShadows forgets the shadow entries too old to refault: a refault
+// distance is at most the active list, so at most capacity. Exact, and
+// it keeps a model that runs without end (auto's) in bounded memory.
+func (m *KernelModel) trimShadows() {
+	for k, ev := range m.shadow {
+		if m.age-ev > uint64(m.capacity) {
+			delete(m.shadow, k)
+		}
+	}
 }
 
 func (m *KernelModel) inactiveLow() bool {
