@@ -28,7 +28,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		"cbuf_hdr": unsafe.Sizeof(Hdr{}), "cbuf_hdr.slot": unsafe.Offsetof(Hdr{}.Slot), "cbuf_hdr.max_bufs": unsafe.Offsetof(Hdr{}.MaxBufs),
 		"cbuf_hdr.pool_bytes": unsafe.Offsetof(Hdr{}.PoolBytes), "cbuf_hdr.meta_off": unsafe.Offsetof(Hdr{}.MetaOff),
 		"cbuf_hdr.free_heads": unsafe.Offsetof(Hdr{}.FreeHeads), "cbuf_hdr.allocs": unsafe.Offsetof(Hdr{}.Allocs),
-		"cbuf_hdr.blocked_ns": unsafe.Offsetof(Hdr{}.BlockedNs), "cbuf_hdr.ring_head": unsafe.Offsetof(Hdr{}.RingHead),
+		"cbuf_hdr.blocked_ns": unsafe.Offsetof(Hdr{}.BlockedNs), "cbuf_hdr.tc_flush": unsafe.Offsetof(Hdr{}.TcFlush), "cbuf_hdr.ring_head": unsafe.Offsetof(Hdr{}.RingHead),
 		"cbuf_hdr.ring_tail": unsafe.Offsetof(Hdr{}.RingTail), "cbuf_hdr.ring": unsafe.Offsetof(Hdr{}.Ring),
 		"cbuf_hdr.slot_epoch": unsafe.Offsetof(Hdr{}.SlotEpoch),
 		"cbuf_agg":            unsafe.Sizeof(aggHdr{}), "cbuf_agg.n": unsafe.Offsetof(aggHdr{}.N), "cbuf_agg.cap": unsafe.Offsetof(aggHdr{}.Cap),
@@ -36,7 +36,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		"cbuf_msg": unsafe.Sizeof(msg{}), "cbuf_msg.arg2": unsafe.Offsetof(msg{}.Arg2), "cbuf_msg.name": unsafe.Offsetof(msg{}.Name),
 		"cbuf_reply":          unsafe.Sizeof(reply{}),
 		"CBUF_F_INCONSISTENT": uintptr(FlagInconsistent), "CBUF_F_RELINQUISH": uintptr(FlagRelinquish),
-		"CBUF_RECV1": uintptr(recv1), "CBUF_SENT1": uintptr(sent1),
+		"CBUF_RECV1": uintptr(recv1), "CBUF_SENT1": uintptr(sent1), "CBUF_NEXT_CACHED": uintptr(nextCached),
 	}
 	seen := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

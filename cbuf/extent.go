@@ -92,9 +92,9 @@ func (m *Manager) create(c *component, npages uint32) (uint32, bool) {
 	return idx, true
 }
 
-// destroy returns a buffer's pages (punching them out of the memfd) and
-// invalidates its id; keepIdx leaves the index reserved (bufPending).
-func (m *Manager) destroy(c *component, idx uint32, keepIdx bool) {
+// destroy returns a buffer's pages (punching them out of the memfd),
+// invalidates its id and frees its index.
+func (m *Manager) destroy(c *component, idx uint32) {
 	b := &c.bufs[idx]
 	g := m.g(c.slot, idx)
 	d := loadDir(&m.dir[g])
@@ -117,10 +117,6 @@ func (m *Manager) destroy(c *component, idx uint32, keepIdx bool) {
 	c.freeExtent(b.pageOff, uint32(b.npages))
 	c.used -= uint64(b.npages)
 	c.reclaimed++
-	if keepIdx {
-		b.state = bufPending
-		return
-	}
 	m.dropIdx(c, idx)
 }
 

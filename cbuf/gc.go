@@ -117,14 +117,6 @@ func (m *Manager) collect(c *component, k int) int {
 	haveK := false
 	for _, idx := range c.owned {
 		b := &c.bufs[idx]
-		if b.state == bufPending {
-			// acknowledged by the client (flag cleared, not in use): index reusable
-			w := atomic.LoadUint64(&c.metas[m.g(c.slot, idx)].Cnt)
-			if w&FlagInconsistent == 0 && cnt(w, refShift) == 0 {
-				defer m.dropIdx(c, idx)
-			}
-			continue
-		}
 		if b.state != bufClient {
 			continue
 		}
@@ -138,7 +130,7 @@ func (m *Manager) collect(c *component, k int) int {
 		}
 		if b.xuid {
 			// another uid maps this memfd for good: never hand it back
-			defer m.destroy(c, idx, false)
+			defer m.destroy(c, idx)
 			continue
 		}
 		dead = append(dead, idx)
@@ -149,7 +141,7 @@ func (m *Manager) collect(c *component, k int) int {
 	// Room for class k: recycle dead buffers of other sizes first.
 	if !haveK {
 		for i := 0; i < len(dead) && c.used+uint64(pages) > c.quota; {
-			m.destroy(c, dead[i], false)
+			m.destroy(c, dead[i])
 			dead = append(dead[:i], dead[i+1:]...)
 		}
 	}
@@ -179,7 +171,7 @@ func (m *Manager) collect(c *component, k int) int {
 			break
 		}
 		if !m.pushRing(c, idx) {
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
 			break
 		}
 		n++
@@ -209,6 +201,9 @@ func (m *Manager) collectBlocking(ctx context.Context, c *component, k int) int 
 	for {
 		m.mu.Lock()
 		n := m.collect(c, k)
+		if n < 0 && c.hdr != nil && freeListed(c, k) {
+			n = 0 // the client pops that instead
+		}
 		if n >= 0 {
 			if !t0.IsZero() {
 				c.blockedNs += int64(time.Since(t0))
@@ -221,6 +216,9 @@ func (m *Manager) collectBlocking(ctx context.Context, c *component, k int) int 
 			t0 = time.Now()
 			c.blockedSince = t0
 			c.blocks++
+			if c.hdr != nil {
+				atomic.AddUint64(&c.hdr.TcFlush, 1) // the client's other threads: give back your caches
+			}
 			m.askRelinquish(c)
 		}
 		m.mu.Unlock()
@@ -271,7 +269,10 @@ func (m *Manager) relinquished(id ID) {
 }
 
 // shrink brings c's pool towards its quota: dead buffers go, then free-list
-// buffers are taken back with the inconsistent flag.
+// buffers are popped off the client's lists (the client's own tagged CAS,
+// so no client thread can be taking the same one) and destroyed. What the
+// C client's thread caches hold is referenced: they are asked back
+// (tc_flush) and the next shrink finds them on the lists.
 func (m *Manager) shrink(c *component) {
 	if c.used <= c.quota {
 		return
@@ -285,27 +286,68 @@ func (m *Manager) shrink(c *component) {
 			continue
 		}
 		g := m.g(c.slot, idx)
-		p := &c.metas[g].Cnt
-		w := atomic.LoadUint64(p)
-		if cnt(w, refShift) != 0 {
-			continue
-		}
-		next := atomic.LoadUint32(&c.metas[g].Next)
-		if next != 0 {
-			// on the free list: flag it; the client discards it when popped
-			if w == 0 && atomic.CompareAndSwapUint64(p, 0, FlagInconsistent) {
-				m.destroy(c, idx, true)
-			}
+		w := atomic.LoadUint64(&c.metas[g].Cnt)
+		if cnt(w, refShift) != 0 || atomic.LoadUint32(&c.metas[g].Next) != 0 {
 			continue
 		}
 		if cnt(w, sentShift) != 0 && !m.live(g) && m.resetCounts(g) {
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
+		}
+	}
+	for k := Classes - 1; k >= 0 && c.used > c.quota; k-- {
+		for c.used > c.quota {
+			idx, ok := m.popFree(c, k)
+			if !ok {
+				break
+			}
+			// a sane list holds only unreferenced, unshared buffers of
+			// c's; anything else stays off the lists (collection finds
+			// it if it is garbage, its free puts it back if it is held)
+			g := m.g(c.slot, idx)
+			if c.bufs[idx].state == bufClient && atomic.LoadUint64(&c.metas[g].Cnt) == 0 && !m.live(g) {
+				m.destroy(c, idx)
+			}
 		}
 	}
 	if c.used > c.quota {
-		// the rest is referenced: hear from the holders as they let go
+		// the rest is referenced: hear from the holders as they let go,
+		// and have the client's threads return their caches
+		if c.hdr != nil {
+			atomic.AddUint64(&c.hdr.TcFlush, 1)
+		}
 		m.askRelinquish(c)
 	}
+}
+
+// popFree takes the top buffer off c's class-k free list as a client pops
+// (Treiber stack, head = tag<<32 | index+1, the tag bumped on every change).
+// The client writes these words, so a bad head or link ends the list, and a
+// head that keeps changing under the CAS gives up.
+func (m *Manager) popFree(c *component, k int) (uint32, bool) {
+	head := &c.hdr.FreeHeads[k]
+	for try := 0; try < 64; try++ {
+		h := atomic.LoadUint64(head)
+		top := uint32(h)
+		if top == 0 || top > m.maxBufs {
+			return 0, false
+		}
+		g := m.g(c.slot, top-1)
+		nx := atomic.LoadUint32(&c.metas[g].Next)
+		if nx == nextEnd || nx > m.maxBufs {
+			nx = 0
+		}
+		if atomic.CompareAndSwapUint64(head, h, (h>>32+1)<<32|uint64(nx)) {
+			atomic.StoreUint32(&c.metas[g].Next, 0)
+			return top - 1, true
+		}
+	}
+	return 0, false
+}
+
+// freeListed reports whether c's class-k free list has a buffer (a C
+// thread drained its cache there while another thread waited to collect).
+func freeListed(c *component, k int) bool {
+	return uint32(atomic.LoadUint64(&c.hdr.FreeHeads[k])) != 0
 }
 
 // disconnect drops a dead or departed component's references, keeps its
@@ -345,13 +387,9 @@ func (m *Manager) disconnect(c *component) {
 func (m *Manager) reapOrphans(c *component) {
 	for _, idx := range append([]uint32(nil), c.owned...) {
 		g := m.g(c.slot, idx)
-		if c.bufs[idx].state == bufPending {
-			m.dropIdx(c, idx)
-			continue
-		}
 		if !m.live(g) {
 			m.resetCounts(g)
-			m.destroy(c, idx, false)
+			m.destroy(c, idx)
 		}
 	}
 	if len(c.owned) == 0 {
@@ -389,9 +427,6 @@ func (m *Manager) Audit() (live, total int) {
 			continue
 		}
 		for _, idx := range c.owned {
-			if c.bufs[idx].state == bufPending {
-				continue
-			}
 			total++
 			if m.live(m.g(c.slot, idx)) {
 				live++

@@ -37,7 +37,8 @@ const (
 	FlagGranted = uint64(1) << (flagShift + 2)
 	flagMask    = uint64(0xffff) << flagShift
 
-	nextEnd = 0xffffffff
+	nextEnd    = 0xffffffff
+	nextCached = 0xfffffffe // in a C thread cache: the word is exactly ref1 (cbuf_layout.h)
 
 	AggMagic = 0x47474143
 )
@@ -91,7 +92,8 @@ type Hdr struct {
 	Recvs     uint64
 	Collects  uint64
 	BlockedNs uint64
-	Pad0      [2]uint64
+	TcFlush   uint64 // bumped to ask the C client's thread caches back (cbuf_layout.h)
+	Pad0      uint64
 	RingHead  uint32
 	Pad1      [15]uint32
 	RingTail  uint32

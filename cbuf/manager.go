@@ -30,10 +30,9 @@ type ManagerOptions struct {
 
 // Buffer states in the manager's own records.
 const (
-	bufNone    = iota
-	bufClient  // created and handed to its owner (free list, in use or garbage)
-	bufPending // taken back with the inconsistent flag; the index waits for the owner's acknowledgement
-	bufOrphan  // its owner died while another component still held it
+	bufNone   = iota
+	bufClient // created and handed to its owner (free list, in use or garbage)
+	bufOrphan // its owner died while another component still held it
 )
 
 type buffer struct {
@@ -71,7 +70,7 @@ type component struct {
 	metas          []Meta
 
 	bufs    []buffer
-	owned   []uint32 // indexes in bufClient, bufPending or bufOrphan
+	owned   []uint32 // indexes in bufClient or bufOrphan
 	freeIdx []uint32
 	nextIdx uint32
 	free    []extent // free page extents in the pool memfd, sorted

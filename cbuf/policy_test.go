@@ -64,8 +64,8 @@ func TestMaxThroughputGrowsTheBlockedAndFits(t *testing.T) {
 	}
 }
 
-// Shrinking a pool takes free buffers back with the inconsistent flag; the
-// client skips them and keeps allocating within the smaller pool.
+// Shrinking a pool pops free buffers off the client's free lists; the
+// client keeps allocating within the smaller pool.
 func TestShrinkTakesBackFreeBuffers(t *testing.T) {
 	m, sock := startManager(t, ManagerOptions{Memory: 4 << 20, Pool: 256 * PageSize})
 	a, err := ConnectWith(sock, ClientOptions{Name: "a"})

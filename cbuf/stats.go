@@ -25,19 +25,22 @@ type ComponentStats struct {
 	UsedPages    uint64  `json:"used_pages"`
 	Buffers      int     `json:"buffers"`
 	FreeBuffers  int     `json:"free_buffers"`
-	BlockedMs    float64 `json:"blocked_ms"`
-	CollectMs    float64 `json:"collect_ms"`
-	BlockedPct   float64 `json:"blocked_gc_pct_last_period"`
-	AllocsPerSec float64 `json:"allocs_per_sec_last_period"`
-	Blocks       uint64  `json:"blocks"`
-	Collections  uint64  `json:"collections"`
-	Collected    uint64  `json:"collected"`
-	Created      uint64  `json:"created"`
-	Reclaimed    uint64  `json:"reclaimed"`
-	Allocs       uint64  `json:"allocs"`
-	Frees        uint64  `json:"frees"`
-	Sends        uint64  `json:"sends"`
-	Recvs        uint64  `json:"recvs"`
+	// CachedBuffers: in the C client's thread caches (referenced by the
+	// component itself, so in use to liveness and not in FreeBuffers).
+	CachedBuffers int     `json:"cached_buffers"`
+	BlockedMs     float64 `json:"blocked_ms"`
+	CollectMs     float64 `json:"collect_ms"`
+	BlockedPct    float64 `json:"blocked_gc_pct_last_period"`
+	AllocsPerSec  float64 `json:"allocs_per_sec_last_period"`
+	Blocks        uint64  `json:"blocks"`
+	Collections   uint64  `json:"collections"`
+	Collected     uint64  `json:"collected"`
+	Created       uint64  `json:"created"`
+	Reclaimed     uint64  `json:"reclaimed"`
+	Allocs        uint64  `json:"allocs"`
+	Frees         uint64  `json:"frees"`
+	Sends         uint64  `json:"sends"`
+	Recvs         uint64  `json:"recvs"`
 }
 
 // Stats is the manager's state for `cistern cbuf stats`.
@@ -96,8 +99,14 @@ func (m *Manager) Stats() Stats {
 			cs.Sends, cs.Recvs = atomic.LoadUint64(&h.Sends), atomic.LoadUint64(&h.Recvs)
 			for _, idx := range c.owned {
 				g := m.g(c.slot, idx)
-				if c.bufs[idx].state == bufClient && atomic.LoadUint64(&c.metas[g].Cnt) == 0 && atomic.LoadUint32(&c.metas[g].Next) != 0 {
+				if c.bufs[idx].state != bufClient {
+					continue
+				}
+				switch w, nx := atomic.LoadUint64(&c.metas[g].Cnt), atomic.LoadUint32(&c.metas[g].Next); {
+				case w == 0 && nx != 0:
 					cs.FreeBuffers++
+				case w == ref1 && nx == nextCached:
+					cs.CachedBuffers++
 				}
 			}
 		} else {

@@ -154,6 +154,9 @@ func cbufCounters(s cbuf.Stats) map[string]uint64 {
 	for _, c := range s.Components {
 		p := fmt.Sprintf("c%d_", c.Slot)
 		out[p+"pool_pages"] = c.PoolPages
+		out[p+"used_pages"] = c.UsedPages
+		out[p+"free_buffers"] = uint64(c.FreeBuffers)
+		out[p+"cached_buffers"] = uint64(c.CachedBuffers) // in the C client's thread caches
 		out[p+"collections"] = c.Collections
 		out[p+"collected"] = c.Collected
 		out[p+"blocked_us"] = uint64(c.BlockedMs * 1000)
@@ -197,7 +200,7 @@ func newCBufStatsCmd() *cobra.Command {
 					k.Pages, k.Out, k.Handed, k.Returned, k.Drops)
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SLOT\tNAME\tPID\tUID\tGID\tPOOL\tUSED\tBUFS\tFREE\tBLOCKED_MS\tBLOCKED%\tCOLLECTIONS\tCOLLECTED\tALLOCS\tGRANTS_OUT/IN\tREFUSED_MAP/IDS")
+			fmt.Fprintln(tw, "SLOT\tNAME\tPID\tUID\tGID\tPOOL\tUSED\tBUFS\tFREE\tCACHED\tBLOCKED_MS\tBLOCKED%\tCOLLECTIONS\tCOLLECTED\tALLOCS\tGRANTS_OUT/IN\tREFUSED_MAP/IDS")
 			for _, c := range s.Components {
 				name := c.Name
 				if !c.Alive {
@@ -206,8 +209,8 @@ func newCBufStatsCmd() *cobra.Command {
 				if c.Exporting {
 					name += " (exports)"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%d\t%d\t%d/%d\t%d/%d\n", c.Slot, name, c.Pid, c.UID, c.GID,
-					c.PoolPages, c.UsedPages, c.Buffers, c.FreeBuffers, c.BlockedMs, c.BlockedPct, c.Collections, c.Collected, c.Allocs,
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%d\t%d\t%d/%d\t%d/%d\n", c.Slot, name, c.Pid, c.UID, c.GID,
+					c.PoolPages, c.UsedPages, c.Buffers, c.FreeBuffers, c.CachedBuffers, c.BlockedMs, c.BlockedPct, c.Collections, c.Collected, c.Allocs,
 					c.GrantsOut, c.GrantsIn, c.RefusedMap, c.RefusedIDs)
 			}
 			return tw.Flush()

@@ -47,8 +47,12 @@
 #define CBUF_CNT(w, shift) ((uint32_t)(((w) >> (shift)) & 0xffffu))
 
 /* next: 0 = not on a free list; CBUF_NEXT_END = last on a free list;
- * otherwise index+1 of the next free buffer. */
+ * CBUF_NEXT_CACHED = in a thread cache of its owner (the counter word is
+ * then exactly CBUF_REF1: the cache holds the reference, so the manager
+ * sees it in use and a dead owner's cached buffers are reclaimed like any
+ * it held); otherwise index+1 of the next free buffer. */
 #define CBUF_NEXT_END 0xffffffffu
+#define CBUF_NEXT_CACHED 0xfffffffeu
 
 struct cbuf_meta {
 	uint64_t cnt;
@@ -80,7 +84,11 @@ struct cbuf_hdr {
 	uint64_t recvs;
 	uint64_t collects;
 	uint64_t blocked_ns;
-	uint64_t pad0[2];
+	/* Bumped by the manager when it wants the client's thread caches back
+	 * on the free lists (a collection blocks, a pool is over its quota):
+	 * each thread drains its cache at its next alloc or free. */
+	uint64_t tc_flush;
+	uint64_t pad0;
 	/* Collection ring: the manager produces buffer indexes, the client
 	 * consumes them. Separate cache lines for the two ends. */
 	uint32_t ring_head;

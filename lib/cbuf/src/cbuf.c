@@ -1,7 +1,11 @@
 /* CBUF client library. The fast path (alloc, free, send, cbuf2buf of a
- * mapped buffer) touches only shared memory with atomics; the manager is
- * called only to collect (free list empty) and to map another component's
- * pool the first time one of its buffers arrives. */
+ * mapped buffer) touches only shared memory; the manager is called only to
+ * collect (free list empty) and to map another component's pool the first
+ * time one of its buffers arrives. Alloc and free of a never-shared buffer
+ * go through a per-thread cache (like glibc's tcache or a magazine
+ * allocator): plain loads and stores, no locked instruction; the cache is
+ * filled from and drained to the component's shared free lists a batch at a
+ * time, one CAS per batch (docs/cbuf.md, "Thread cache"). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +50,28 @@ struct xent {
 };
 
 static struct cbuf_client C = {.sock = -1, .slow = PTHREAD_MUTEX_INITIALIZER};
+
+/* Thread cache: per size class, up to tc_cap[k] indexes of own never-shared
+ * buffers that this thread freed or took from the free list in a batch.
+ * A cached buffer keeps one reference (its word is exactly CBUF_REF1, its
+ * next CBUF_NEXT_CACHED): the manager sees it in use, never takes it back
+ * from under the cache, and when the process dies it is reclaimed like any
+ * buffer the process held. Up to TC_PAGES pages per class per thread. */
+#define TC_PAGES 64u
+#define TC_MAX TC_PAGES
+static const uint16_t tc_cap[CBUF_CLASSES] = {64, 32, 16, 8, 4, 2, 1};
+struct tcache {
+	uint64_t conn;  /* C.conn when filled: another connection's cache is dropped */
+	uint64_t flush; /* hdr->tc_flush seen last: the manager asks caches back */
+	uint16_t n[CBUF_CLASSES];
+	uint32_t idx[CBUF_CLASSES][TC_MAX];
+};
+static __thread struct tcache *tc __attribute__((tls_model("initial-exec")));
+/* Bumped at every connect and disconnect, and in a forked child: thread
+ * caches of an earlier connection (or of the parent) are dropped unused. */
+static uint64_t conn_gen = 1;
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -96,42 +122,175 @@ static inline uint64_t gidx(uint32_t slot, uint32_t idx) { return (uint64_t)slot
 static inline unsigned size_class(size_t size)
 {
 	size_t pages = (size + CBUF_PAGE - 1) / CBUF_PAGE;
-	unsigned k = 0;
-	while ((1ull << k) < pages)
-		k++;
-	return k;
+	return pages <= 1 ? 0 : 64 - (unsigned)__builtin_clzll((unsigned long long)pages - 1);
 }
 
-static void push_free(uint32_t idx, unsigned k)
-{
-	uint64_t *head = &C.hdr->free_heads[k];
-	struct cbuf_meta *m = &C.meta[gidx(C.slot, idx)];
-	uint64_t h = LOAD(head), nh;
-	do {
-		uint32_t top = (uint32_t)h;
-		STORE(&m->next, top ? top : CBUF_NEXT_END);
-		nh = ((h >> 32) + 1) << 32 | (uint64_t)(idx + 1);
-	} while (!__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-}
-
-/* Pops one buffer of class k; -1 when the list is empty. */
-static int64_t pop_free(unsigned k)
+/* Pops up to want buffers of class k with one CAS into out; returns how
+ * many. The chain walked between the load and the CAS is stable when the
+ * CAS succeeds: the tag changes on every push and pop. */
+static unsigned pop_batch(unsigned k, uint32_t *out, unsigned want)
 {
 	uint64_t *head = &C.hdr->free_heads[k];
 	uint64_t h = LOAD(head);
 	for (;;) {
 		uint32_t top = (uint32_t)h;
 		if (!top)
-			return -1;
+			return 0;
 		if (top > C.max_bufs) { /* our own list is corrupt: drop it */
 			STORE(head, ((h >> 32) + 1) << 32);
-			return -1;
+			return 0;
 		}
-		uint32_t nx = LOAD(&C.meta[gidx(C.slot, top - 1)].next);
-		uint64_t nh = ((h >> 32) + 1) << 32 | (nx == CBUF_NEXT_END || nx > C.max_bufs ? 0 : nx);
+		unsigned n = 0;
+		uint32_t cur = top;
+		while (cur && n < want) {
+			out[n++] = cur - 1;
+			uint32_t nx = LOAD(&C.meta[gidx(C.slot, cur - 1)].next);
+			cur = nx == CBUF_NEXT_END || nx > C.max_bufs ? 0 : nx;
+		}
+		uint64_t nh = ((h >> 32) + 1) << 32 | cur;
 		if (__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return top - 1;
+			return n;
 	}
+}
+
+/* Pushes n buffers of class k (their counter words already 0) as one chain
+ * with one CAS. */
+static void push_batch(unsigned k, const uint32_t *idx, unsigned n)
+{
+	if (!n)
+		return;
+	for (unsigned i = 0; i + 1 < n; i++)
+		STORE(&C.meta[gidx(C.slot, idx[i])].next, idx[i + 1] + 1);
+	uint64_t *head = &C.hdr->free_heads[k];
+	struct cbuf_meta *last = &C.meta[gidx(C.slot, idx[n - 1])];
+	uint64_t h = LOAD(head), nh;
+	do {
+		uint32_t top = (uint32_t)h;
+		STORE(&last->next, top ? top : CBUF_NEXT_END);
+		nh = ((h >> 32) + 1) << 32 | (uint64_t)(idx[0] + 1);
+	} while (!__atomic_compare_exchange_n(head, &h, nh, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
+
+static void push_free(uint32_t idx, unsigned k) { push_batch(k, &idx, 1); }
+
+/* Pops one buffer of class k; -1 when the list is empty. */
+static int64_t pop_free(unsigned k)
+{
+	uint32_t idx;
+	return pop_batch(k, &idx, 1) ? (int64_t)idx : -1;
+}
+
+static void free_slow(cbuf_t id, struct cbuf_meta *m, const struct cbuf_dir *d, uint64_t w);
+
+/* Returns n cached buffers of class k (the oldest, at the bottom) to the
+ * shared free list. Each word goes from CBUF_REF1 to 0 with a plain store:
+ * nothing else writes the word of a never-shared buffer its owner holds
+ * (the manager changes words only of unreferenced or sent buffers). */
+static void tc_drain(struct tcache *t, unsigned k, unsigned n)
+{
+	uint32_t out[TC_MAX];
+	unsigned m = 0;
+	if (n > t->n[k])
+		n = t->n[k];
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t idx = t->idx[k][i];
+		struct cbuf_meta *mm = &C.meta[gidx(C.slot, idx)];
+		uint64_t w = LOAD(&mm->cnt);
+		if (w != CBUF_REF1) {
+			/* flagged or counted while cached (an application's use of
+			 * a freed id): the ordinary last free decides */
+			const struct cbuf_dir *d = &C.dir[gidx(C.slot, idx)];
+			STORE(&mm->next, 0);
+			free_slow(CBUF_ID(LOAD(&d->gen), C.slot, idx), mm, d, SUB(&mm->cnt, CBUF_REF1));
+			continue;
+		}
+		__atomic_store_n(&mm->cnt, 0, __ATOMIC_RELAXED);
+		out[m++] = idx;
+	}
+	push_batch(k, out, m); /* the CAS publishes the stores above */
+	memmove(t->idx[k], t->idx[k] + n, (t->n[k] - n) * sizeof(uint32_t));
+	t->n[k] -= n;
+}
+
+static void tc_drain_all(struct tcache *t)
+{
+	for (unsigned k = 0; k < CBUF_CLASSES; k++)
+		tc_drain(t, k, t->n[k]);
+}
+
+/* Thread exit: this thread's cache goes back to the free lists. */
+static void tc_exit(void *p)
+{
+	struct tcache *t = p;
+	if (t && C.hdr && t->conn == LOAD(&conn_gen))
+		tc_drain_all(t);
+	free(t);
+	tc = NULL;
+}
+
+static void tc_atfork_child(void) { ADD(&conn_gen, 1); }
+
+static void tc_init_once(void)
+{
+	pthread_key_create(&tc_key, tc_exit);
+	pthread_atfork(NULL, NULL, tc_atfork_child);
+}
+
+/* This thread's cache, valid for the current connection; NULL only when
+ * it cannot be allocated (the caller takes the shared lists). */
+static inline struct tcache *tc_get(void)
+{
+	struct tcache *t = tc;
+	uint64_t g = __atomic_load_n(&conn_gen, __ATOMIC_RELAXED);
+	if (__builtin_expect(t && t->conn == g, 1)) {
+		uint64_t f = __atomic_load_n(&C.hdr->tc_flush, __ATOMIC_RELAXED);
+		if (__builtin_expect(t->flush != f, 0)) {
+			t->flush = f;
+			tc_drain_all(t);
+		}
+		return t;
+	}
+	if (!t) {
+		if (!(t = calloc(1, sizeof(*t))))
+			return NULL;
+		tc = t;
+		pthread_setspecific(tc_key, t);
+	}
+	/* another connection's (or the parent's) buffers: not ours to touch */
+	memset(t->n, 0, sizeof(t->n));
+	t->conn = g;
+	t->flush = __atomic_load_n(&C.hdr->tc_flush, __ATOMIC_RELAXED);
+	return t;
+}
+
+/* Fills this thread's class-k cache with up to half its capacity from the
+ * shared free list (one CAS) and returns how many it took. A buffer on the
+ * free list is unreferenced and only its popper may touch it (the manager
+ * takes free buffers back by popping them too), so it becomes cached by
+ * plain stores. */
+static unsigned tc_fill(struct tcache *t, unsigned k)
+{
+	uint32_t got[TC_MAX];
+	unsigned want = (tc_cap[k] + 1) / 2, n = pop_batch(k, got, want), m = t->n[k];
+	for (unsigned i = 0; i < n; i++) {
+		struct cbuf_meta *mm = &C.meta[gidx(C.slot, got[i])];
+		uint64_t w = LOAD(&mm->cnt);
+		if (w) {
+			/* not a clean free buffer (a manager that flags free buffers
+			 * inconsistent, or a corrupt list): acknowledge the flag and
+			 * leave it off every list; if it is garbage the next
+			 * collection finds it */
+			STORE(&mm->next, 0);
+			if (w & CBUF_F_INCONSISTENT)
+				SUB(&mm->cnt, CBUF_F_INCONSISTENT);
+			continue;
+		}
+		__atomic_store_n(&mm->cnt, CBUF_REF1, __ATOMIC_RELAXED);
+		__atomic_store_n(&mm->next, CBUF_NEXT_CACHED, __ATOMIC_RELAXED);
+		t->idx[k][m++] = got[i];
+	}
+	t->n[k] = m;
+	return n;
 }
 
 /* Moves what the manager put in the ring onto the free lists. */
@@ -197,6 +356,8 @@ int cbuf_connect(const char *path)
 	}
 	C.sock = s;
 	C.pid = getpid();
+	pthread_once(&tc_once, tc_init_once);
+	ADD(&conn_gen, 1);
 	struct cbuf_msg m = {.op = CBUF_OP_HELLO};
 	const char *e;
 	if ((e = getenv("CBUF_PRIORITY")))
@@ -244,6 +405,9 @@ fail:
 
 void cbuf_disconnect(void)
 {
+	/* every thread's cache belonged to this connection: the manager
+	 * reclaims its buffers with the rest of the component */
+	ADD(&conn_gen, 1);
 	if (C.sock >= 0)
 		close(C.sock);
 	C.sock = -1;
@@ -298,15 +462,50 @@ static int map_own(uint32_t idx, const struct cbuf_dir *d)
 	return 0;
 }
 
+/* Hands out an own buffer this caller holds one reference of (idx); NULL if
+ * an exporting owner cannot map it. */
+static inline __attribute__((always_inline)) void *own_buffer(uint32_t idx, unsigned k, cbuf_t *id)
+{
+	const struct cbuf_dir *d = &C.dir[gidx(C.slot, idx)];
+	if (C.exporting && map_own(idx, d)) {
+		struct cbuf_meta *m = &C.meta[gidx(C.slot, idx)];
+		SUB(&m->cnt, CBUF_REF1);
+		push_free(idx, k);
+		return NULL;
+	}
+	*id = CBUF_ID(LOAD(&d->gen), C.slot, idx);
+	STAT(allocs);
+	return C.pools[C.slot] + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+}
+
 void *cbuf_alloc(size_t size, cbuf_t *id)
 {
 	if (!C.hdr || size == 0 || size > (size_t)CBUF_MAX_PAGES * CBUF_PAGE)
 		return NULL;
 	unsigned k = size_class(size);
+	struct tcache *t = tc_get();
 	for (int tries = 0;;) {
+		if (t) {
+			if (__builtin_expect(t->n[k] == 0, 0) && !tc_fill(t, k)) {
+				/* empty: maybe the ring already holds collected buffers */
+				if (pthread_mutex_trylock(&C.slow) == 0) {
+					drain_ring();
+					pthread_mutex_unlock(&C.slow);
+					tc_fill(t, k);
+				}
+			}
+			if (t->n[k]) {
+				uint32_t idx = t->idx[k][--t->n[k]];
+				__atomic_store_n(&C.meta[gidx(C.slot, idx)].next, 0, __ATOMIC_RELAXED);
+				return own_buffer(idx, k, id);
+			}
+			if (collect(k) || ++tries > 1000)
+				return NULL;
+			continue;
+		}
+		/* no thread cache (out of memory for it): the shared lists */
 		int64_t idx = pop_free(k);
 		if (idx < 0) {
-			/* empty: maybe the ring already holds collected buffers */
 			if (pthread_mutex_trylock(&C.slow) == 0) {
 				drain_ring();
 				pthread_mutex_unlock(&C.slow);
@@ -326,19 +525,11 @@ void *cbuf_alloc(size_t size, cbuf_t *id)
 			SUB(&m->cnt, CBUF_REF1 | CBUF_F_INCONSISTENT);
 			continue;
 		}
-		const struct cbuf_dir *d = &C.dir[gidx(C.slot, (uint32_t)idx)];
-		if (C.exporting && map_own((uint32_t)idx, d)) {
-			SUB(&m->cnt, CBUF_REF1);
-			push_free((uint32_t)idx, k);
-			return NULL;
-		}
-		*id = CBUF_ID(LOAD(&d->gen), C.slot, (uint32_t)idx);
-		STAT(allocs);
-		return C.pools[C.slot] + (size_t)LOAD(&d->page_off) * CBUF_PAGE;
+		return own_buffer((uint32_t)idx, k, id);
 	}
 }
 
-static struct cbuf_meta *meta_of(cbuf_t id, const struct cbuf_dir **dp)
+static inline __attribute__((always_inline)) struct cbuf_meta *meta_of(cbuf_t id, const struct cbuf_dir **dp)
 {
 	uint32_t slot = CBUF_ID_SLOT(id), idx = CBUF_ID_IDX(id);
 	if (!C.hdr || slot >= CBUF_MAX_COMPONENTS || idx >= C.max_bufs)
@@ -356,7 +547,30 @@ void cbuf_free(cbuf_t id)
 	struct cbuf_meta *m = meta_of(id, &d);
 	if (!m)
 		return;
-	uint64_t w = SUB(&m->cnt, CBUF_REF1);
+	uint64_t w = LOAD(&m->cnt);
+	if (w == CBUF_REF1 && CBUF_ID_SLOT(id) == C.slot) {
+		/* the last reference of a never-shared own buffer: this thread's
+		 * cache keeps it (and its reference), no locked instruction */
+		uint32_t next = LOAD(&m->next);
+		struct tcache *t = next == 0 ? tc_get() : NULL;
+		if (t) {
+			unsigned k = size_class((size_t)LOAD(&d->npages) * CBUF_PAGE);
+			if (t->n[k] == tc_cap[k])
+				tc_drain(t, k, (tc_cap[k] + 1) / 2);
+			__atomic_store_n(&m->next, CBUF_NEXT_CACHED, __ATOMIC_RELAXED);
+			t->idx[k][t->n[k]++] = CBUF_ID_IDX(id);
+			STAT(frees);
+			return;
+		}
+		if (next == CBUF_NEXT_CACHED)
+			return; /* double free: it is cached already */
+	}
+	free_slow(id, m, d, SUB(&m->cnt, CBUF_REF1));
+}
+
+/* The locked free: w is the word before this free's ref-1. */
+static void free_slow(cbuf_t id, struct cbuf_meta *m, const struct cbuf_dir *d, uint64_t w)
+{
 	if (CBUF_CNT(w, CBUF_REF_SHIFT) == 0) { /* double free: undo */
 		ADD(&m->cnt, CBUF_REF1);
 		return;

@@ -24,6 +24,16 @@
  *   peer SOCK sendx N SIZE    cbuf_export, then as send but with
  *                             cbuf_send_to(id, $CBUF_PEER) (a token)
  *   peer SOCK recvx SIZE      print "token T" (cbuf_self), then as recv
+ *   peer SOCK tcache N        alloc N one-page buffers, free them (into
+ *                             this thread's cache), print "cached N"; then
+ *                             per stdin line one alloc+free ("poked"); at
+ *                             EOF exit without disconnecting
+ *   peer SOCK handoff N ITERS N threads pass buffers to each other through
+ *                             shared slots: each allocates and fills one,
+ *                             swaps it into a random slot and checks and
+ *                             frees what it took out (so threads free
+ *                             buffers others allocated); after they exit
+ *                             print "ok N bad M", wait for EOF on stdin
  * Fill: 64-bit word i of a buffer holds nonce ^ i. */
 #include <errno.h>
 #include <inttypes.h>
@@ -97,6 +107,49 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+static _Atomic(uint64_t) h_slot[16];
+static uint64_t h_nonce[16];
+static uint64_t *h_ptr[16];
+static long h_iters;
+
+static void *handoff(void *arg)
+{
+	uint64_t me = (uint64_t)(uintptr_t)arg, x = me * 0x9e3779b97f4a7c15ull + 7;
+	for (long i = 0; i < h_iters; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		cbuf_t id;
+		uint64_t *p = cbuf_alloc(4096, &id);
+		if (!p) {
+			t_bad++;
+			continue;
+		}
+		uint64_t nonce = x | 1;
+		fill(p, 4096, nonce);
+		/* the slot holds an id whose nonce sits beside it; take both
+		 * under a "busy" id 1 so no other thread reads a half-swap */
+		unsigned s = (unsigned)(x >> 32) % 16;
+		uint64_t old;
+		do
+			old = atomic_exchange(&h_slot[s], 1);
+		while (old == 1);
+		uint64_t on = h_nonce[s], *q = h_ptr[s];
+		h_nonce[s] = nonce;
+		h_ptr[s] = p;
+		atomic_store(&h_slot[s], id);
+		if (old) {
+			/* one process: the allocator's reference moves with the
+			 * id, and this thread's free caches a buffer another
+			 * thread allocated */
+			if (check(q, 4096, on))
+				t_ok++;
+			else
+				t_bad++;
+			cbuf_free(old);
+		}
+	}
+	return NULL;
+}
+
 #define OFF(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
 #define SZ(t) printf(#t " %zu\n", sizeof(struct t))
 
@@ -110,10 +163,11 @@ int main(int argc, char **argv)
 		SZ(cbuf_meta); OFF(cbuf_meta, cnt); OFF(cbuf_meta, next);
 		SZ(cbuf_dir); OFF(cbuf_dir, page_off); OFF(cbuf_dir, npages); OFF(cbuf_dir, gen);
 		SZ(cbuf_hdr); OFF(cbuf_hdr, slot); OFF(cbuf_hdr, max_bufs); OFF(cbuf_hdr, pool_bytes); OFF(cbuf_hdr, meta_off);
-		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, ring_head);
+		OFF(cbuf_hdr, free_heads); OFF(cbuf_hdr, allocs); OFF(cbuf_hdr, blocked_ns); OFF(cbuf_hdr, tc_flush); OFF(cbuf_hdr, ring_head);
 		OFF(cbuf_hdr, ring_tail); OFF(cbuf_hdr, ring); OFF(cbuf_hdr, slot_epoch);
 		SZ(cbuf_agg); OFF(cbuf_agg, n); OFF(cbuf_agg, cap); SZ(cbuf_agg_ent); OFF(cbuf_agg_ent, off); OFF(cbuf_agg_ent, len);
 		SZ(cbuf_msg); OFF(cbuf_msg, arg2); OFF(cbuf_msg, name); SZ(cbuf_reply);
+		printf("CBUF_NEXT_CACHED %u\n", CBUF_NEXT_CACHED);
 		printf("CBUF_F_INCONSISTENT %llu\nCBUF_F_RELINQUISH %llu\nCBUF_RECV1 %llu\nCBUF_SENT1 %llu\n",
 		       (unsigned long long)CBUF_F_INCONSISTENT, (unsigned long long)CBUF_F_RELINQUISH,
 		       (unsigned long long)CBUF_RECV1, (unsigned long long)CBUF_SENT1);
@@ -211,6 +265,54 @@ int main(int argc, char **argv)
 			pthread_join(th[i], NULL);
 		printf("ok %ld bad %ld\n", (long)t_ok, (long)t_bad);
 		return 0;
+	}
+	if (!strcmp(argv[2], "handoff") && argc == 5) {
+		int n = atoi(argv[3]);
+		h_iters = atol(argv[4]);
+		pthread_t th[64];
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_create(&th[i], NULL, handoff, (void *)(uintptr_t)(i + 1));
+		for (int i = 0; i < n && i < 64; i++)
+			pthread_join(th[i], NULL);
+		for (int s = 0; s < 16; s++) { /* the main thread frees what is left */
+			uint64_t id = atomic_load(&h_slot[s]);
+			if (id) {
+				if (check(h_ptr[s], 4096, h_nonce[s]))
+					t_ok++;
+				else
+					t_bad++;
+				cbuf_free(id);
+			}
+		}
+		printf("ok %ld bad %ld\n", (long)t_ok, (long)t_bad);
+		fflush(stdout);
+		char line[64];
+		while (fgets(line, sizeof(line), stdin))
+			;
+		return 0;
+	}
+	if (!strcmp(argv[2], "tcache") && argc == 4) {
+		int n = atoi(argv[3]);
+		cbuf_t ids[64];
+		if (n < 1 || n > 64)
+			return 2;
+		for (int i = 0; i < n; i++)
+			if (!cbuf_alloc(4096, &ids[i]))
+				return 1;
+		for (int i = 0; i < n; i++)
+			cbuf_free(ids[i]);
+		printf("cached %d\n", n);
+		fflush(stdout);
+		char line[64];
+		while (fgets(line, sizeof(line), stdin)) {
+			cbuf_t id;
+			if (!cbuf_alloc(4096, &id))
+				return 1;
+			cbuf_free(id);
+			printf("poked\n");
+			fflush(stdout);
+		}
+		_exit(0); /* no disconnect, no thread-exit drain: the manager reclaims */
 	}
 	if (!strcmp(argv[2], "fork") && argc == 3) {
 		cbuf_t id;
