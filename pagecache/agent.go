@@ -54,6 +54,8 @@ type Agent struct {
 	headAt                 time.Time
 	headGrown, headShrunk  atomic.Uint64
 	headNow                atomic.Int64
+	// What was cached before the start, told to the policy (seed.go).
+	seeded seedStats
 
 	// Counters (read by Stats from other goroutines).
 	evictRuns, victims, pagesEvicted     atomic.Uint64
@@ -142,6 +144,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	a.seeded = a.seed()
 	return a, nil
 }
 
@@ -157,7 +160,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 // limit since the last step (the agent was late: memory.failcnt or
 // memory.events max), and shrinks by a quarter after 10 s without, down to
 // that floor again; at most max(limit/16, 16 MiB) and a quarter of the
-// limit. Each wakeup evicts max(limit/512, 256 KiB), in as few ranges as
+// limit. Each wakeup evicts max(limit/256, 512 KiB), in as few ranges as
 // it can.
 func (a *Agent) setWatermarks() {
 	if a.limit <= 0 {
@@ -185,7 +188,7 @@ func headroomRange(limit, fixed int64) (lo, hi int64) {
 	return lo, hi
 }
 
-func evictStep(limit int64) int64 { return max(limit/512, 256<<10) }
+func evictStep(limit int64) int64 { return max(limit/256, 512<<10) }
 
 // Occupancy is the share of a cgroup of limit bytes the agent keeps filled
 // at its smallest headroom: (high - step/2) / limit, what auto simulates
@@ -245,6 +248,10 @@ func dirPages(dir string) (int64, error) {
 	})
 	return pages, err
 }
+
+// SeedError says why the pages cached before the start could not be told
+// to the policy (nil: they were; they are then left to the kernel).
+func (a *Agent) SeedError() error { return a.seeded.err }
 
 // Cgroup is the agent's memory cgroup (put the workload in it).
 func (a *Agent) Cgroup() *Cgroup { return a.cg }
@@ -361,8 +368,9 @@ func (a *Agent) step() (time.Duration, error) {
 	for need > 0 || len(a.back) > 0 {
 		// Pages, not victims: one folio of a scan can be 512 pages.
 		want := int(max(min(need, 4096), 0))
-		back := a.back
-		a.back = nil
+		nb := min(len(a.back), batchSize)
+		back := a.back[:nb:nb]
+		a.back = a.back[nb:]
 		vs, err := a.pol.run(back, want)
 		if err != nil {
 			return 0, err
@@ -370,8 +378,9 @@ func (a *Agent) step() (time.Duration, error) {
 		if len(vs) == 0 {
 			if need > 0 { // the kernel reclaims at the limit, as without an agent
 				a.declined.Add(1)
+				break
 			}
-			break
+			continue // only events were queued (the seed): the rest of them
 		}
 		a.evictRuns.Add(1)
 		need -= a.evict(vs)
@@ -552,6 +561,11 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
 	st["cgroup_limit_hits"] = a.cg.LimitHits()
 	st["headroom_bytes"] = uint64(a.headNow.Load())
+	st["seeded_pages"], st["seed_foreign_pages"] = a.seeded.pages, a.seeded.foreign
+	st["seed_failed"] = 0
+	if a.seeded.err != nil {
+		st["seed_failed"] = 1
+	}
 	st["headroom_grown"] = a.headGrown.Load()
 	st["headroom_shrunk"] = a.headShrunk.Load()
 	return st, nil

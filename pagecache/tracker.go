@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,13 @@ func (t *tracker) spanPages() int64 {
 }
 
 // path is the name of file id ("" if unknown).
+// fileList is a copy of the watched files by id.
+func (t *tracker) fileList() map[uint32]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.files)
+}
+
 func (t *tracker) path(id uint32) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

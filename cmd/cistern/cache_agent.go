@@ -124,6 +124,11 @@ metrics (auto_policy_<name>).`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
+			if err := a.SeedError(); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: the pages cached before the start stay the kernel's to reclaim: %v\n", err)
+			} else if st, err := a.Stats(); err == nil && st["seeded_pages"]+st["seed_foreign_pages"] > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: %d pages cached before the start given to the policy (%d charged to other cgroups left alone)\n", st["seeded_pages"], st["seed_foreign_pages"])
+			}
 			if policy.Accesses {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
 			}

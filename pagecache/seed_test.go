@@ -1,0 +1,67 @@
+package pagecache
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
+)
+
+// TestAgentSeedsWarmCache starts a FIFO agent on a cgroup whose cache is
+// already warm: 16 MiB of files read in the cgroup, and 4 MiB of another
+// file read outside it (charged to the test's cgroup). The agent is told
+// the cgroup's pages, not the other one's, and FIFO evicts the seeded
+// pages first when new files are read: without the seed it would know
+// only the new pages, and the warm ones would stay cached for good.
+func TestAgentSeedsWarmCache(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	warm := writeFiles(t, filepath.Join(dir, "warm"), 16, 1<<20)
+	outside := writeFiles(t, filepath.Join(dir, "outside"), 1, 4<<20)
+	fresh := writeFiles(t, filepath.Join(dir, "new"), 32, 1<<20)
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-seed-%d", os.Getpid()), 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	readInCgroup(t, cg, warm...)
+	if out, err := exec.Command("cat", outside[0]).Output(); err != nil || len(out) != 4<<20 {
+		t.Fatalf("read outside: %v", err)
+	}
+	var warmBefore uint64
+	for _, f := range warm {
+		warmBefore += cached(t, f)
+	}
+	a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "fifo", Headroom: 8 << 20})
+	defer stop()
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("warm pages cached %d; seeded %d, foreign %d, failed %d (%v)", warmBefore, st["seeded_pages"], st["seed_foreign_pages"], st["seed_failed"], a.SeedError())
+	if a.SeedError() != nil || st["seeded_pages"] < warmBefore*9/10 || st["seeded_pages"] > warmBefore {
+		t.Fatalf("seeded %d pages of %d cached in the cgroup (error %v)", st["seeded_pages"], warmBefore, a.SeedError())
+	}
+	if c := cached(t, outside[0]); st["seed_foreign_pages"] < c*9/10 {
+		t.Fatalf("%d pages of the file read outside are cached, %d counted as another cgroup's", c, st["seed_foreign_pages"])
+	}
+	readInCgroup(t, cg, fresh...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var warmAfter uint64
+	for _, f := range warm {
+		warmAfter += cached(t, f)
+	}
+	st, _ = a.Stats()
+	t.Logf("after 32 MiB of new files: warm pages cached %d, evicted by the agent %d, limit reclaims %d", warmAfter, st["pages_evicted"], st["cgroup_limit_hits"])
+	if warmAfter > warmBefore/4 {
+		t.Fatalf("FIFO left %d of %d warm pages cached: the seeded pages were not evicted first", warmAfter, warmBefore)
+	}
+	if c := cached(t, outside[0]); c < 1000 {
+		t.Fatalf("the file read outside the cgroup lost its pages (%d cached): the agent evicted another cgroup's pages", c)
+	}
+}
