@@ -50,7 +50,7 @@ type Agent struct {
 	// between headMin and headMax; limitHits the cgroup's count when it
 	// last changed.
 	head, headMin, headMax int64
-	limitHits              uint64
+	limitHits, limitHits0  uint64
 	headAt                 time.Time
 	headGrown, headShrunk  atomic.Uint64
 	headNow                atomic.Int64
@@ -170,6 +170,7 @@ func (a *Agent) setWatermarks() {
 		a.headMin, a.headMax = headroomRange(a.limit, a.cfg.Headroom)
 		a.head, a.headAt = a.headMin, time.Now()
 		a.limitHits = a.cg.LimitHits()
+		a.limitHits0 = a.limitHits
 	}
 	a.high = a.limit - a.head
 	a.low = a.high - evictStep(a.limit)
@@ -559,7 +560,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	}
 	st["fadvise_us"] = a.fadvNanos.Load() / 1000
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
-	st["cgroup_limit_hits"] = a.cg.LimitHits()
+	st["cgroup_limit_hits"] = a.cg.LimitHits() - a.limitHits0 // since the start
 	st["headroom_bytes"] = uint64(a.headNow.Load())
 	st["seeded_pages"], st["seed_foreign_pages"] = a.seeded.pages, a.seeded.foreign
 	st["seed_failed"] = 0
