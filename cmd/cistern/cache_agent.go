@@ -154,7 +154,7 @@ metrics (auto_policy_<name>).`,
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit, fixed (default: adaptive, from max(limit/256, 1M), doubled when the kernel had to reclaim at the limit; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
-	f.Float64Var(&autoMargin, "auto-margin", 10, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
+	f.Float64Var(&autoMargin, "auto-margin", pagecache.DefaultAutoMarginPct, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
 	f.DurationVar(&autoInterval, "auto-interval", 10*time.Second, "auto: time between decisions")
 	return c
 }
