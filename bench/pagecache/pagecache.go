@@ -102,7 +102,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	rep.Section("overhead: fio randread on a cached file", rows("overhead", overheadModes),
 		[]string{"cpu_ns_per_io", "iops", "agent_cost_pct"})
 	rep.Section("zipf: fio randread, zipf 1.1 over 4x the cgroup", rows("zipf", zipfModes),
-		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
+		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("zipf headroom: the traced run replayed, pages loaded per 1000 reads", []string{"zipf/traced"},
 		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	if opt.PlotPath != "" {
