@@ -1,6 +1,8 @@
 package kv
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,7 +93,27 @@ func memcaslap(t *testing.T, pair *netenv.Pair, bin, addr string, udp bool, d ti
 	if udp {
 		args = append(args, "--udp")
 	}
-	out, err := netenv.Command(pair.ClientNSName(), bin, args...).CombinedOutput()
+	// Over UDP a lost request or reply leaves memaslap waiting for good
+	// (a 7.2 guest's run hung 13 minutes): bounded, and said.
+	limit := d + 60*time.Second*testenv.TimeScale()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := netenv.Command(pair.ClientNSName(), bin, args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Start()
+	if err == nil {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("memcaslap %v: still running after %s (over UDP a lost datagram leaves it waiting): %s", args, limit, buf.Bytes())
+		}
+	}
+	out := buf.Bytes()
 	m := tpsRe.FindSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("memcaslap %v: %v\n%s", args, err, out)

@@ -15,6 +15,9 @@ type MemcachedOptions struct {
 	Port     int    // TCP and UDP port; default 11211
 	Threads  int    // worker threads; default 2
 	MemoryMB int    // cache size; default 256
+	// StartTimeout bounds the wait for it to listen (default 10 s; tests
+	// widen it in emulated guests and under load: testenv.StartTimeout).
+	StartTimeout time.Duration
 }
 
 // Memcached is a running memcached with TCP and UDP enabled.
@@ -62,7 +65,11 @@ func StartMemcached(opt MemcachedOptions) (*Memcached, error) {
 		return nil, fmt.Errorf("start memcached: %w", err)
 	}
 	m := &Memcached{Opt: opt, p: p, log: lf.Name()}
-	if err := waitTCP(opt.Netns, m.Addr(), 10*time.Second, p.exited); err != nil {
+	wait := opt.StartTimeout
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	if err := waitTCP(opt.Netns, m.Addr(), wait, p.exited); err != nil {
 		p.stop()
 		out, _ := os.ReadFile(lf.Name())
 		return nil, fmt.Errorf("memcached: %w\n%s", err, out)

@@ -73,6 +73,9 @@ func NetPair(t testing.TB, name string) *netenv.Pair {
 func Memcached(t testing.TB, opt servers.MemcachedOptions) *servers.Memcached {
 	t.Helper()
 	NeedServers(t)
+	if opt.StartTimeout == 0 {
+		opt.StartTimeout = StartTimeout(10 * time.Second)
+	}
 	m, err := servers.StartMemcached(opt)
 	if err != nil {
 		NotInstalled(t, err)
