@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,11 +35,18 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The first decision is on zipf alone: it must step aside.
+	first := make(chan Decision, 1)
+	var firstOnce sync.Once
 	a, err := StartAuto(AutoConfig{
-		Config:   Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-auto-%d", os.Getpid()), Limit: 64 << 20},
-		Interval: 2 * time.Second, Window: 1 << 15,
+		Config: Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-auto-%d", os.Getpid()), Limit: 64 << 20},
+		// The margin is the test's, not the default's: what is tested is
+		// that auto follows the workload (the default margin's value is
+		// the bench's to judge).
+		Interval: 2 * time.Second, Window: 1 << 15, MarginPct: 10,
 		OnDecision: func(d Decision) {
 			t.Logf("decision: policy %q (best %s, %.1f%%): %s", d.Policy, d.Best, d.GainPct, d.Reason)
+			firstOnce.Do(func() { first <- d })
 		},
 	})
 	if err != nil {
@@ -67,12 +75,19 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 			break
 		}
 	}
-	zipfDecision := a.Decision()
+	var zipfDecision Decision
+	select {
+	case zipfDecision = <-first:
+	default:
+	}
 	if st["auto_decisions"] == 0 {
 		t.Fatalf("no decision after zipf reads until the deadline (%d samples of the %d needed)", st["auto_samples"], a.minSamples())
 	}
-	if zipfDecision.Policy != "" || a.Agent() != nil {
-		t.Errorf("zipf reads: auto runs %q (%s), want the kernel's default", zipfDecision.Policy, zipfDecision.Reason)
+	if zipfDecision.Policy != "" {
+		t.Errorf("zipf reads: auto's first decision runs %q (%s), want the kernel's default", zipfDecision.Policy, zipfDecision.Reason)
+	}
+	if d := a.Decision(); d.Policy != "" || a.Agent() != nil {
+		t.Errorf("zipf reads: auto runs %q (%s), want the kernel's default", d.Policy, d.Reason)
 	}
 	// The window holds zipf's samples for a while: a policy chosen on the
 	// mix (LFU, say) may run first. Read the loop until the window holds
