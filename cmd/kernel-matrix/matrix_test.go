@@ -26,6 +26,12 @@ func TestGuestScriptParses(t *testing.T) {
 		if attach == full || !strings.Contains(sc, "CISTERN_PGCLIENT_DIR=/results/bin/pgclient") {
 			t.Errorf("full=%v: capture-attach step with its servers %v, want %v; or no CISTERN_PGCLIENT_DIR", full, attach, !full)
 		}
+		// ... and has their time too: 15 min alone, 15 + 20 with them.
+		want := map[bool]string{false: "capture.test -test.v -test.count=1 -test.timeout=15m0s -test.short ",
+			true: "capture.test -test.v -test.count=1 -test.timeout=35m0s >"}[full]
+		if !strings.Contains(sc, want) {
+			t.Errorf("full=%v: no %q in the script:\n%s", full, want, sc)
+		}
 	}
 }
 

@@ -72,6 +72,24 @@ func (s step) runs(full bool) bool {
 	return !s.Full
 }
 
+// timeout is the step's -test.timeout. With FULL=1 a package's own step
+// runs the tests of its Servers steps too (capture's attach and Node.js
+// tests, 10-15 min in a guest), so it gets their time as well: with its
+// own 15 minutes alone, sid's FULL capture step timed out with the attach
+// tests done and the rest not started.
+func (s step) timeout(full bool) time.Duration {
+	d := s.Timeout
+	if !full || s.Run != "" {
+		return d
+	}
+	for _, o := range plan {
+		if o.Servers && o.Pkg == s.Pkg {
+			d += o.Timeout
+		}
+	}
+	return d
+}
+
 // replayChecks compare in-kernel replay hit ratios in the guest with the
 // host's: the same policy object must give the same answer on every kernel.
 var replayChecks = []replayCheck{{"lru", "10000", ""}, {"s3fifo", "10000", ""}, {"lhd", "1000", ""}, {"get-scan", "1000000", "bytes"}}
