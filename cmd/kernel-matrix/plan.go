@@ -51,8 +51,11 @@ var plan = []step{
 		Servers: true, Lane: 0, Timeout: 20 * time.Minute},
 	// The capture bench's miniature runs: pgbench and the churn of 160
 	// psql connections, with and without --hold-new, and the attach mode.
+	// In lane 1 after capture: both take testenv.Exclusive(Traffic) (the
+	// churn for ~20 min in a guest), and in lane 0 it held the lock while
+	// capture's --all tests waited out their step's timeout (sid, FULL=1).
 	{Name: "capture-bench", System: "capture", Pkg: "bench/capture", Run: "^(TestCaptureBenchRuns|TestCaptureBenchChurn|TestCaptureBenchAttach)$",
-		Full: true, Lane: 0, Timeout: 40 * time.Minute},
+		Full: true, Lane: 1, Timeout: 40 * time.Minute},
 	{Name: "evict", System: "evict", Pkg: "evict", Lane: 0, Timeout: 10 * time.Minute},
 	{Name: "cache", System: "evict", Pkg: "evict/replay", Lane: 1, Timeout: 10 * time.Minute},
 	// Twenty minutes: the recorded-trace and auto tests read for a fixed
