@@ -37,7 +37,7 @@ func guestScript(root string, full bool, host map[string]string) string {
 	for lane := 0; lane < 2; lane++ {
 		b.WriteString("(\n")
 		for _, s := range plan {
-			if !s.runs(full) || s.Lane != lane {
+			if !s.runs(full) || s.lane(full) != lane {
 				continue
 			}
 			args := fmt.Sprintf("-test.v -test.count=1 -test.timeout=%s", s.timeout(full))

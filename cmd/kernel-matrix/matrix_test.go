@@ -107,7 +107,7 @@ func TestTrafficStepsShareALane(t *testing.T) {
 				t.Fatal(err)
 			}
 			if strings.Contains(string(b), "testenv.Exclusive(t, testenv.Traffic)") {
-				lanes[s.Lane] = append(lanes[s.Lane], s.Name)
+				lanes[s.lane(true)] = append(lanes[s.lane(true)], s.Name)
 				break
 			}
 		}
