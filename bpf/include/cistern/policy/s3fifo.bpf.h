@@ -270,7 +270,12 @@ struct s3_walk {
 
 static __always_inline void s3_decide(struct s3_walk *w)
 {
-	w->from_small = !(main_used > main_size || evict_list_len(SMALL) == 0);
+	/* libCacheSim's test is main over its size; asked to evict, the cache
+	 * is full, so that is small at or over its own. Small's own size is
+	 * the test here: an owner that keeps less than the capacity (the
+	 * page-cache agent's headroom, a cgroup that holds other memory too)
+	 * never fills main, and small would be drained below its size. */
+	w->from_small = evict_list_len(SMALL) != 0 && (small_used >= small_size || evict_list_len(MAIN) == 0);
 	w->decided = 1;
 }
 
