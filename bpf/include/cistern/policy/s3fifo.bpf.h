@@ -270,12 +270,12 @@ struct s3_walk {
 
 static __always_inline void s3_decide(struct s3_walk *w)
 {
-	/* libCacheSim's test is main over its size; asked to evict, the cache
-	 * is full, so that is small at or over its own. Small's own size is
-	 * the test here: an owner that keeps less than the capacity (the
-	 * page-cache agent's headroom, a cgroup that holds other memory too)
-	 * never fills main, and small would be drained below its size. */
-	w->from_small = evict_list_len(SMALL) != 0 && (small_used >= small_size || evict_list_len(MAIN) == 0);
+	/* libCacheSim's test. Under an owner that keeps less than the
+	 * capacity (the page-cache agent) main never passes its size and
+	 * small drains; measured on fio zipf, that loaded 1.03-1.04x the
+	 * policy's simulated pages on the run's own trace, where small kept
+	 * at its size (or at a tenth of what is cached) loaded 1.05-1.17x. */
+	w->from_small = !(main_used > main_size || evict_list_len(SMALL) == 0);
 	w->decided = 1;
 }
 
