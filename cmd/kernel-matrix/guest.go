@@ -37,10 +37,10 @@ func guestScript(root string, full bool, host map[string]string) string {
 	for lane := 0; lane < 2; lane++ {
 		b.WriteString("(\n")
 		for _, s := range plan {
-			if !s.runs(full) || s.Lane != lane {
+			if !s.runs(full) || s.lane(full) != lane {
 				continue
 			}
-			args := fmt.Sprintf("-test.v -test.count=1 -test.timeout=%s", s.Timeout)
+			args := fmt.Sprintf("-test.v -test.count=1 -test.timeout=%s", s.timeout(full))
 			if !full {
 				args += " -test.short"
 			}
@@ -112,7 +112,7 @@ func runKernel(root, bin, name string, full bool, host map[string]string) *kerne
 	total := 10 * time.Minute
 	for _, s := range plan {
 		if s.runs(full) {
-			total += s.Timeout
+			total += s.timeout(full)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), total)

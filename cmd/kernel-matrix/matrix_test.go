@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,6 +27,12 @@ func TestGuestScriptParses(t *testing.T) {
 		attach := strings.Contains(sc, "CISTERN_SKIP_SERVERS=0 /results/bin/capture.test") && strings.Contains(sc, "/results/capture-attach.rc")
 		if attach == full || !strings.Contains(sc, "CISTERN_PGCLIENT_DIR=/results/bin/pgclient") {
 			t.Errorf("full=%v: capture-attach step with its servers %v, want %v; or no CISTERN_PGCLIENT_DIR", full, attach, !full)
+		}
+		// ... and has their time too: 15 min alone, 15 + 20 with them.
+		want := map[bool]string{false: "capture.test -test.v -test.count=1 -test.timeout=15m0s -test.short ",
+			true: "capture.test -test.v -test.count=1 -test.timeout=35m0s >"}[full]
+		if !strings.Contains(sc, want) {
+			t.Errorf("full=%v: no %q in the script:\n%s", full, want, sc)
 		}
 	}
 }
@@ -76,5 +84,35 @@ func TestMergeKeepsOtherKernels(t *testing.T) {
 	}
 	if !strings.Contains(got, "### 5.10 (r3)\n\n- run: 2026-11-24, `make kernel-matrix FULL=1` with the other kernels of that run (the matrix took 24m36s)\n- c: 0 of 1") {
 		t.Errorf("5.10's details got no run line from the old header:\n%s", got)
+	}
+}
+
+// Steps whose tests take testenv.Exclusive(Traffic) run in one lane with
+// FULL=1: across lanes one step waits for the other's lock and its timeout
+// runs out meanwhile (capture's --all tests behind the capture bench's
+// churn, sid 2026-11-29).
+func TestTrafficStepsShareALane(t *testing.T) {
+	lanes := map[int][]string{}
+	for _, s := range plan {
+		if !s.runs(true) {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join("..", "..", s.Pkg, "*_test.go"))
+		if len(files) == 0 {
+			t.Fatalf("step %s: no test files in %s", s.Name, s.Pkg)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "testenv.Exclusive(t, testenv.Traffic)") {
+				lanes[s.lane(true)] = append(lanes[s.lane(true)], s.Name)
+				break
+			}
+		}
+	}
+	if len(lanes) != 1 {
+		t.Errorf("steps taking testenv.Traffic by lane: %v, want one lane", lanes)
 	}
 }
