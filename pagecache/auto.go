@@ -101,7 +101,10 @@ type Auto struct {
 	run      autoRecord
 	runRecs  int
 	loss     map[string]float64
-	proposed string // the policy the last decision proposed
+	// A proposed policy starts once the samples after its proposal
+	// (fresh, at least confirmSamples) show it ahead by the margin too.
+	proposed string
+	confirm  autoRecord
 
 	mu      sync.Mutex
 	agent   *Agent
@@ -214,9 +217,10 @@ func (a *Auto) Run(ctx context.Context) error {
 				a.add(pctrace.Decode(rec.RawSample))
 			}
 		}
-		// Until the first decision, the sample is fed as it comes and
-		// decided on as soon as it suffices, not an interval later.
-		early := a.decisions.Load() == 0 && len(a.pending) >= 4096
+		// Until the first decision, and while a proposal waits for its
+		// confirmation, the sample is fed as it comes and decided on as
+		// soon as it suffices, not an interval later.
+		early := (a.decisions.Load() == 0 || a.awaiting()) && len(a.pending) >= confirmSamples
 		if early || time.Now().After(next) {
 			if err := a.decide(); err != nil {
 				return err
@@ -246,6 +250,25 @@ func (a *Auto) add(e pctrace.Event) {
 			}
 		}
 	}
+}
+
+// confirmSamples: the fresh sampled reads after a proposal that must show
+// the proposed policy ahead by the margin before it starts; the early
+// decisions (first, confirming) are fed in steps of this many.
+const confirmSamples = 2048
+
+// clearSamples: a decision may come before minSamples when the best
+// candidate is ahead by twice the margin on at least this many counted
+// samples and the simulated cache's worth (a loop's second pass: MRU ~60 %
+// ahead within a pass, where waiting for minSamples cost the search two
+// of its ten passes). A transient still needs its confirmation.
+func (a *Auto) clearSamples() int { return min(max(a.pages, 4096), a.minSamples()) }
+
+// awaiting: a policy was proposed and is not confirmed yet.
+func (a *Auto) awaiting() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proposed != "" && a.proposed != a.last.Policy
 }
 
 // minSamples a decision needs once the shadows are warm: four times the
@@ -334,10 +357,14 @@ func (a *Auto) decide() error {
 			pol[name] += m
 		}
 	}
-	if n < a.minSamples() || n == 0 {
+	if a.proposed != "" {
+		a.confirm.reads += r.reads
+		a.confirm.kernel += r.kernel
+		a.confirm.misses[a.proposed] += r.misses[a.proposed]
+	}
+	if n == 0 || n < a.clearSamples() {
 		return nil // not enough to tell: what runs keeps running
 	}
-	a.decisions.Add(1)
 	d := Decision{At: time.Now(), Samples: n, LossPct: maps.Clone(a.loss),
 		MissesPer1000: map[string]float64{"kernel": 1000 * float64(kern) / float64(n)}}
 	gain := map[string]float64{}
@@ -354,6 +381,10 @@ func (a *Auto) decide() error {
 	}
 	d.GainPct = gain[d.Best]
 	eff := func(p string) float64 { return gain[p] - a.loss[p] }
+	if n < a.minSamples() && eff(d.Best) < 2*a.cfg.MarginPct {
+		return nil // not clear yet: wait for minSamples
+	}
+	a.decisions.Add(1)
 	lossNote := func(p string) string {
 		if l, ok := a.loss[p]; ok {
 			return fmt.Sprintf(", %.1f points of it lost live when it ran", l)
@@ -372,16 +403,34 @@ func (a *Auto) decide() error {
 	default:
 		d.Reason = fmt.Sprintf("stepped aside: the best candidate, %s, misses %.1f%% less than the kernel's default in the shadow simulation%s, under the %.0f%% the agent costs; the kernel's default runs, nothing is evicted", d.Best, d.GainPct, lossNote(d.Best), a.cfg.MarginPct)
 	}
-	// A policy starts only when two decisions in a row propose it: one
-	// sample can mislead (6.1 and 6.12 guests' first decisions on zipf saw
-	// W-TinyLFU 57-68 % ahead, their next ones -9 %). Stepping aside needs
-	// no confirmation.
+	// A policy starts only once the sampled reads after its proposal (at
+	// least confirmSamples) show it ahead by the margin too: one sample can
+	// mislead (6.1 and 6.12 guests' first decisions on zipf saw W-TinyLFU
+	// 57-68 % ahead, their next ones -9 %). Stepping aside needs no
+	// confirmation.
 	proposed := d.Policy
-	if d.Policy != cur && d.Policy != "" && a.proposed != d.Policy {
-		d.Policy = cur
-		d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next decision; %s runs meanwhile", proposed, gain[proposed], policyName(cur))
+	if d.Policy != cur && d.Policy != "" {
+		switch {
+		case a.proposed != proposed:
+			a.proposed, a.confirm = proposed, autoRecord{misses: map[string]uint64{}}
+			d.Policy = cur
+			d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], confirmSamples, policyName(cur))
+		case a.confirm.reads < confirmSamples:
+			d.Policy = cur
+			d.Reason = fmt.Sprintf("%s proposed, %d of the %d sampled reads that confirm it seen; %s runs meanwhile", proposed, a.confirm.reads, confirmSamples, policyName(cur))
+		case a.confirm.kernel == 0 || 100*(1-float64(a.confirm.misses[proposed])/float64(a.confirm.kernel))-a.loss[proposed] < a.cfg.MarginPct:
+			fg := 0.0
+			if a.confirm.kernel > 0 {
+				fg = 100 * (1 - float64(a.confirm.misses[proposed])/float64(a.confirm.kernel))
+			}
+			d.Policy = cur
+			d.Reason = fmt.Sprintf("%s proposed but not confirmed: %.1f%% fewer simulated misses than the kernel's default on the %d sampled reads since, under the %.0f%% margin; %s runs", proposed, fg, a.confirm.reads, a.cfg.MarginPct, policyName(cur))
+			proposed = ""
+		}
 	}
-	a.proposed = proposed
+	if proposed == "" || proposed == d.Policy {
+		a.proposed = ""
+	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
 			return err

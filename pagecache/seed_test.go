@@ -45,6 +45,9 @@ func TestAgentSeedsWarmCache(t *testing.T) {
 	if a.SeedError() != nil || st["seeded_pages"] < warmBefore*9/10 || st["seeded_pages"] > warmBefore {
 		t.Fatalf("seeded %d pages of %d cached in the cgroup (error %v)", st["seeded_pages"], warmBefore, a.SeedError())
 	}
+	if st["seeded_files"] == 0 || st["seeded_files"] > st["seeded_pages"] {
+		t.Fatalf("seeded %d pages of %d files: want the files that had pages counted", st["seeded_pages"], st["seeded_files"])
+	}
 	if c := cached(t, outside[0]); st["seed_foreign_pages"] < c*9/10 {
 		t.Fatalf("%d pages of the file read outside are cached, %d counted as another cgroup's", c, st["seed_foreign_pages"])
 	}

@@ -18,7 +18,7 @@ var (
 	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
 	// --workload ycsb: every workload (ycsb.go)
 	// (traced: the default with the access-trace recorder on, headroom.go)
-	ycsbModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
+	ycsbModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_wtinylfu", "agent_auto"}
 )
 
 // rows are a part's modes as report rows (PART/MODE).

@@ -211,13 +211,14 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 // (rdbThreads). The traced run's trace, replayed (headroom.go), gives the
 // simulated figures and OPT, and the headroom targets (winTargets).
 func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *ycsbSetup, w YCSBWorkload) error {
-	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd", "agent_auto": "auto"}
+	policies := map[string]string{"default": "", "traced": "", "agent_lfu": "lfu", "agent_s3fifo": "s3fifo", "agent_lhd": "lhd", "agent_wtinylfu": "wtinylfu", "agent_auto": "auto"}
 	part := "ycsb_" + w.Name
 	modes := ycsbModes
 	rounds := benchkit.Rounds(opt.Quick)
 	rep.SetConfig(part+"_rounds", rounds)
 	clone := filepath.Join(s.cacheDir, fmt.Sprintf("run-%d", os.Getpid()))
 	defer os.RemoveAll(clone)
+	var round *roundTrace // this round's trace: the traced mode runs before the agents
 	err := benchkit.Interleave(ctx, rounds, modes, func(m string) { opt.Progress("ycsb " + w.Name + ": " + m) }, func(ctx context.Context, _ int, mode string) error {
 		if err := s.db.Clone(clone); err != nil {
 			return err
@@ -259,7 +260,8 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 				return r, errors.Join(err, terr)
 			}
 			warmOps, ops := float64(wr.res.Ops["TOTAL"].Count), float64(r.res.Ops["TOTAL"].Count)
-			h, err := sampleHeadroom(rep, m, evs, warmOps/(warmOps+ops), ops)
+			h, rt, err := sampleHeadroomKeep(rep, m, evs, warmOps/(warmOps+ops), ops, r.cacheMiB, r.loadsPer1k)
+			round = rt
 			if err == nil {
 				opt.Progress(fmt.Sprintf("ycsb %s: traced: kernel model %.0f, OPT %.0f pages per 1000 ops; best %s, %.1f %% fewer misses than the model (cache %d pages)",
 					w.Name, 1000*float64(h.Kernel.Misses)/ops, 1000*float64(h.OPT.Misses)/ops, h.Best, h.BestGainPct, h.CapacityPages))
@@ -279,6 +281,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_ops", agentPctPer10k(r.agentCPU, r.wall, t.OpsPerSec))
 				pcAgentStats(rep, m, a)
+				err = round.ownSim(rep, m, policies[mode], r.cacheMiB, r.loadsPer1k)
 			}
 		}
 		return mr.finish(rep, m, err)
@@ -296,6 +299,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		rep.PairedRatio(part+"_speedup_"+p, part+"/"+mode, "ops_per_sec", part+"/default", "ops_per_sec")
 		rep.PairedRatio(part+"_p99_vs_default_"+p, part+"/"+mode, "p99_us", part+"/default", "p99_us")
 		rep.PairedRatio(part+"_loads_vs_default_"+p, part+"/"+mode, "page_loads_per_1k_reads", part+"/default", "page_loads_per_1k_reads")
+		rep.PairedRatio(part+"_cache_vs_default_"+p, part+"/"+mode, "cache_mib", part+"/default", "cache_mib")
 	}
 	best, gain := headroomVerdicts(rep, part, "ops_per_sec", agents)
 	winTargets(rep, part, best, gain)
@@ -366,6 +370,6 @@ func ycsbPlot(rep *benchkit.Report, path string, names []string) error {
 		w := strings.ToUpper(n[:1]) + n[1:]
 		groups = append(groups, barGroup{w + "\nops/s", "ycsb_" + n, "ops_per_sec", false}, barGroup{w + "\n1/P99", "ycsb_" + n, "p99_us", true})
 	}
-	kinds := []barKind{{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"}, {"auto", "agent_auto"}}
+	kinds := []barKind{{"LFU", "agent_lfu"}, {"S3-FIFO", "agent_s3fifo"}, {"LHD", "agent_lhd"}, {"W-TinyLFU", "agent_wtinylfu"}, {"auto", "agent_auto"}}
 	return relativeBars(rep, path, "YCSB on RocksDB under page-cache policies ("+rep.Kernel()+")", groups, kinds)
 }

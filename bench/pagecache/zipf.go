@@ -159,6 +159,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.SetConfig("zipf_cgroup_limit_bytes", limit)
 	rep.SetConfig("zipf_rounds", rounds)
 	name := fmt.Sprintf("cistern-bench-zipf-%d", os.Getpid())
+	var round *roundTrace // this round's trace: the traced mode runs before the agents
 	err = benchkit.Interleave(ctx, rounds, zipfModes, func(s string) { opt.Progress("zipf: " + s) }, func(ctx context.Context, _ int, mode string) error {
 		if err := pagecache.DropFile(path); err != nil {
 			return err
@@ -197,6 +198,9 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if a != nil {
 			rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPct)
 			pcAgentStats(rep, m, a)
+			if err := round.ownSim(rep, m, policy, r.cacheMiB, r.loadsPer1k); err != nil {
+				return err
+			}
 		}
 		if auto != nil {
 			sampleAuto(rep, m, auto)
@@ -206,10 +210,11 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			if err != nil {
 				return err
 			}
-			h, err := sampleHeadroom(rep, m, evs, w.ios/(w.ios+r.ios), r.ios)
+			h, rt, err := sampleHeadroomKeep(rep, m, evs, w.ios/(w.ios+r.ios), r.ios, r.cacheMiB, r.loadsPer1k)
 			if err != nil {
 				return err
 			}
+			round = rt
 			opt.Progress(fmt.Sprintf("zipf: traced: kernel model %.1f, OPT %.1f pages per 1000 reads; best %s, %.1f %% fewer misses than the model (cache %d pages)",
 				1000*float64(h.Kernel.Misses)/r.ios, 1000*float64(h.OPT.Misses)/r.ios, h.Best, h.BestGainPct, h.CapacityPages))
 		}

@@ -51,12 +51,14 @@ c, d, f (YCSB's mixes; zipfian = YCSB's scrambled zipfian, D latest) and
 uniform (C's reads, uniform keys); --quick runs c only. Modes: default,
 traced (the default with the access-trace recorder on: its trace replayed
 gives each policy's simulated misses, the kernel model's and OPT's), agent
-lfu, s3fifo, lhd; ops/s, read P99, pages loaded per 1000 operations.
+lfu, s3fifo, lhd, wtinylfu, auto; ops/s, read P99, pages loaded per 1000
+operations, and each agent's pages loaded against its policy simulated on
+the round's trace at the agent's own cache size (live_vs_sim <= 1.05).
 Targets, on the simulation (as every part's): a policy saving >= 15% of the
 kernel model's misses gives >= 1.2x ops/s with P99 <= 0.8x, else the bench
 says there is no headroom. Each round: a warm-up go-ycsb (16 threads, 25
 s; --quick 6 s), then the measured one (4 threads, 15 s; --quick 4 s). --quick cannot finish
-in 60 s: 5 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
+in 60 s: 7 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
 plus the agent's start, take about 3 minutes (plus the load, once: ~1 min);
 the warm-up trains the policies (the cgroup is full within 3 s).
 Files are dropped from the page cache (fadvise DONTNEED) before each mode.

@@ -342,8 +342,13 @@ static long wtlfu_step(__u64 i, void *arg)
 		wtlfu_leave(mv);
 		return evict_propose(w->ctx, mv);
 	}
-	if (prob_used + prot_used + usz(wv) <= main_size) {
-		/* Main has room: no admission test. */
+	if (win_used >= win_size + usz(wv) && prob_used + prot_used + usz(wv) <= main_size) {
+		/* The window is over its size and main has room: no admission
+		 * test. Not on main's room alone: an owner that keeps less than
+		 * the capacity (the page-cache agent's headroom, a cgroup that
+		 * also holds other memory) never fills main, and every entry
+		 * would pass untested (on a loop, live misses ran 2.8x the
+		 * simulated). Asked to evict, the cache is full. */
 		wtlfu_enter_main(wv);
 		wtlfu_slot_sketch(wv, 1);
 		return 0;
