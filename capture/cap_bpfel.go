@@ -151,78 +151,80 @@ type capSslArgs struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	capMapAccumConns          = "accum_conns"
-	capMapAccumRing           = "accum_ring"
-	capMapAccumStats          = "accum_stats"
-	capMapAccumSweeper        = "accum_sweeper"
-	capMapAccumWake           = "accum_wake"
-	capMapAccumZero           = "accum_zero"
-	capMapCapCtl              = "cap_ctl"
-	capMapCapCtlLost          = "cap_ctl_lost"
-	capMapCapHeld             = "cap_held"
-	capMapCapInTls            = "cap_in_tls"
-	capMapCapInfo             = "cap_info"
-	capMapCapLastTls          = "cap_last_tls"
-	capMapCapNextId           = "cap_next_id"
-	capMapCapOpenScratch      = "cap_open_scratch"
-	capMapCapOpens            = "cap_opens"
-	capMapCapPids             = "cap_pids"
-	capMapCapScratch          = "cap_scratch"
-	capMapCapSeen             = "cap_seen"
-	capMapCapSelFull          = "cap_sel_full"
-	capMapCapTlsFds           = "cap_tls_fds"
-	capMapCapTlsProcs         = "cap_tls_procs"
-	capMapCapTlsSock          = "cap_tls_sock"
-	capMapGoConns             = "go_conns"
-	capMapGoReads             = "go_reads"
-	capMapPlainFds            = "plain_fds"
-	capMapPlainInflight       = "plain_inflight"
-	capMapSslConns            = "ssl_conns"
-	capMapSslInflight         = "ssl_inflight"
-	capProgAccumStart         = "accum_start"
-	capProgCapClose           = "cap_close"
-	capProgCapEnterRead       = "cap_enter_read"
-	capProgCapEnterReadv      = "cap_enter_readv"
-	capProgCapEnterRecvfrom   = "cap_enter_recvfrom"
-	capProgCapEnterRecvmsg    = "cap_enter_recvmsg"
-	capProgCapEnterSendmsg    = "cap_enter_sendmsg"
-	capProgCapEnterSendto     = "cap_enter_sendto"
-	capProgCapEnterWrite      = "cap_enter_write"
-	capProgCapEnterWritev     = "cap_enter_writev"
-	capProgCapExec            = "cap_exec"
-	capProgCapExitIo          = "cap_exit_io"
-	capProgCapExitProc        = "cap_exit_proc"
-	capProgCapFork            = "cap_fork"
-	capProgCapGoClose         = "cap_go_close"
-	capProgCapGoHandshake     = "cap_go_handshake"
-	capProgCapGoHandshakeRet  = "cap_go_handshake_ret"
-	capProgCapGoRead          = "cap_go_read"
-	capProgCapGoReadRet       = "cap_go_read_ret"
-	capProgCapGoWrite         = "cap_go_write"
-	capProgCapGoWriteRet      = "cap_go_write_ret"
-	capProgCapLibOpen         = "cap_lib_open"
-	capProgCapLibOpened       = "cap_lib_opened"
-	capProgCapSslFree         = "cap_ssl_free"
-	capProgCapSslHandshake    = "cap_ssl_handshake"
-	capProgCapSslHandshakeRet = "cap_ssl_handshake_ret"
-	capProgCapSslRead         = "cap_ssl_read"
-	capProgCapSslReadEx       = "cap_ssl_read_ex"
-	capProgCapSslReadRet      = "cap_ssl_read_ret"
-	capProgCapSslWrite        = "cap_ssl_write"
-	capProgCapSslWriteEx      = "cap_ssl_write_ex"
-	capProgCapSslWriteRet     = "cap_ssl_write_ret"
-	capVarAccumFlushSize      = "accum_flush_size"
-	capVarAccumLatencyNs      = "accum_latency_ns"
-	capVarAccumWakeupBytes    = "accum_wakeup_bytes"
-	capVarCapCgid             = "cap_cgid"
-	capVarCapCglevel          = "cap_cglevel"
-	capVarCapEvUnused         = "cap_ev_unused"
-	capVarCapHold             = "cap_hold"
-	capVarCapMode             = "cap_mode"
-	capVarCapProto            = "cap_proto"
-	capVarCapSelf             = "cap_self"
-	capVarCapWantPlain        = "cap_want_plain"
-	capVarCapWantTls          = "cap_want_tls"
+	capMapAccumConns            = "accum_conns"
+	capMapAccumRing             = "accum_ring"
+	capMapAccumStats            = "accum_stats"
+	capMapAccumSweeper          = "accum_sweeper"
+	capMapAccumWake             = "accum_wake"
+	capMapAccumZero             = "accum_zero"
+	capMapCapCtl                = "cap_ctl"
+	capMapCapCtlLost            = "cap_ctl_lost"
+	capMapCapHeld               = "cap_held"
+	capMapCapInTls              = "cap_in_tls"
+	capMapCapInfo               = "cap_info"
+	capMapCapLastTls            = "cap_last_tls"
+	capMapCapNextId             = "cap_next_id"
+	capMapCapOpenScratch        = "cap_open_scratch"
+	capMapCapOpens              = "cap_opens"
+	capMapCapPids               = "cap_pids"
+	capMapCapScratch            = "cap_scratch"
+	capMapCapSeen               = "cap_seen"
+	capMapCapSelFull            = "cap_sel_full"
+	capMapCapTlsFds             = "cap_tls_fds"
+	capMapCapTlsProcs           = "cap_tls_procs"
+	capMapCapTlsSock            = "cap_tls_sock"
+	capMapCisternTaskStack      = "cistern_task_stack"
+	capMapGoConns               = "go_conns"
+	capMapGoReads               = "go_reads"
+	capMapPlainFds              = "plain_fds"
+	capMapPlainInflight         = "plain_inflight"
+	capMapSslConns              = "ssl_conns"
+	capMapSslInflight           = "ssl_inflight"
+	capProgAccumStart           = "accum_start"
+	capProgCapClose             = "cap_close"
+	capProgCapEnterRead         = "cap_enter_read"
+	capProgCapEnterReadv        = "cap_enter_readv"
+	capProgCapEnterRecvfrom     = "cap_enter_recvfrom"
+	capProgCapEnterRecvmsg      = "cap_enter_recvmsg"
+	capProgCapEnterSendmsg      = "cap_enter_sendmsg"
+	capProgCapEnterSendto       = "cap_enter_sendto"
+	capProgCapEnterWrite        = "cap_enter_write"
+	capProgCapEnterWritev       = "cap_enter_writev"
+	capProgCapExec              = "cap_exec"
+	capProgCapExitIo            = "cap_exit_io"
+	capProgCapExitProc          = "cap_exit_proc"
+	capProgCapFork              = "cap_fork"
+	capProgCapGoClose           = "cap_go_close"
+	capProgCapGoHandshake       = "cap_go_handshake"
+	capProgCapGoHandshakeRet    = "cap_go_handshake_ret"
+	capProgCapGoRead            = "cap_go_read"
+	capProgCapGoReadRet         = "cap_go_read_ret"
+	capProgCapGoWrite           = "cap_go_write"
+	capProgCapGoWriteRet        = "cap_go_write_ret"
+	capProgCapLibOpen           = "cap_lib_open"
+	capProgCapLibOpened         = "cap_lib_opened"
+	capProgCapSslFree           = "cap_ssl_free"
+	capProgCapSslHandshake      = "cap_ssl_handshake"
+	capProgCapSslHandshakeRet   = "cap_ssl_handshake_ret"
+	capProgCapSslRead           = "cap_ssl_read"
+	capProgCapSslReadEx         = "cap_ssl_read_ex"
+	capProgCapSslReadRet        = "cap_ssl_read_ret"
+	capProgCapSslWrite          = "cap_ssl_write"
+	capProgCapSslWriteEx        = "cap_ssl_write_ex"
+	capProgCapSslWriteRet       = "cap_ssl_write_ret"
+	capVarAccumFlushSize        = "accum_flush_size"
+	capVarAccumLatencyNs        = "accum_latency_ns"
+	capVarAccumWakeupBytes      = "accum_wakeup_bytes"
+	capVarCapCgid               = "cap_cgid"
+	capVarCapCglevel            = "cap_cglevel"
+	capVarCapEvUnused           = "cap_ev_unused"
+	capVarCapHold               = "cap_hold"
+	capVarCapMode               = "cap_mode"
+	capVarCapProto              = "cap_proto"
+	capVarCapSelf               = "cap_self"
+	capVarCapWantPlain          = "cap_want_plain"
+	capVarCapWantTls            = "cap_want_tls"
+	capVarCisternTaskStackNever = "cistern_task_stack_never"
 )
 
 // loadCap returns the embedded CollectionSpec for cap.
@@ -305,52 +307,54 @@ type capProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type capMapSpecs struct {
-	AccumConns     *ebpf.MapSpec `ebpf:"accum_conns"`
-	AccumRing      *ebpf.MapSpec `ebpf:"accum_ring"`
-	AccumStats     *ebpf.MapSpec `ebpf:"accum_stats"`
-	AccumSweeper   *ebpf.MapSpec `ebpf:"accum_sweeper"`
-	AccumWake      *ebpf.MapSpec `ebpf:"accum_wake"`
-	AccumZero      *ebpf.MapSpec `ebpf:"accum_zero"`
-	CapCtl         *ebpf.MapSpec `ebpf:"cap_ctl"`
-	CapCtlLost     *ebpf.MapSpec `ebpf:"cap_ctl_lost"`
-	CapHeld        *ebpf.MapSpec `ebpf:"cap_held"`
-	CapInTls       *ebpf.MapSpec `ebpf:"cap_in_tls"`
-	CapInfo        *ebpf.MapSpec `ebpf:"cap_info"`
-	CapLastTls     *ebpf.MapSpec `ebpf:"cap_last_tls"`
-	CapNextId      *ebpf.MapSpec `ebpf:"cap_next_id"`
-	CapOpenScratch *ebpf.MapSpec `ebpf:"cap_open_scratch"`
-	CapOpens       *ebpf.MapSpec `ebpf:"cap_opens"`
-	CapPids        *ebpf.MapSpec `ebpf:"cap_pids"`
-	CapScratch     *ebpf.MapSpec `ebpf:"cap_scratch"`
-	CapSeen        *ebpf.MapSpec `ebpf:"cap_seen"`
-	CapSelFull     *ebpf.MapSpec `ebpf:"cap_sel_full"`
-	CapTlsFds      *ebpf.MapSpec `ebpf:"cap_tls_fds"`
-	CapTlsProcs    *ebpf.MapSpec `ebpf:"cap_tls_procs"`
-	CapTlsSock     *ebpf.MapSpec `ebpf:"cap_tls_sock"`
-	GoConns        *ebpf.MapSpec `ebpf:"go_conns"`
-	GoReads        *ebpf.MapSpec `ebpf:"go_reads"`
-	PlainFds       *ebpf.MapSpec `ebpf:"plain_fds"`
-	PlainInflight  *ebpf.MapSpec `ebpf:"plain_inflight"`
-	SslConns       *ebpf.MapSpec `ebpf:"ssl_conns"`
-	SslInflight    *ebpf.MapSpec `ebpf:"ssl_inflight"`
+	AccumConns       *ebpf.MapSpec `ebpf:"accum_conns"`
+	AccumRing        *ebpf.MapSpec `ebpf:"accum_ring"`
+	AccumStats       *ebpf.MapSpec `ebpf:"accum_stats"`
+	AccumSweeper     *ebpf.MapSpec `ebpf:"accum_sweeper"`
+	AccumWake        *ebpf.MapSpec `ebpf:"accum_wake"`
+	AccumZero        *ebpf.MapSpec `ebpf:"accum_zero"`
+	CapCtl           *ebpf.MapSpec `ebpf:"cap_ctl"`
+	CapCtlLost       *ebpf.MapSpec `ebpf:"cap_ctl_lost"`
+	CapHeld          *ebpf.MapSpec `ebpf:"cap_held"`
+	CapInTls         *ebpf.MapSpec `ebpf:"cap_in_tls"`
+	CapInfo          *ebpf.MapSpec `ebpf:"cap_info"`
+	CapLastTls       *ebpf.MapSpec `ebpf:"cap_last_tls"`
+	CapNextId        *ebpf.MapSpec `ebpf:"cap_next_id"`
+	CapOpenScratch   *ebpf.MapSpec `ebpf:"cap_open_scratch"`
+	CapOpens         *ebpf.MapSpec `ebpf:"cap_opens"`
+	CapPids          *ebpf.MapSpec `ebpf:"cap_pids"`
+	CapScratch       *ebpf.MapSpec `ebpf:"cap_scratch"`
+	CapSeen          *ebpf.MapSpec `ebpf:"cap_seen"`
+	CapSelFull       *ebpf.MapSpec `ebpf:"cap_sel_full"`
+	CapTlsFds        *ebpf.MapSpec `ebpf:"cap_tls_fds"`
+	CapTlsProcs      *ebpf.MapSpec `ebpf:"cap_tls_procs"`
+	CapTlsSock       *ebpf.MapSpec `ebpf:"cap_tls_sock"`
+	CisternTaskStack *ebpf.MapSpec `ebpf:"cistern_task_stack"`
+	GoConns          *ebpf.MapSpec `ebpf:"go_conns"`
+	GoReads          *ebpf.MapSpec `ebpf:"go_reads"`
+	PlainFds         *ebpf.MapSpec `ebpf:"plain_fds"`
+	PlainInflight    *ebpf.MapSpec `ebpf:"plain_inflight"`
+	SslConns         *ebpf.MapSpec `ebpf:"ssl_conns"`
+	SslInflight      *ebpf.MapSpec `ebpf:"ssl_inflight"`
 }
 
 // capVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type capVariableSpecs struct {
-	AccumFlushSize   *ebpf.VariableSpec `ebpf:"accum_flush_size"`
-	AccumLatencyNs   *ebpf.VariableSpec `ebpf:"accum_latency_ns"`
-	AccumWakeupBytes *ebpf.VariableSpec `ebpf:"accum_wakeup_bytes"`
-	CapCgid          *ebpf.VariableSpec `ebpf:"cap_cgid"`
-	CapCglevel       *ebpf.VariableSpec `ebpf:"cap_cglevel"`
-	CapEvUnused      *ebpf.VariableSpec `ebpf:"cap_ev_unused"`
-	CapHold          *ebpf.VariableSpec `ebpf:"cap_hold"`
-	CapMode          *ebpf.VariableSpec `ebpf:"cap_mode"`
-	CapProto         *ebpf.VariableSpec `ebpf:"cap_proto"`
-	CapSelf          *ebpf.VariableSpec `ebpf:"cap_self"`
-	CapWantPlain     *ebpf.VariableSpec `ebpf:"cap_want_plain"`
-	CapWantTls       *ebpf.VariableSpec `ebpf:"cap_want_tls"`
+	AccumFlushSize        *ebpf.VariableSpec `ebpf:"accum_flush_size"`
+	AccumLatencyNs        *ebpf.VariableSpec `ebpf:"accum_latency_ns"`
+	AccumWakeupBytes      *ebpf.VariableSpec `ebpf:"accum_wakeup_bytes"`
+	CapCgid               *ebpf.VariableSpec `ebpf:"cap_cgid"`
+	CapCglevel            *ebpf.VariableSpec `ebpf:"cap_cglevel"`
+	CapEvUnused           *ebpf.VariableSpec `ebpf:"cap_ev_unused"`
+	CapHold               *ebpf.VariableSpec `ebpf:"cap_hold"`
+	CapMode               *ebpf.VariableSpec `ebpf:"cap_mode"`
+	CapProto              *ebpf.VariableSpec `ebpf:"cap_proto"`
+	CapSelf               *ebpf.VariableSpec `ebpf:"cap_self"`
+	CapWantPlain          *ebpf.VariableSpec `ebpf:"cap_want_plain"`
+	CapWantTls            *ebpf.VariableSpec `ebpf:"cap_want_tls"`
+	CisternTaskStackNever *ebpf.VariableSpec `ebpf:"cistern_task_stack_never"`
 }
 
 // capObjects contains all objects after they have been loaded into the kernel.
@@ -373,34 +377,35 @@ func (o *capObjects) Close() error {
 //
 // It can be passed to loadCapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type capMaps struct {
-	AccumConns     *ebpf.Map `ebpf:"accum_conns"`
-	AccumRing      *ebpf.Map `ebpf:"accum_ring"`
-	AccumStats     *ebpf.Map `ebpf:"accum_stats"`
-	AccumSweeper   *ebpf.Map `ebpf:"accum_sweeper"`
-	AccumWake      *ebpf.Map `ebpf:"accum_wake"`
-	AccumZero      *ebpf.Map `ebpf:"accum_zero"`
-	CapCtl         *ebpf.Map `ebpf:"cap_ctl"`
-	CapCtlLost     *ebpf.Map `ebpf:"cap_ctl_lost"`
-	CapHeld        *ebpf.Map `ebpf:"cap_held"`
-	CapInTls       *ebpf.Map `ebpf:"cap_in_tls"`
-	CapInfo        *ebpf.Map `ebpf:"cap_info"`
-	CapLastTls     *ebpf.Map `ebpf:"cap_last_tls"`
-	CapNextId      *ebpf.Map `ebpf:"cap_next_id"`
-	CapOpenScratch *ebpf.Map `ebpf:"cap_open_scratch"`
-	CapOpens       *ebpf.Map `ebpf:"cap_opens"`
-	CapPids        *ebpf.Map `ebpf:"cap_pids"`
-	CapScratch     *ebpf.Map `ebpf:"cap_scratch"`
-	CapSeen        *ebpf.Map `ebpf:"cap_seen"`
-	CapSelFull     *ebpf.Map `ebpf:"cap_sel_full"`
-	CapTlsFds      *ebpf.Map `ebpf:"cap_tls_fds"`
-	CapTlsProcs    *ebpf.Map `ebpf:"cap_tls_procs"`
-	CapTlsSock     *ebpf.Map `ebpf:"cap_tls_sock"`
-	GoConns        *ebpf.Map `ebpf:"go_conns"`
-	GoReads        *ebpf.Map `ebpf:"go_reads"`
-	PlainFds       *ebpf.Map `ebpf:"plain_fds"`
-	PlainInflight  *ebpf.Map `ebpf:"plain_inflight"`
-	SslConns       *ebpf.Map `ebpf:"ssl_conns"`
-	SslInflight    *ebpf.Map `ebpf:"ssl_inflight"`
+	AccumConns       *ebpf.Map `ebpf:"accum_conns"`
+	AccumRing        *ebpf.Map `ebpf:"accum_ring"`
+	AccumStats       *ebpf.Map `ebpf:"accum_stats"`
+	AccumSweeper     *ebpf.Map `ebpf:"accum_sweeper"`
+	AccumWake        *ebpf.Map `ebpf:"accum_wake"`
+	AccumZero        *ebpf.Map `ebpf:"accum_zero"`
+	CapCtl           *ebpf.Map `ebpf:"cap_ctl"`
+	CapCtlLost       *ebpf.Map `ebpf:"cap_ctl_lost"`
+	CapHeld          *ebpf.Map `ebpf:"cap_held"`
+	CapInTls         *ebpf.Map `ebpf:"cap_in_tls"`
+	CapInfo          *ebpf.Map `ebpf:"cap_info"`
+	CapLastTls       *ebpf.Map `ebpf:"cap_last_tls"`
+	CapNextId        *ebpf.Map `ebpf:"cap_next_id"`
+	CapOpenScratch   *ebpf.Map `ebpf:"cap_open_scratch"`
+	CapOpens         *ebpf.Map `ebpf:"cap_opens"`
+	CapPids          *ebpf.Map `ebpf:"cap_pids"`
+	CapScratch       *ebpf.Map `ebpf:"cap_scratch"`
+	CapSeen          *ebpf.Map `ebpf:"cap_seen"`
+	CapSelFull       *ebpf.Map `ebpf:"cap_sel_full"`
+	CapTlsFds        *ebpf.Map `ebpf:"cap_tls_fds"`
+	CapTlsProcs      *ebpf.Map `ebpf:"cap_tls_procs"`
+	CapTlsSock       *ebpf.Map `ebpf:"cap_tls_sock"`
+	CisternTaskStack *ebpf.Map `ebpf:"cistern_task_stack"`
+	GoConns          *ebpf.Map `ebpf:"go_conns"`
+	GoReads          *ebpf.Map `ebpf:"go_reads"`
+	PlainFds         *ebpf.Map `ebpf:"plain_fds"`
+	PlainInflight    *ebpf.Map `ebpf:"plain_inflight"`
+	SslConns         *ebpf.Map `ebpf:"ssl_conns"`
+	SslInflight      *ebpf.Map `ebpf:"ssl_inflight"`
 }
 
 func (m *capMaps) Close() error {
@@ -427,6 +432,7 @@ func (m *capMaps) Close() error {
 		m.CapTlsFds,
 		m.CapTlsProcs,
 		m.CapTlsSock,
+		m.CisternTaskStack,
 		m.GoConns,
 		m.GoReads,
 		m.PlainFds,
@@ -440,18 +446,19 @@ func (m *capMaps) Close() error {
 //
 // It can be passed to loadCapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type capVariables struct {
-	AccumFlushSize   *ebpf.Variable `ebpf:"accum_flush_size"`
-	AccumLatencyNs   *ebpf.Variable `ebpf:"accum_latency_ns"`
-	AccumWakeupBytes *ebpf.Variable `ebpf:"accum_wakeup_bytes"`
-	CapCgid          *ebpf.Variable `ebpf:"cap_cgid"`
-	CapCglevel       *ebpf.Variable `ebpf:"cap_cglevel"`
-	CapEvUnused      *ebpf.Variable `ebpf:"cap_ev_unused"`
-	CapHold          *ebpf.Variable `ebpf:"cap_hold"`
-	CapMode          *ebpf.Variable `ebpf:"cap_mode"`
-	CapProto         *ebpf.Variable `ebpf:"cap_proto"`
-	CapSelf          *ebpf.Variable `ebpf:"cap_self"`
-	CapWantPlain     *ebpf.Variable `ebpf:"cap_want_plain"`
-	CapWantTls       *ebpf.Variable `ebpf:"cap_want_tls"`
+	AccumFlushSize        *ebpf.Variable `ebpf:"accum_flush_size"`
+	AccumLatencyNs        *ebpf.Variable `ebpf:"accum_latency_ns"`
+	AccumWakeupBytes      *ebpf.Variable `ebpf:"accum_wakeup_bytes"`
+	CapCgid               *ebpf.Variable `ebpf:"cap_cgid"`
+	CapCglevel            *ebpf.Variable `ebpf:"cap_cglevel"`
+	CapEvUnused           *ebpf.Variable `ebpf:"cap_ev_unused"`
+	CapHold               *ebpf.Variable `ebpf:"cap_hold"`
+	CapMode               *ebpf.Variable `ebpf:"cap_mode"`
+	CapProto              *ebpf.Variable `ebpf:"cap_proto"`
+	CapSelf               *ebpf.Variable `ebpf:"cap_self"`
+	CapWantPlain          *ebpf.Variable `ebpf:"cap_want_plain"`
+	CapWantTls            *ebpf.Variable `ebpf:"cap_want_tls"`
+	CisternTaskStackNever *ebpf.Variable `ebpf:"cistern_task_stack_never"`
 }
 
 // capPrograms contains all programs after they have been loaded into the kernel.

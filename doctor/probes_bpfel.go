@@ -25,22 +25,24 @@ type probesTimerElem struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	probesMapHits             = "hits"
-	probesMapRing             = "ring"
-	probesMapTimers           = "timers"
-	probesProgProbeLoop       = "probe_loop"
-	probesProgProbeRawTp      = "probe_raw_tp"
-	probesProgProbeRingbuf    = "probe_ringbuf"
-	probesProgProbeSyscall    = "probe_syscall"
-	probesProgProbeTcx        = "probe_tcx"
-	probesProgProbeTimer      = "probe_timer"
-	probesProgProbeTpBtf      = "probe_tp_btf"
-	probesProgProbeTracepoint = "probe_tracepoint"
-	probesProgProbeUprobe     = "probe_uprobe"
-	probesProgProbeXdp        = "probe_xdp"
-	probesProgProbeXdpBytes   = "probe_xdp_bytes"
-	probesVarRingCookie       = "ring_cookie"
-	probesVarTargetTgid       = "target_tgid"
+	probesMapCisternTaskStack      = "cistern_task_stack"
+	probesMapHits                  = "hits"
+	probesMapRing                  = "ring"
+	probesMapTimers                = "timers"
+	probesProgProbeLoop            = "probe_loop"
+	probesProgProbeRawTp           = "probe_raw_tp"
+	probesProgProbeRingbuf         = "probe_ringbuf"
+	probesProgProbeSyscall         = "probe_syscall"
+	probesProgProbeTcx             = "probe_tcx"
+	probesProgProbeTimer           = "probe_timer"
+	probesProgProbeTpBtf           = "probe_tp_btf"
+	probesProgProbeTracepoint      = "probe_tracepoint"
+	probesProgProbeUprobe          = "probe_uprobe"
+	probesProgProbeXdp             = "probe_xdp"
+	probesProgProbeXdpBytes        = "probe_xdp_bytes"
+	probesVarCisternTaskStackNever = "cistern_task_stack_never"
+	probesVarRingCookie            = "ring_cookie"
+	probesVarTargetTgid            = "target_tgid"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -102,17 +104,19 @@ type probesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesMapSpecs struct {
-	Hits   *ebpf.MapSpec `ebpf:"hits"`
-	Ring   *ebpf.MapSpec `ebpf:"ring"`
-	Timers *ebpf.MapSpec `ebpf:"timers"`
+	CisternTaskStack *ebpf.MapSpec `ebpf:"cistern_task_stack"`
+	Hits             *ebpf.MapSpec `ebpf:"hits"`
+	Ring             *ebpf.MapSpec `ebpf:"ring"`
+	Timers           *ebpf.MapSpec `ebpf:"timers"`
 }
 
 // probesVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
-	RingCookie *ebpf.VariableSpec `ebpf:"ring_cookie"`
-	TargetTgid *ebpf.VariableSpec `ebpf:"target_tgid"`
+	CisternTaskStackNever *ebpf.VariableSpec `ebpf:"cistern_task_stack_never"`
+	RingCookie            *ebpf.VariableSpec `ebpf:"ring_cookie"`
+	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -135,13 +139,15 @@ func (o *probesObjects) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesMaps struct {
-	Hits   *ebpf.Map `ebpf:"hits"`
-	Ring   *ebpf.Map `ebpf:"ring"`
-	Timers *ebpf.Map `ebpf:"timers"`
+	CisternTaskStack *ebpf.Map `ebpf:"cistern_task_stack"`
+	Hits             *ebpf.Map `ebpf:"hits"`
+	Ring             *ebpf.Map `ebpf:"ring"`
+	Timers           *ebpf.Map `ebpf:"timers"`
 }
 
 func (m *probesMaps) Close() error {
 	return _ProbesClose(
+		m.CisternTaskStack,
 		m.Hits,
 		m.Ring,
 		m.Timers,
@@ -152,8 +158,9 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
-	RingCookie *ebpf.Variable `ebpf:"ring_cookie"`
-	TargetTgid *ebpf.Variable `ebpf:"target_tgid"`
+	CisternTaskStackNever *ebpf.Variable `ebpf:"cistern_task_stack_never"`
+	RingCookie            *ebpf.Variable `ebpf:"ring_cookie"`
+	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

@@ -25,6 +25,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "cistern/accum.bpf.h"
+#include "cistern/taskstack.bpf.h"
 #include "select.bpf.h"
 #include "conn.bpf.h"
 #include "attach.bpf.h"

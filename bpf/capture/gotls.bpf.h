@@ -55,6 +55,7 @@ struct {
 SEC("uprobe")
 int cap_go_write(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	__u64 pidtid = bpf_get_current_pid_tgid(), conn = ctx->ax, buf = ctx->bx, len = ctx->cx, id;
 	__u32 pid = pidtid >> 32;
 
@@ -74,6 +75,7 @@ int cap_go_write(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_write_ret(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	cap_tls_leave();
 	return 0;
 }
@@ -81,6 +83,7 @@ int cap_go_write_ret(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_read(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	struct go_read_key k = { .pid = pid, .g = ctx->r14 };
 	struct go_read_args a = { .conn = ctx->ax, .buf = ctx->bx };
@@ -96,6 +99,7 @@ int cap_go_read(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_read_ret(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	__u64 pidtid = bpf_get_current_pid_tgid(), n = ctx->ax, id;
 	__u32 pid = pidtid >> 32;
 	struct go_read_key k = { .pid = pid, .g = ctx->r14 };
@@ -126,6 +130,7 @@ int cap_go_read_ret(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_handshake(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	__u64 pidtid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pidtid;
 	struct cap_tls_call *in;
@@ -146,6 +151,7 @@ int cap_go_handshake(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_handshake_ret(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct cap_tls_call *in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 
@@ -157,6 +163,7 @@ int cap_go_handshake_ret(struct pt_regs *ctx)
 SEC("uprobe")
 int cap_go_close(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	struct cap_obj_key k = { .pid = bpf_get_current_pid_tgid() >> 32, .obj = ctx->ax };
 	__u64 *id = bpf_map_lookup_elem(&go_conns, &k);
 

@@ -122,6 +122,7 @@ static __always_inline int ssl_enter(void *ctx, __u32 dir, __u64 ssl, __u64 buf,
 	struct ssl_args a = { .ssl = ssl, .buf = buf, .nptr = nptr };
 	__u64 k = ssl_tkey(dir);
 
+	CISTERN_TASK_STACK(ctx);
 	if (!cap_selected(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	cap_tls_enter(ssl, cap_ssl_lib(ctx));
@@ -135,6 +136,7 @@ static __always_inline int ssl_exit(void *ctx, __u32 dir, long ret)
 	struct ssl_args *a = bpf_map_lookup_elem(&ssl_inflight, &k);
 	__u64 n;
 
+	CISTERN_TASK_STACK(ctx);
 	if (!a)
 		return 0;
 	cap_ssl_leave();
@@ -199,6 +201,7 @@ int BPF_KPROBE(cap_ssl_read_ex, void *ssl, void *buf, __u64 num, __u64 *readbyte
 SEC("uprobe")
 int BPF_KPROBE(cap_ssl_handshake, void *ssl)
 {
+	CISTERN_TASK_STACK(ctx);
 	if (cap_selected(bpf_get_current_pid_tgid() >> 32))
 		cap_tls_enter((__u64)ssl, cap_ssl_lib(ctx));
 	return 0;
@@ -207,6 +210,7 @@ int BPF_KPROBE(cap_ssl_handshake, void *ssl)
 SEC("uretprobe")
 int BPF_KRETPROBE(cap_ssl_handshake_ret, int ret)
 {
+	CISTERN_TASK_STACK(ctx);
 	cap_ssl_leave();
 	return 0;
 }
@@ -217,6 +221,7 @@ int BPF_KPROBE(cap_ssl_free, void *ssl)
 	struct cap_obj_key k = { .pid = bpf_get_current_pid_tgid() >> 32, .obj = (__u64)ssl };
 	__u64 *id = bpf_map_lookup_elem(&ssl_conns, &k);
 
+	CISTERN_TASK_STACK(ctx);
 	bpf_map_delete_elem(&cap_tls_sock, &k);
 	if (!id)
 		return 0;

@@ -14,6 +14,7 @@
 #define __TARGET_ARCH_x86
 #endif
 #include <bpf/bpf_tracing.h>
+#include "cistern/taskstack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -133,35 +134,41 @@ out:
 SEC("uprobe")
 int BPF_KPROBE(naive_ssl_write, void *ssl, const void *buf, int num)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_enter(0, (__u64)ssl, (__u64)buf, 0);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(naive_ssl_write_ret, int ret)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_exit(0, ret);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(naive_ssl_read, void *ssl, void *buf, int num)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_enter(1, (__u64)ssl, (__u64)buf, 0);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(naive_ssl_read_ret, int ret)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_exit(1, ret);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(naive_ssl_write_ex, void *ssl, const void *buf, __u64 num, __u64 *written)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_enter(0, (__u64)ssl, (__u64)buf, (__u64)written);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(naive_ssl_read_ex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
 {
+	CISTERN_TASK_STACK(ctx);
 	return naive_enter(1, (__u64)ssl, (__u64)buf, (__u64)readbytes);
 }

@@ -13,6 +13,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "cistern/taskstack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -84,6 +85,7 @@ int BPF_PROG(probe_tp_btf, struct pt_regs *regs, long id)
 SEC("uprobe")
 int probe_uprobe(struct pt_regs *ctx)
 {
+	CISTERN_TASK_STACK(ctx);
 	if (mine())
 		bump(SLOT_UPROBE);
 	return 0;

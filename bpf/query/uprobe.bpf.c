@@ -5,6 +5,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "query.bpf.h"
+#include "cistern/taskstack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -12,6 +13,8 @@ SEC("uprobe")
 int q_uprobe_enter(struct pt_regs *ctx)
 {
 	__u64 *r = q_record();
+
+	CISTERN_TASK_STACK(ctx);
 	if (!r || !q_begin_at(r))
 		return 0;
 	r[6] = 0;
@@ -31,6 +34,8 @@ SEC("uretprobe")
 int q_uprobe_exit(struct pt_regs *ctx)
 {
 	__u64 *r = q_record();
+
+	CISTERN_TASK_STACK(ctx);
 	if (!r)
 		return 0;
 	if (q_join) {

@@ -16,39 +16,41 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	uprobeMapQ_agg          = "q_agg"
-	uprobeMapQ_ctl          = "q_ctl"
-	uprobeMapQ_inflight     = "q_inflight"
-	uprobeMapQ_rb           = "q_rb"
-	uprobeMapQ_scratch      = "q_scratch"
-	uprobeMapQ_stats        = "q_stats"
-	uprobeMapQ_zero         = "q_zero"
-	uprobeProgQ_uprobeEnter = "q_uprobe_enter"
-	uprobeProgQ_uprobeExit  = "q_uprobe_exit"
-	uprobeVarQ_aggSigned    = "q_agg_signed"
-	uprobeVarQ_aggslot      = "q_aggslot"
-	uprobeVarQ_cgroupOnly   = "q_cgroup_only"
-	uprobeVarQ_clEnter      = "q_cl_enter"
-	uprobeVarQ_clMask       = "q_cl_mask"
-	uprobeVarQ_clNv         = "q_cl_nv"
-	uprobeVarQ_clOp         = "q_cl_op"
-	uprobeVarQ_clSlot       = "q_cl_slot"
-	uprobeVarQ_clVal        = "q_cl_val"
-	uprobeVarQ_emit         = "q_emit"
-	uprobeVarQ_hist         = "q_hist"
-	uprobeVarQ_join         = "q_join"
-	uprobeVarQ_key          = "q_key"
-	uprobeVarQ_ncl          = "q_ncl"
-	uprobeVarQ_needArgs     = "q_need_args"
-	uprobeVarQ_needCgroup   = "q_need_cgroup"
-	uprobeVarQ_needComm     = "q_need_comm"
-	uprobeVarQ_nfull        = "q_nfull"
-	uprobeVarQ_nkey         = "q_nkey"
-	uprobeVarQ_nproj        = "q_nproj"
-	uprobeVarQ_nsaved       = "q_nsaved"
-	uprobeVarQ_proj         = "q_proj"
-	uprobeVarQ_self         = "q_self"
-	uprobeVarQ_wakeBytes    = "q_wake_bytes"
+	uprobeMapCisternTaskStack      = "cistern_task_stack"
+	uprobeMapQ_agg                 = "q_agg"
+	uprobeMapQ_ctl                 = "q_ctl"
+	uprobeMapQ_inflight            = "q_inflight"
+	uprobeMapQ_rb                  = "q_rb"
+	uprobeMapQ_scratch             = "q_scratch"
+	uprobeMapQ_stats               = "q_stats"
+	uprobeMapQ_zero                = "q_zero"
+	uprobeProgQ_uprobeEnter        = "q_uprobe_enter"
+	uprobeProgQ_uprobeExit         = "q_uprobe_exit"
+	uprobeVarCisternTaskStackNever = "cistern_task_stack_never"
+	uprobeVarQ_aggSigned           = "q_agg_signed"
+	uprobeVarQ_aggslot             = "q_aggslot"
+	uprobeVarQ_cgroupOnly          = "q_cgroup_only"
+	uprobeVarQ_clEnter             = "q_cl_enter"
+	uprobeVarQ_clMask              = "q_cl_mask"
+	uprobeVarQ_clNv                = "q_cl_nv"
+	uprobeVarQ_clOp                = "q_cl_op"
+	uprobeVarQ_clSlot              = "q_cl_slot"
+	uprobeVarQ_clVal               = "q_cl_val"
+	uprobeVarQ_emit                = "q_emit"
+	uprobeVarQ_hist                = "q_hist"
+	uprobeVarQ_join                = "q_join"
+	uprobeVarQ_key                 = "q_key"
+	uprobeVarQ_ncl                 = "q_ncl"
+	uprobeVarQ_needArgs            = "q_need_args"
+	uprobeVarQ_needCgroup          = "q_need_cgroup"
+	uprobeVarQ_needComm            = "q_need_comm"
+	uprobeVarQ_nfull               = "q_nfull"
+	uprobeVarQ_nkey                = "q_nkey"
+	uprobeVarQ_nproj               = "q_nproj"
+	uprobeVarQ_nsaved              = "q_nsaved"
+	uprobeVarQ_proj                = "q_proj"
+	uprobeVarQ_self                = "q_self"
+	uprobeVarQ_wakeBytes           = "q_wake_bytes"
 )
 
 // loadUprobe returns the embedded CollectionSpec for uprobe.
@@ -101,43 +103,45 @@ type uprobeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeMapSpecs struct {
-	Q_agg      *ebpf.MapSpec `ebpf:"q_agg"`
-	Q_ctl      *ebpf.MapSpec `ebpf:"q_ctl"`
-	Q_inflight *ebpf.MapSpec `ebpf:"q_inflight"`
-	Q_rb       *ebpf.MapSpec `ebpf:"q_rb"`
-	Q_scratch  *ebpf.MapSpec `ebpf:"q_scratch"`
-	Q_stats    *ebpf.MapSpec `ebpf:"q_stats"`
-	Q_zero     *ebpf.MapSpec `ebpf:"q_zero"`
+	CisternTaskStack *ebpf.MapSpec `ebpf:"cistern_task_stack"`
+	Q_agg            *ebpf.MapSpec `ebpf:"q_agg"`
+	Q_ctl            *ebpf.MapSpec `ebpf:"q_ctl"`
+	Q_inflight       *ebpf.MapSpec `ebpf:"q_inflight"`
+	Q_rb             *ebpf.MapSpec `ebpf:"q_rb"`
+	Q_scratch        *ebpf.MapSpec `ebpf:"q_scratch"`
+	Q_stats          *ebpf.MapSpec `ebpf:"q_stats"`
+	Q_zero           *ebpf.MapSpec `ebpf:"q_zero"`
 }
 
 // uprobeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeVariableSpecs struct {
-	Q_aggSigned  *ebpf.VariableSpec `ebpf:"q_agg_signed"`
-	Q_aggslot    *ebpf.VariableSpec `ebpf:"q_aggslot"`
-	Q_cgroupOnly *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
-	Q_clEnter    *ebpf.VariableSpec `ebpf:"q_cl_enter"`
-	Q_clMask     *ebpf.VariableSpec `ebpf:"q_cl_mask"`
-	Q_clNv       *ebpf.VariableSpec `ebpf:"q_cl_nv"`
-	Q_clOp       *ebpf.VariableSpec `ebpf:"q_cl_op"`
-	Q_clSlot     *ebpf.VariableSpec `ebpf:"q_cl_slot"`
-	Q_clVal      *ebpf.VariableSpec `ebpf:"q_cl_val"`
-	Q_emit       *ebpf.VariableSpec `ebpf:"q_emit"`
-	Q_hist       *ebpf.VariableSpec `ebpf:"q_hist"`
-	Q_join       *ebpf.VariableSpec `ebpf:"q_join"`
-	Q_key        *ebpf.VariableSpec `ebpf:"q_key"`
-	Q_ncl        *ebpf.VariableSpec `ebpf:"q_ncl"`
-	Q_needArgs   *ebpf.VariableSpec `ebpf:"q_need_args"`
-	Q_needCgroup *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
-	Q_needComm   *ebpf.VariableSpec `ebpf:"q_need_comm"`
-	Q_nfull      *ebpf.VariableSpec `ebpf:"q_nfull"`
-	Q_nkey       *ebpf.VariableSpec `ebpf:"q_nkey"`
-	Q_nproj      *ebpf.VariableSpec `ebpf:"q_nproj"`
-	Q_nsaved     *ebpf.VariableSpec `ebpf:"q_nsaved"`
-	Q_proj       *ebpf.VariableSpec `ebpf:"q_proj"`
-	Q_self       *ebpf.VariableSpec `ebpf:"q_self"`
-	Q_wakeBytes  *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
+	CisternTaskStackNever *ebpf.VariableSpec `ebpf:"cistern_task_stack_never"`
+	Q_aggSigned           *ebpf.VariableSpec `ebpf:"q_agg_signed"`
+	Q_aggslot             *ebpf.VariableSpec `ebpf:"q_aggslot"`
+	Q_cgroupOnly          *ebpf.VariableSpec `ebpf:"q_cgroup_only"`
+	Q_clEnter             *ebpf.VariableSpec `ebpf:"q_cl_enter"`
+	Q_clMask              *ebpf.VariableSpec `ebpf:"q_cl_mask"`
+	Q_clNv                *ebpf.VariableSpec `ebpf:"q_cl_nv"`
+	Q_clOp                *ebpf.VariableSpec `ebpf:"q_cl_op"`
+	Q_clSlot              *ebpf.VariableSpec `ebpf:"q_cl_slot"`
+	Q_clVal               *ebpf.VariableSpec `ebpf:"q_cl_val"`
+	Q_emit                *ebpf.VariableSpec `ebpf:"q_emit"`
+	Q_hist                *ebpf.VariableSpec `ebpf:"q_hist"`
+	Q_join                *ebpf.VariableSpec `ebpf:"q_join"`
+	Q_key                 *ebpf.VariableSpec `ebpf:"q_key"`
+	Q_ncl                 *ebpf.VariableSpec `ebpf:"q_ncl"`
+	Q_needArgs            *ebpf.VariableSpec `ebpf:"q_need_args"`
+	Q_needCgroup          *ebpf.VariableSpec `ebpf:"q_need_cgroup"`
+	Q_needComm            *ebpf.VariableSpec `ebpf:"q_need_comm"`
+	Q_nfull               *ebpf.VariableSpec `ebpf:"q_nfull"`
+	Q_nkey                *ebpf.VariableSpec `ebpf:"q_nkey"`
+	Q_nproj               *ebpf.VariableSpec `ebpf:"q_nproj"`
+	Q_nsaved              *ebpf.VariableSpec `ebpf:"q_nsaved"`
+	Q_proj                *ebpf.VariableSpec `ebpf:"q_proj"`
+	Q_self                *ebpf.VariableSpec `ebpf:"q_self"`
+	Q_wakeBytes           *ebpf.VariableSpec `ebpf:"q_wake_bytes"`
 }
 
 // uprobeObjects contains all objects after they have been loaded into the kernel.
@@ -160,17 +164,19 @@ func (o *uprobeObjects) Close() error {
 //
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeMaps struct {
-	Q_agg      *ebpf.Map `ebpf:"q_agg"`
-	Q_ctl      *ebpf.Map `ebpf:"q_ctl"`
-	Q_inflight *ebpf.Map `ebpf:"q_inflight"`
-	Q_rb       *ebpf.Map `ebpf:"q_rb"`
-	Q_scratch  *ebpf.Map `ebpf:"q_scratch"`
-	Q_stats    *ebpf.Map `ebpf:"q_stats"`
-	Q_zero     *ebpf.Map `ebpf:"q_zero"`
+	CisternTaskStack *ebpf.Map `ebpf:"cistern_task_stack"`
+	Q_agg            *ebpf.Map `ebpf:"q_agg"`
+	Q_ctl            *ebpf.Map `ebpf:"q_ctl"`
+	Q_inflight       *ebpf.Map `ebpf:"q_inflight"`
+	Q_rb             *ebpf.Map `ebpf:"q_rb"`
+	Q_scratch        *ebpf.Map `ebpf:"q_scratch"`
+	Q_stats          *ebpf.Map `ebpf:"q_stats"`
+	Q_zero           *ebpf.Map `ebpf:"q_zero"`
 }
 
 func (m *uprobeMaps) Close() error {
 	return _UprobeClose(
+		m.CisternTaskStack,
 		m.Q_agg,
 		m.Q_ctl,
 		m.Q_inflight,
@@ -185,30 +191,31 @@ func (m *uprobeMaps) Close() error {
 //
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeVariables struct {
-	Q_aggSigned  *ebpf.Variable `ebpf:"q_agg_signed"`
-	Q_aggslot    *ebpf.Variable `ebpf:"q_aggslot"`
-	Q_cgroupOnly *ebpf.Variable `ebpf:"q_cgroup_only"`
-	Q_clEnter    *ebpf.Variable `ebpf:"q_cl_enter"`
-	Q_clMask     *ebpf.Variable `ebpf:"q_cl_mask"`
-	Q_clNv       *ebpf.Variable `ebpf:"q_cl_nv"`
-	Q_clOp       *ebpf.Variable `ebpf:"q_cl_op"`
-	Q_clSlot     *ebpf.Variable `ebpf:"q_cl_slot"`
-	Q_clVal      *ebpf.Variable `ebpf:"q_cl_val"`
-	Q_emit       *ebpf.Variable `ebpf:"q_emit"`
-	Q_hist       *ebpf.Variable `ebpf:"q_hist"`
-	Q_join       *ebpf.Variable `ebpf:"q_join"`
-	Q_key        *ebpf.Variable `ebpf:"q_key"`
-	Q_ncl        *ebpf.Variable `ebpf:"q_ncl"`
-	Q_needArgs   *ebpf.Variable `ebpf:"q_need_args"`
-	Q_needCgroup *ebpf.Variable `ebpf:"q_need_cgroup"`
-	Q_needComm   *ebpf.Variable `ebpf:"q_need_comm"`
-	Q_nfull      *ebpf.Variable `ebpf:"q_nfull"`
-	Q_nkey       *ebpf.Variable `ebpf:"q_nkey"`
-	Q_nproj      *ebpf.Variable `ebpf:"q_nproj"`
-	Q_nsaved     *ebpf.Variable `ebpf:"q_nsaved"`
-	Q_proj       *ebpf.Variable `ebpf:"q_proj"`
-	Q_self       *ebpf.Variable `ebpf:"q_self"`
-	Q_wakeBytes  *ebpf.Variable `ebpf:"q_wake_bytes"`
+	CisternTaskStackNever *ebpf.Variable `ebpf:"cistern_task_stack_never"`
+	Q_aggSigned           *ebpf.Variable `ebpf:"q_agg_signed"`
+	Q_aggslot             *ebpf.Variable `ebpf:"q_aggslot"`
+	Q_cgroupOnly          *ebpf.Variable `ebpf:"q_cgroup_only"`
+	Q_clEnter             *ebpf.Variable `ebpf:"q_cl_enter"`
+	Q_clMask              *ebpf.Variable `ebpf:"q_cl_mask"`
+	Q_clNv                *ebpf.Variable `ebpf:"q_cl_nv"`
+	Q_clOp                *ebpf.Variable `ebpf:"q_cl_op"`
+	Q_clSlot              *ebpf.Variable `ebpf:"q_cl_slot"`
+	Q_clVal               *ebpf.Variable `ebpf:"q_cl_val"`
+	Q_emit                *ebpf.Variable `ebpf:"q_emit"`
+	Q_hist                *ebpf.Variable `ebpf:"q_hist"`
+	Q_join                *ebpf.Variable `ebpf:"q_join"`
+	Q_key                 *ebpf.Variable `ebpf:"q_key"`
+	Q_ncl                 *ebpf.Variable `ebpf:"q_ncl"`
+	Q_needArgs            *ebpf.Variable `ebpf:"q_need_args"`
+	Q_needCgroup          *ebpf.Variable `ebpf:"q_need_cgroup"`
+	Q_needComm            *ebpf.Variable `ebpf:"q_need_comm"`
+	Q_nfull               *ebpf.Variable `ebpf:"q_nfull"`
+	Q_nkey                *ebpf.Variable `ebpf:"q_nkey"`
+	Q_nproj               *ebpf.Variable `ebpf:"q_nproj"`
+	Q_nsaved              *ebpf.Variable `ebpf:"q_nsaved"`
+	Q_proj                *ebpf.Variable `ebpf:"q_proj"`
+	Q_self                *ebpf.Variable `ebpf:"q_self"`
+	Q_wakeBytes           *ebpf.Variable `ebpf:"q_wake_bytes"`
 }
 
 // uprobePrograms contains all programs after they have been loaded into the kernel.

@@ -24,15 +24,17 @@ type naiveNaiveArgs struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	naiveMapNaiveInflight     = "naive_inflight"
-	naiveMapNaiveRing         = "naive_ring"
-	naiveMapNaiveStats        = "naive_stats"
-	naiveProgNaiveSslRead     = "naive_ssl_read"
-	naiveProgNaiveSslReadEx   = "naive_ssl_read_ex"
-	naiveProgNaiveSslReadRet  = "naive_ssl_read_ret"
-	naiveProgNaiveSslWrite    = "naive_ssl_write"
-	naiveProgNaiveSslWriteEx  = "naive_ssl_write_ex"
-	naiveProgNaiveSslWriteRet = "naive_ssl_write_ret"
+	naiveMapCisternTaskStack      = "cistern_task_stack"
+	naiveMapNaiveInflight         = "naive_inflight"
+	naiveMapNaiveRing             = "naive_ring"
+	naiveMapNaiveStats            = "naive_stats"
+	naiveProgNaiveSslRead         = "naive_ssl_read"
+	naiveProgNaiveSslReadEx       = "naive_ssl_read_ex"
+	naiveProgNaiveSslReadRet      = "naive_ssl_read_ret"
+	naiveProgNaiveSslWrite        = "naive_ssl_write"
+	naiveProgNaiveSslWriteEx      = "naive_ssl_write_ex"
+	naiveProgNaiveSslWriteRet     = "naive_ssl_write_ret"
+	naiveVarCisternTaskStackNever = "cistern_task_stack_never"
 )
 
 // loadNaive returns the embedded CollectionSpec for naive.
@@ -89,15 +91,17 @@ type naiveProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type naiveMapSpecs struct {
-	NaiveInflight *ebpf.MapSpec `ebpf:"naive_inflight"`
-	NaiveRing     *ebpf.MapSpec `ebpf:"naive_ring"`
-	NaiveStats    *ebpf.MapSpec `ebpf:"naive_stats"`
+	CisternTaskStack *ebpf.MapSpec `ebpf:"cistern_task_stack"`
+	NaiveInflight    *ebpf.MapSpec `ebpf:"naive_inflight"`
+	NaiveRing        *ebpf.MapSpec `ebpf:"naive_ring"`
+	NaiveStats       *ebpf.MapSpec `ebpf:"naive_stats"`
 }
 
 // naiveVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type naiveVariableSpecs struct {
+	CisternTaskStackNever *ebpf.VariableSpec `ebpf:"cistern_task_stack_never"`
 }
 
 // naiveObjects contains all objects after they have been loaded into the kernel.
@@ -120,13 +124,15 @@ func (o *naiveObjects) Close() error {
 //
 // It can be passed to loadNaiveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type naiveMaps struct {
-	NaiveInflight *ebpf.Map `ebpf:"naive_inflight"`
-	NaiveRing     *ebpf.Map `ebpf:"naive_ring"`
-	NaiveStats    *ebpf.Map `ebpf:"naive_stats"`
+	CisternTaskStack *ebpf.Map `ebpf:"cistern_task_stack"`
+	NaiveInflight    *ebpf.Map `ebpf:"naive_inflight"`
+	NaiveRing        *ebpf.Map `ebpf:"naive_ring"`
+	NaiveStats       *ebpf.Map `ebpf:"naive_stats"`
 }
 
 func (m *naiveMaps) Close() error {
 	return _NaiveClose(
+		m.CisternTaskStack,
 		m.NaiveInflight,
 		m.NaiveRing,
 		m.NaiveStats,
@@ -137,6 +143,7 @@ func (m *naiveMaps) Close() error {
 //
 // It can be passed to loadNaiveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type naiveVariables struct {
+	CisternTaskStackNever *ebpf.Variable `ebpf:"cistern_task_stack_never"`
 }
 
 // naivePrograms contains all programs after they have been loaded into the kernel.
