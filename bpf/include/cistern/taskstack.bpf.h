@@ -23,9 +23,9 @@
  *   puts one in each program, behind a frozen .rodata word that is always
  *   0: the verifier knows the branch is dead and never walks it, clang
  *   cannot drop it. Nothing runs; the tail-call counter the JIT then keeps
- *   costs an instruction or two. bpf_preempt_disable() would be the direct
- *   cure, but 6.10-6.14 verifiers refuse global function calls under it
- *   (accum_write is one), and kernels before 6.10 lack it.
+ *   costs a few instructions. bpf_preempt_disable() would be the direct
+ *   cure, but the 6.10 and 6.12 verifiers refuse global function calls
+ *   under it (accum_write is one), and kernels before 6.10 lack it.
  *
  * USE
  *   #include "cistern/taskstack.bpf.h"
