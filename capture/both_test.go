@@ -124,6 +124,7 @@ func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) 
 	st, _ := c.Stats()
 	t.Logf("channel: %+v; gaps %d; protocol bytes skipped %d", st, len(c.Gaps()), c.BadBytes())
 	missing, dup := 0, 0
+	var lost []string // which, for the message: the first few
 	for _, mode := range []string{"tls", "plain"} {
 		for i := 0; i < bothN; i++ {
 			m := fmt.Sprintf("m-%s-%s-%d", tok, mode, i)
@@ -132,6 +133,9 @@ func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) 
 				switch {
 				case len(qs) == 0:
 					missing++
+					if len(lost) < 5 {
+						lost = append(lost, m+" ("+side+")")
+					}
 					continue
 				case len(qs) > 1:
 					dup++
@@ -172,7 +176,7 @@ func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) 
 		}
 	}
 	if missing > 0 || dup > 0 {
-		t.Errorf("of %d marked queries × %d sides: %d missing, %d captured more than once", 2*bothN, len(sides), missing, dup)
+		t.Errorf("of %d marked queries × %d sides: %d missing %v, %d captured more than once", 2*bothN, len(sides), missing, lost, dup)
 	}
 	// Loss: with --all the ring also carries every other process's
 	// traffic on this machine (other tests' loopback floods), whose loss
