@@ -93,7 +93,6 @@ func sampleHeadroom(rep *benchkit.Report, m string, evs []pctrace.Event, warm, o
 type roundTrace struct {
 	keys     []uint64
 	from     int
-	reads    uint64
 	pages    int     // the traced run's simulated cache
 	cacheMiB float64 // the traced run's mean page cache
 	ops      float64
@@ -114,11 +113,13 @@ func (t *roundTrace) ownSim(rep *benchkit.Report, m, policy string, cacheMiB, lo
 		return nil
 	}
 	size := max(int(float64(t.pages)*cacheMiB/t.cacheMiB), 1)
-	r, err := sim.Headroom(t.keys, t.from, t.reads, size, []string{policy})
+	// Compare, not Headroom: the agent's figure needs no OPT, the costliest
+	// replay of the trace.
+	_, pols, err := sim.Compare(t.keys, t.from, size, []string{policy})
 	if err != nil {
 		return fmt.Errorf("%s: simulate %s at %d pages: %w", m, policy, size, err)
 	}
-	for _, p := range r.Policies {
+	for _, p := range pols {
 		if p.Name == policy {
 			rep.Sample(m, "sim_own_loads_per_1k_reads", 1000*float64(p.Misses)/t.ops)
 			rep.Sample(m, "cache_loads_per_1k_reads", max(loadsPer1k-t.otherPer1k, 0))
@@ -153,7 +154,7 @@ func sampleHeadroomKeep(rep *benchkit.Report, m string, evs []pctrace.Event, war
 		rep.Sample(m, "sim_"+p.Name+"_loads_per_1k_reads", per(p.Misses))
 	}
 	rep.Sample(m, "sim_best_gain_pct", r.BestGainPct)
-	rt := &roundTrace{keys: keys, from: from, reads: s.Reads, pages: int(s.MaxResident), cacheMiB: cacheMiB, ops: ops}
+	rt := &roundTrace{keys: keys, from: from, pages: int(s.MaxResident), cacheMiB: cacheMiB, ops: ops}
 	if loadsPer1k > 0 {
 		rt.otherPer1k = max(loadsPer1k-per(s.PagesLoaded), 0)
 	}
