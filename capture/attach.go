@@ -362,6 +362,7 @@ func (c *Capture) holdTimer() {
 		for _, p := range late {
 			c.release(p, true)
 		}
+		c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, false)))
 	}
 }
 
@@ -380,6 +381,7 @@ func (c *Capture) releaseAll() {
 	for _, p := range all {
 		c.release(p, false)
 	}
+	c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, true)))
 }
 
 // onUnread queues the record of a TLS connection no probe read from its
@@ -428,6 +430,13 @@ func (c *Capture) AttachSamples() []AttachSample {
 // attachEvents attaches the exec and libssl-open programs (after the
 // watchdog is running: a held process must never outlive the agent held).
 func (c *Capture) attachEvents() error {
+	if c.Opt.HoldNew { // before anything is held
+		l, err := link.AttachTracing(link.TracingOptions{Program: c.objs.CapSelfStop})
+		if err != nil {
+			return fmt.Errorf("attach the supervisors' stop watch (--hold-new): %w", err)
+		}
+		c.links = append(c.links, l)
+	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: c.objs.CapExec})
 	if err != nil {
 		return fmt.Errorf("attach exec announcements: %w", err)

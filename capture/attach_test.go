@@ -544,3 +544,42 @@ func TestHoldAgentHelper(t *testing.T) {
 	os.Stdout.WriteString("ready\n")
 	time.Sleep(time.Minute)
 }
+
+// TestHoldContinuesSupervisors: runuser, like su and sudo, stops itself
+// when its child stops and continues the child once continued itself. A
+// child held by --hold-new must not leave it stopped for ever (and with it
+// whoever waits for runuser: the hang of a test's initdb under another
+// package's --all --hold-new capture): the command ends, runuser with it,
+// and the continuation is counted.
+func TestHoldContinuesSupervisors(t *testing.T) {
+	testenv.RequireRoot(t)
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		t.Fatal(err) // util-linux: on every Debian system
+	}
+	exe := filepath.Join(t.TempDir(), "sleep-supervised")
+	copyFile(t, "/bin/sleep", exe, 0o755)
+	cg, into := testCgroup(t)
+	// Held until HoldMax (keepHeld), long enough for runuser to see its
+	// child stopped: a child continued at once may never be seen stopped.
+	c, err := Open(Options{Cgroup: cg, HoldNew: true, HoldMax: 300 * time.Millisecond * testenv.TimeScale(), keepHeld: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.Command(runuser, "-u", "root", "--", exe, "0.1")
+	into(cmd)
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = waitExit(cmd, 20*time.Second*testenv.TimeScale())
+	cn, _ := c.Counters()
+	t.Logf("runuser ended after %v: %v; counters %v", time.Since(t0), err, cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cn["hold_supervisors_continued"] < 1 {
+		t.Errorf("hold_supervisors_continued %d, want >= 1 (was the child held?)", cn["hold_supervisors_continued"])
+	}
+}

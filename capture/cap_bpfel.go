@@ -160,6 +160,7 @@ const (
 	capMapCapCtl                = "cap_ctl"
 	capMapCapCtlLost            = "cap_ctl_lost"
 	capMapCapHeld               = "cap_held"
+	capMapCapHeldParent         = "cap_held_parent"
 	capMapCapInTls              = "cap_in_tls"
 	capMapCapInfo               = "cap_info"
 	capMapCapLastTls            = "cap_last_tls"
@@ -170,6 +171,7 @@ const (
 	capMapCapScratch            = "cap_scratch"
 	capMapCapSeen               = "cap_seen"
 	capMapCapSelFull            = "cap_sel_full"
+	capMapCapSup                = "cap_sup"
 	capMapCapTlsFds             = "cap_tls_fds"
 	capMapCapTlsProcs           = "cap_tls_procs"
 	capMapCapTlsSock            = "cap_tls_sock"
@@ -203,6 +205,7 @@ const (
 	capProgCapGoWriteRet        = "cap_go_write_ret"
 	capProgCapLibOpen           = "cap_lib_open"
 	capProgCapLibOpened         = "cap_lib_opened"
+	capProgCapSelfStop          = "cap_self_stop"
 	capProgCapSslFree           = "cap_ssl_free"
 	capProgCapSslHandshake      = "cap_ssl_handshake"
 	capProgCapSslHandshakeRet   = "cap_ssl_handshake_ret"
@@ -292,6 +295,7 @@ type capProgramSpecs struct {
 	CapGoWriteRet      *ebpf.ProgramSpec `ebpf:"cap_go_write_ret"`
 	CapLibOpen         *ebpf.ProgramSpec `ebpf:"cap_lib_open"`
 	CapLibOpened       *ebpf.ProgramSpec `ebpf:"cap_lib_opened"`
+	CapSelfStop        *ebpf.ProgramSpec `ebpf:"cap_self_stop"`
 	CapSslFree         *ebpf.ProgramSpec `ebpf:"cap_ssl_free"`
 	CapSslHandshake    *ebpf.ProgramSpec `ebpf:"cap_ssl_handshake"`
 	CapSslHandshakeRet *ebpf.ProgramSpec `ebpf:"cap_ssl_handshake_ret"`
@@ -316,6 +320,7 @@ type capMapSpecs struct {
 	CapCtl           *ebpf.MapSpec `ebpf:"cap_ctl"`
 	CapCtlLost       *ebpf.MapSpec `ebpf:"cap_ctl_lost"`
 	CapHeld          *ebpf.MapSpec `ebpf:"cap_held"`
+	CapHeldParent    *ebpf.MapSpec `ebpf:"cap_held_parent"`
 	CapInTls         *ebpf.MapSpec `ebpf:"cap_in_tls"`
 	CapInfo          *ebpf.MapSpec `ebpf:"cap_info"`
 	CapLastTls       *ebpf.MapSpec `ebpf:"cap_last_tls"`
@@ -326,6 +331,7 @@ type capMapSpecs struct {
 	CapScratch       *ebpf.MapSpec `ebpf:"cap_scratch"`
 	CapSeen          *ebpf.MapSpec `ebpf:"cap_seen"`
 	CapSelFull       *ebpf.MapSpec `ebpf:"cap_sel_full"`
+	CapSup           *ebpf.MapSpec `ebpf:"cap_sup"`
 	CapTlsFds        *ebpf.MapSpec `ebpf:"cap_tls_fds"`
 	CapTlsProcs      *ebpf.MapSpec `ebpf:"cap_tls_procs"`
 	CapTlsSock       *ebpf.MapSpec `ebpf:"cap_tls_sock"`
@@ -386,6 +392,7 @@ type capMaps struct {
 	CapCtl           *ebpf.Map `ebpf:"cap_ctl"`
 	CapCtlLost       *ebpf.Map `ebpf:"cap_ctl_lost"`
 	CapHeld          *ebpf.Map `ebpf:"cap_held"`
+	CapHeldParent    *ebpf.Map `ebpf:"cap_held_parent"`
 	CapInTls         *ebpf.Map `ebpf:"cap_in_tls"`
 	CapInfo          *ebpf.Map `ebpf:"cap_info"`
 	CapLastTls       *ebpf.Map `ebpf:"cap_last_tls"`
@@ -396,6 +403,7 @@ type capMaps struct {
 	CapScratch       *ebpf.Map `ebpf:"cap_scratch"`
 	CapSeen          *ebpf.Map `ebpf:"cap_seen"`
 	CapSelFull       *ebpf.Map `ebpf:"cap_sel_full"`
+	CapSup           *ebpf.Map `ebpf:"cap_sup"`
 	CapTlsFds        *ebpf.Map `ebpf:"cap_tls_fds"`
 	CapTlsProcs      *ebpf.Map `ebpf:"cap_tls_procs"`
 	CapTlsSock       *ebpf.Map `ebpf:"cap_tls_sock"`
@@ -419,6 +427,7 @@ func (m *capMaps) Close() error {
 		m.CapCtl,
 		m.CapCtlLost,
 		m.CapHeld,
+		m.CapHeldParent,
 		m.CapInTls,
 		m.CapInfo,
 		m.CapLastTls,
@@ -429,6 +438,7 @@ func (m *capMaps) Close() error {
 		m.CapScratch,
 		m.CapSeen,
 		m.CapSelFull,
+		m.CapSup,
 		m.CapTlsFds,
 		m.CapTlsProcs,
 		m.CapTlsSock,
@@ -488,6 +498,7 @@ type capPrograms struct {
 	CapGoWriteRet      *ebpf.Program `ebpf:"cap_go_write_ret"`
 	CapLibOpen         *ebpf.Program `ebpf:"cap_lib_open"`
 	CapLibOpened       *ebpf.Program `ebpf:"cap_lib_opened"`
+	CapSelfStop        *ebpf.Program `ebpf:"cap_self_stop"`
 	CapSslFree         *ebpf.Program `ebpf:"cap_ssl_free"`
 	CapSslHandshake    *ebpf.Program `ebpf:"cap_ssl_handshake"`
 	CapSslHandshakeRet *ebpf.Program `ebpf:"cap_ssl_handshake_ret"`
@@ -524,6 +535,7 @@ func (p *capPrograms) Close() error {
 		p.CapGoWriteRet,
 		p.CapLibOpen,
 		p.CapLibOpened,
+		p.CapSelfStop,
 		p.CapSslFree,
 		p.CapSslHandshake,
 		p.CapSslHandshakeRet,

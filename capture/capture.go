@@ -127,6 +127,7 @@ type Capture struct {
 	holdStop, holdDone        chan struct{}
 	wd                        *watchdog
 	nCtlEvents, nHoldTimeouts atomic.Uint64
+	nSupervisors              atomic.Uint64 // parents continued after passing a hold on (continueSupervisors)
 	nUnread                   atomic.Uint64
 	unreadMu                  sync.Mutex
 	unread                    []Query
@@ -268,7 +269,7 @@ func (c *Capture) open() error {
 			return err
 		}
 		if opt.HoldNew {
-			if c.wd, err = startWatchdog(objs.CapHeld, opt.HoldMax); err != nil {
+			if c.wd, err = startWatchdog(objs.CapHeld, objs.CapSup, opt.HoldMax); err != nil {
 				return err
 			}
 		}
@@ -545,7 +546,8 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 		"go_binaries_attached":   c.nGoBins.Load(),
 		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),
-		"control_events": c.nCtlEvents.Load(), "control_events_lost": c.ctlLost(),
+		"hold_supervisors_continued": c.nSupervisors.Load(),
+		"control_events":             c.nCtlEvents.Load(), "control_events_lost": c.ctlLost(),
 	}, nil
 }
 

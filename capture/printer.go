@@ -103,9 +103,9 @@ func Print(ctx context.Context, cp *Capture, out, errOut io.Writer, o PrintOptio
 	}
 	fmt.Fprintf(errOut, "%d queries; channel: %d records, %d payload bytes, %.3f ring bytes/payload byte; "+
 		"lost: %d records, %d bytes (busy %d, table full %d, faults %d), %d sequence gaps; %d unparseable protocol bytes skipped; "+
-		"%d TLS connections unread; %d processes held past --hold-max\n",
+		"%d TLS connections unread; %d processes held past --hold-max, %d supervisors continued\n",
 		n, st.Records, st.PayloadBytes, st.RingPerPayload(), st.LostRecords, st.LostBytes,
-		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes(), cp.Unread(), cp.HoldTimeouts())
+		st.BusyDrops, st.NoConn, st.Faults, len(cp.Gaps()), cp.BadBytes(), cp.Unread(), cp.HoldTimeouts(), cp.nSupervisors.Load())
 	return nil
 }
 

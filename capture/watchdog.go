@@ -40,17 +40,21 @@ type watchdog struct {
 	done chan struct{}
 }
 
-func startWatchdog(held *ebpf.Map, holdMax time.Duration) (*watchdog, error) {
+func startWatchdog(held, sup *ebpf.Map, holdMax time.Duration) (*watchdog, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("hold watchdog: %w", err)
 	}
-	nfd, err := unix.FcntlInt(uintptr(held.FD()), unix.F_DUPFD_CLOEXEC, 3)
-	if err != nil {
-		return nil, fmt.Errorf("hold watchdog: %w", err)
+	var files []*os.File
+	for _, m := range []*ebpf.Map{held, sup} {
+		nfd, err := unix.FcntlInt(uintptr(m.FD()), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, fmt.Errorf("hold watchdog: %w", err)
+		}
+		f := os.NewFile(uintptr(nfd), "map")
+		defer f.Close()
+		files = append(files, f)
 	}
-	mf := os.NewFile(uintptr(nfd), "cap_held")
-	defer mf.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -58,7 +62,7 @@ func startWatchdog(held *ebpf.Map, holdMax time.Duration) (*watchdog, error) {
 	defer r.Close()
 	cmd := exec.Command(self)
 	cmd.Env = []string{watchdogEnv + "=" + strconv.FormatInt(int64(holdMax), 10)}
-	cmd.ExtraFiles = []*os.File{mf, r} // fds 3 and 4
+	cmd.ExtraFiles = []*os.File{files[0], r, files[1]} // fds 3 (cap_held), 4, 5 (cap_sup)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
@@ -88,6 +92,11 @@ func runWatchdog(arg string) int {
 		fmt.Fprintf(os.Stderr, "cistern capture watchdog: %v\n", err)
 		return 1
 	}
+	sup, err := ebpf.NewMapFromFD(5)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cistern capture watchdog: %v\n", err)
+		return 1
+	}
 	gone := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, os.NewFile(4, "agent"))
@@ -109,6 +118,7 @@ func runWatchdog(arg string) int {
 				unix.Kill(int(p), unix.SIGCONT)
 			}
 		}
+		continueSupervisors(sup, m, olderThan < 0)
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -126,4 +136,29 @@ func runWatchdog(arg string) int {
 		sweep(-1)
 	}
 	return 0
+}
+
+// continueSupervisors continues the parents that stopped themselves when a
+// child of theirs was held (cap_sup: su, runuser and sudo pass a child's
+// stop on to themselves), once that child is no longer held (held), or
+// all of them. As in cap_held, the entry is the token: whoever deletes it
+// sends the SIGCONT. Returns how many it continued.
+func continueSupervisors(sup, held *ebpf.Map, all bool) int {
+	var parent, child uint32
+	var due []uint32
+	var since uint64
+	it := sup.Iterate()
+	for it.Next(&parent, &child) {
+		if all || held.Lookup(child, &since) != nil {
+			due = append(due, parent)
+		}
+	}
+	n := 0
+	for _, p := range due {
+		if sup.Delete(p) == nil {
+			unix.Kill(int(p), unix.SIGCONT)
+			n++
+		}
+	}
+	return n
 }

@@ -23,6 +23,14 @@
  * file's uprobes are attached, or after --hold-max, and its watchdog
  * process continues every process left in cap_held if the agent dies.
  *
+ * A stop is seen by the parent (waitpid WUNTRACED), and supervisors (su,
+ * runuser, sudo) pass it on: they stop themselves, and continue their
+ * child once continued. Nobody would continue them: the command finishes
+ * and its supervisor sits stopped for ever, and so does whoever waits for
+ * it. So a hold remembers the parent (cap_held_parent), cap_self_stop
+ * notes a parent that stops itself (cap_sup, parent -> child), and the
+ * agent (or watchdog) continues it once the child is no longer held.
+ *
  * Unread connections (plain.bpf.h) are announced here too (CAP_EV_UNREAD).
  */
 #ifndef CISTERN_CAPTURE_ATTACH_BPF_H
@@ -32,7 +40,9 @@
 #define CAP_EV_LIB 2
 #define CAP_EV_UNREAD 3
 
-#define CAP_SIGSTOP 19
+#define CAP_SIGCONT 18
+#define CAP_SIGSTOP 19 /* SIGTSTP 20, SIGTTIN 21 */
+#define CAP_SIGTTOU 22
 #define CAP_PATH_MAX 256
 
 const volatile __u8 cap_hold = 0; /* --hold-new */
@@ -89,6 +99,23 @@ struct {
 	__type(value, __u64);
 } cap_held SEC(".maps");
 
+/* The parent of a process held, by parent tgid: the child's tgid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} cap_held_parent SEC(".maps");
+
+/* A parent that stopped itself after its child was held (parent -> child):
+ * whoever deletes the entry continues the parent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} cap_sup SEC(".maps");
+
 static __always_inline void cap_ctl_count_lost(void)
 {
 	__u32 zk = 0;
@@ -135,18 +162,44 @@ static __always_inline struct cap_ev *cap_ev_new(__u8 type, __u32 tgid, struct c
 	return ev;
 }
 
-/* --hold-new: stop the current process until the agent continues it. */
+/* --hold-new: stop the current process until the agent continues it. The
+ * stop is sent before the entry exists: whoever deletes the entry sends
+ * the SIGCONT, and a SIGCONT sent before the SIGSTOP would not undo it. */
 static __always_inline __u8 cap_hold_current(__u32 tgid, __u64 now)
 {
+	struct task_struct *t;
+	__u32 ppid;
+
 	if (!cap_hold)
 		return 0;
-	if (bpf_map_update_elem(&cap_held, &tgid, &now, BPF_ANY))
+	if (bpf_send_signal(CAP_SIGSTOP))
 		return 0;
-	if (bpf_send_signal(CAP_SIGSTOP)) {
-		bpf_map_delete_elem(&cap_held, &tgid);
+	if (bpf_map_update_elem(&cap_held, &tgid, &now, BPF_ANY)) {
+		bpf_send_signal(CAP_SIGCONT); /* flushes the pending stop */
 		return 0;
 	}
+	t = (struct task_struct *)bpf_get_current_task();
+	ppid = BPF_CORE_READ(t, real_parent, tgid);
+	bpf_map_update_elem(&cap_held_parent, &ppid, &tgid, BPF_ANY);
 	return 1;
+}
+
+/* A process that stops itself (su, runuser, sudo passing on their child's
+ * stop) while a child of its was held: noted in cap_sup for the agent to
+ * continue. Attached with --hold-new only. */
+SEC("tp_btf/signal_generate")
+int BPF_PROG(cap_self_stop, int sig, struct kernel_siginfo *info, struct task_struct *task, int group, int result)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 *child;
+
+	if (sig < CAP_SIGSTOP || sig > CAP_SIGTTOU || result != 0 /* delivered */ ||
+	    BPF_CORE_READ(task, tgid) != tgid)
+		return 0;
+	child = bpf_map_lookup_elem(&cap_held_parent, &tgid);
+	if (child)
+		bpf_map_update_elem(&cap_sup, &tgid, child, BPF_ANY);
+	return 0;
 }
 
 SEC("tp_btf/sched_process_exec")

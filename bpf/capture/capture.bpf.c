@@ -52,6 +52,9 @@ static void cap_proc_gone(__u32 tgid)
 	bpf_for_each_map_elem(&plain_fds, plain_gone_cb, &tgid, 0);
 	bpf_for_each_map_elem(&cap_tls_fds, tls_gone_cb, &tgid, 0);
 	bpf_map_delete_elem(&cap_tls_procs, &tgid);
-	if (cap_hold)
+	if (cap_hold) {
 		bpf_map_delete_elem(&cap_held, &tgid);
+		bpf_map_delete_elem(&cap_held_parent, &tgid);
+		bpf_map_delete_elem(&cap_sup, &tgid);
+	}
 }
