@@ -160,17 +160,29 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	}
 	t.Logf("stats: %v", st)
 
-	// The agent's choice: MRU never takes the first files (ids 1-12: files
-	// are numbered in walk order).
-	for id := uint32(1); id <= 12; id++ {
-		if n := a.evictedPages[id]; n != 0 {
-			t.Errorf("the agent evicted %d pages of f%03d: MRU keeps the first files", n, id-1)
+	// The agent's choice: MRU never takes the files read before its first
+	// eviction (files are numbered in walk order: id = index + 1). With
+	// the outside file, 12 files reach the high watermark (24 MiB) if the
+	// cgroup held nothing else; the 6.1 guests charge ~9 MiB more (the
+	// first eviction came at f010 or f011 in 5 of 8 runs), so the first
+	// 8 files (12 MiB with the outside one) must stay, and every file
+	// before the first one the agent took must stay whole.
+	nFirst := len(files)
+	for i := range files {
+		if a.evictedPages[uint32(i+1)] != 0 {
+			nFirst = i
+			break
 		}
 	}
+	t.Logf("the agent's first victim is in f%03d", nFirst)
+	if nFirst < 8 {
+		t.Errorf("the agent evicted %d pages of f%03d: MRU keeps the first files", a.evictedPages[uint32(nFirst+1)], nFirst)
+	}
+	nFirst = min(nFirst, 12)
 	var first, last uint64
 	for i, f := range files {
 		c := cached(t, f)
-		if i < 12 {
+		if i < nFirst {
 			first += c
 		}
 		if i >= 32 && i < 63 {
@@ -195,34 +207,34 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	// global reclaim counters moved.
 	steals := globalSteals(t) - stealBefore
 	if hits := st["cgroup_limit_hits"]; hits != 0 {
-		t.Logf("the kernel reclaimed for the limit %d times: files 0-11 %d pages cached, files 32-62 %d", hits, first, last)
+		t.Logf("the kernel reclaimed for the limit %d times: files before the first victim %d pages cached, files 32-62 %d", hits, first, last)
 	} else {
 		if last > 31*256/4 {
 			t.Errorf("files 32-62: %d of %d pages cached: MRU evicts the latest folios", last, 31*256)
 		}
 		var firstEvicted uint64
-		for _, f := range files[:12] {
+		for _, f := range files[:nFirst] {
 			firstEvicted += evictedByKernel(t, f)
 		}
 		outsideCached, outsideEvicted := cached(t, outside), evictedByKernel(t, outside)
-		lostFirst, lostOutside := 12*256-first, 1024-outsideCached
+		lostFirst, lostOutside := uint64(nFirst)*256-first, 1024-outsideCached
 		if lostFirst+lostOutside != 0 {
-			t.Logf("lost to the kernel's reclaim (not the limit's): files 0-11 %d pages (%d with a shadow entry), outside file %d (%d); global pgsteal %d",
+			t.Logf("lost to the kernel's reclaim (not the limit's): files before the first victim %d pages (%d with a shadow entry), outside file %d (%d); global pgsteal %d",
 				lostFirst, firstEvicted, lostOutside, outsideEvicted, steals)
 		}
 		switch {
 		case kernel.Cachestat() == nil:
 			if lostFirst > firstEvicted {
-				t.Errorf("files 0-11: %d of %d pages cached, only %d reclaimed by the kernel: the agent dropped some, and MRU keeps the first files", first, 12*256, firstEvicted)
+				t.Errorf("files before the first victim: %d of %d pages cached, only %d reclaimed by the kernel: the agent dropped some, and MRU keeps the first files", first, nFirst*256, firstEvicted)
 			}
 			if lostOutside > outsideEvicted {
 				t.Errorf("outside file: %d of 1024 pages cached, only %d reclaimed by the kernel: the agent must not touch it", outsideCached, outsideEvicted)
 			}
 		case steals == 0 && lostFirst+lostOutside != 0:
-			t.Errorf("no reclaim on the machine, yet files 0-11 lost %d of %d pages and the outside file %d of 1024: MRU keeps the first files and never touches the outside one",
-				lostFirst, 12*256, lostOutside)
+			t.Errorf("no reclaim on the machine, yet files before the first victim lost %d of %d pages and the outside file %d of 1024: MRU keeps the first files and never touches the outside one",
+				lostFirst, nFirst*256, lostOutside)
 		case lostFirst+lostOutside > steals:
-			t.Errorf("files 0-11 lost %d pages and the outside file %d: more than the %d global reclaim took", lostFirst, lostOutside, steals)
+			t.Errorf("files before the first victim lost %d pages and the outside file %d: more than the %d global reclaim took", lostFirst, lostOutside, steals)
 		}
 	}
 	if st["victims"] == 0 || st["pages_evicted"] < 16*256 {
