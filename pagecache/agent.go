@@ -563,6 +563,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	st["cgroup_limit_hits"] = a.cg.LimitHits() - a.limitHits0 // since the start
 	st["headroom_bytes"] = uint64(a.headNow.Load())
 	st["seeded_pages"], st["seed_foreign_pages"], st["seeded_files"] = a.seeded.pages, a.seeded.foreign, a.seeded.files
+	st["seeded_active_pages"], st["seeded_referenced_pages"] = a.seeded.byHeat[heatActive], a.seeded.byHeat[heatReferenced]
 	st["seed_failed"] = 0
 	if a.seeded.err != nil {
 		st["seed_failed"] = 1

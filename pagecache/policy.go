@@ -66,6 +66,8 @@ type policy struct {
 	// pages the agent's own evictions deleted.
 	used, wakePages, woken, selfPages *ebpf.Variable
 	batchN                            int           // n of the batch last written to pc_batches
+	skipFirstRead                     bool          // pc_skip_first_read: an add's first read is not a hit
+	accesses                          bool          // the policy takes accesses (evict.Policy.Accesses)
 	busy, busyGaveUp                  atomic.Uint64 // pc_apply found the lock held; gave up after maxBusy
 	buf                               []byte
 	obuf                              []byte
@@ -102,7 +104,8 @@ func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err
 	if p.Accesses {
 		vars["pc_want_access"] = uint32(1)
 	}
-	if p.FirstRead && sample == 1 {
+	skipFirst := p.FirstRead && sample == 1
+	if skipFirst {
 		vars["pc_skip_first_read"] = uint32(1)
 	}
 	for k, v := range vars {
@@ -115,7 +118,7 @@ func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err
 		return nil, kernel.LoadError("page-cache policy "+name, err)
 	}
 	pol := &policy{
-		name: name, coll: coll, apply: coll.Programs["pc_apply"],
+		name: name, coll: coll, apply: coll.Programs["pc_apply"], skipFirstRead: skipFirst, accesses: p.Accesses,
 		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
 		used: coll.Variables["evict_used_bytes"], wakePages: coll.Variables["pc_wake_pages"],
 		woken: coll.Variables["pc_woken"], selfPages: coll.Variables["pc_self_pages"],

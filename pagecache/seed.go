@@ -26,22 +26,49 @@ import (
 // dropped). A page charged to another cgroup is never seeded: the agent
 // evicts only what is its cgroup's.
 
+// The history the kernel kept: /proc/kpageflags tells, per frame, whether
+// the page is on the active list (read at least twice since it came in,
+// or promoted) or referenced on the inactive one (read once more). A
+// policy that counts reads (W-TinyLFU, LFU, LHD) started over a warm cache
+// would otherwise see every page as read once: auto's switch to W-TinyLFU
+// mid-run on zipf then turned over the hot pages the default had kept. So
+// the seed adds the pages coldest first (a recency policy's queue in the
+// kernel's order) and, to a policy that takes accesses, reports the
+// active pages read twice and the referenced ones once.
+const (
+	kpfReferenced = 1 << 2 // include/uapi/linux/kernel-page-flags.h
+	kpfActive     = 1 << 6
+)
+
+// Page heat, from the kernel's flags: how many reads the seed reports.
+const (
+	heatCold = iota
+	heatReferenced
+	heatActive
+	heats
+)
+
+// touchSink keeps the compiler from dropping the seed's touches.
+var touchSink byte
+
 // seedStats counts what seeding found.
 type seedStats struct {
 	pages, foreign, files uint64
+	byHeat                [heats]uint64
 	err                   error // why seeding did not run, if it did not
 }
 
 // residentPages returns the indexes of the pages of f (size bytes) that
 // are cached and charged to the memory cgroup memcg (kernfs id).
-func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg *os.File) (idx []uint64, foreign uint64, err error) {
+// heat, when kpf is open (/proc/kpageflags), is each page's heat.
+func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg, kpf *os.File) (idx []uint64, heat []uint8, foreign uint64, err error) {
 	if size <= 0 {
-		return nil, 0, nil
+		return nil, nil, 0, nil
 	}
 	n := (size + pageSize - 1) / pageSize
 	m, err := unix.Mmap(int(f.Fd()), 0, int(n*pageSize), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, 0, fmt.Errorf("mmap: %w", err)
+		return nil, nil, 0, fmt.Errorf("mmap: %w", err)
 	}
 	defer unix.Munmap(m)
 	// No read-around: a fault on a file mapping reads the pages around the
@@ -50,11 +77,11 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg *os.File)
 	// 64 MiB cgroup that way, and fio ran from a cache three times its
 	// limit).
 	if err := unix.Madvise(m, unix.MADV_RANDOM); err != nil {
-		return nil, 0, fmt.Errorf("madvise(MADV_RANDOM): %w", err)
+		return nil, nil, 0, fmt.Errorf("madvise(MADV_RANDOM): %w", err)
 	}
 	vec := make([]byte, n)
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		return nil, 0, fmt.Errorf("mincore: %w", e)
+		return nil, nil, 0, fmt.Errorf("mincore: %w", e)
 	}
 	base := uint64(uintptr(unsafe.Pointer(&m[0])))
 	ent := make([]byte, 8*n)
@@ -67,13 +94,22 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg *os.File)
 		for j < n && vec[j]&1 != 0 {
 			j++
 		}
-		// Map the resident run: a page evicted since mincore would be read
-		// back (and charged to the agent's cgroup): rare, and only one.
-		if err := unix.Madvise(m[i*pageSize:j*pageSize], unix.MADV_POPULATE_READ); err != nil {
-			return nil, 0, fmt.Errorf("madvise(MADV_POPULATE_READ): %w", err)
+		// Map the resident run by touching it: a page evicted since mincore
+		// would be read back (and charged to the agent's cgroup): rare, and
+		// only one. Not MADV_POPULATE_READ: it faults in through
+		// get_user_pages(FOLL_TOUCH), which marks every page accessed, and
+		// so activated every page the workload had read once (the seed's
+		// first build read 4,094 active pages of 2,048 read thrice and
+		// 2,048 once) and lost the history it reads below. A plain fault
+		// leaves the flags alone, and MADV_RANDOM keeps munmap from
+		// passing the young bits on.
+		var sum byte
+		for k := i; k < j; k++ {
+			sum += m[k*pageSize]
 		}
+		touchSink = sum
 		if _, err := pagemap.ReadAt(ent[8*i:8*j], int64(base/pageSize+uint64(i))*8); err != nil {
-			return nil, 0, fmt.Errorf("read /proc/self/pagemap: %w", err)
+			return nil, nil, 0, fmt.Errorf("read /proc/self/pagemap: %w", err)
 		}
 		i = j
 	}
@@ -88,22 +124,36 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg *os.File)
 		}
 		pfn := e & (1<<55 - 1)
 		if pfn == 0 {
-			return nil, 0, fmt.Errorf("/proc/self/pagemap shows no frame numbers (CAP_SYS_ADMIN needed)")
+			return nil, nil, 0, fmt.Errorf("/proc/self/pagemap shows no frame numbers (CAP_SYS_ADMIN needed)")
 		}
 		if _, err := kpcg.ReadAt(cg[:], int64(pfn)*8); err != nil {
-			return nil, 0, fmt.Errorf("read /proc/kpagecgroup: %w", err)
+			return nil, nil, 0, fmt.Errorf("read /proc/kpagecgroup: %w", err)
 		}
 		if binary.LittleEndian.Uint64(cg[:]) != memcg {
 			foreign++
 			continue
 		}
 		idx = append(idx, uint64(i))
+		if kpf != nil {
+			h := uint8(heatCold)
+			if _, err := kpf.ReadAt(cg[:], int64(pfn)*8); err == nil {
+				switch fl := binary.LittleEndian.Uint64(cg[:]); {
+				case fl&kpfActive != 0:
+					h = heatActive
+				case fl&kpfReferenced != 0:
+					h = heatReferenced
+				}
+			}
+			heat = append(heat, h)
+		}
 	}
-	return idx, foreign, nil
+	return idx, heat, foreign, nil
 }
 
 // seed queues an add for every cached page of the watched files charged
-// to the agent's cgroup (applied with the next pc_apply runs).
+// to the agent's cgroup (applied with the next pc_apply runs), coldest
+// first, and for a policy that takes accesses the reads its heat stands
+// for.
 func (a *Agent) seed() seedStats {
 	var s seedStats
 	pagemap, err := os.Open("/proc/self/pagemap")
@@ -118,6 +168,11 @@ func (a *Agent) seed() seedStats {
 		return s
 	}
 	defer kpcg.Close()
+	var kpf *os.File
+	if kpf, err = os.Open("/proc/kpageflags"); err == nil {
+		defer kpf.Close()
+	} // without it every page is seeded cold
+	var byHeat [heats][]Event
 	for id, path := range a.tr.fileList() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -126,11 +181,16 @@ func (a *Agent) seed() seedStats {
 		st, err := f.Stat()
 		if err == nil {
 			var idx []uint64
+			var heat []uint8
 			var foreign uint64
-			idx, foreign, err = residentPages(f, st.Size(), a.cg.ID, pagemap, kpcg)
+			idx, heat, foreign, err = residentPages(f, st.Size(), a.cg.ID, pagemap, kpcg, kpf)
 			s.foreign += foreign
-			for _, i := range idx {
-				a.back = append(a.back, Event{Op: opAdd, File: id, Index: i})
+			for j, i := range idx {
+				h := heatCold
+				if j < len(heat) {
+					h = int(heat[j])
+				}
+				byHeat[h] = append(byHeat[h], Event{Op: opAdd, File: id, Index: i})
 			}
 			s.pages += uint64(len(idx))
 			if len(idx) > 0 {
@@ -140,7 +200,19 @@ func (a *Agent) seed() seedStats {
 		f.Close()
 		if err != nil {
 			s.err = fmt.Errorf("%s: %w", path, err)
-			return s
+			break
+		}
+	}
+	// A page read once is referenced, read again active: the reads a
+	// live page of that heat would have reported (its first one is not a
+	// hit when the policy skips it, as live).
+	for h, evs := range byHeat { // a heat's adds and reads before the next's
+		s.byHeat[h] = uint64(len(evs))
+		a.back = append(a.back, evs...)
+		for r := 0; a.pol.accesses && r < h; r++ {
+			for _, e := range evs {
+				a.back = append(a.back, Event{Op: opAcc, File: e.File, Index: e.Index, Nr: 1})
+			}
 		}
 	}
 	return s

@@ -68,3 +68,56 @@ func TestAgentSeedsWarmCache(t *testing.T) {
 		t.Fatalf("the file read outside the cgroup lost its pages (%d cached): the agent evicted another cgroup's pages", c)
 	}
 }
+
+// TestAgentSeedsTheKernelsHistory: an agent started over a warm cache
+// learns from the kernel's page flags which pages were read again: 8 MiB
+// of files read three times in the cgroup (active) and 8 MiB read once
+// (referenced), the hot ones first in the directory's order. An LRU agent
+// queues them in the kernel's order: when 12 MiB of new files are read,
+// the once-read pages go first. Seeded in file order, as before, the hot
+// pages went first.
+func TestAgentSeedsTheKernelsHistory(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "h")
+	hot := writeFiles(t, filepath.Join(dir, "a-hot"), 8, 1<<20)
+	cold := writeFiles(t, filepath.Join(dir, "b-cold"), 8, 1<<20)
+	fresh := writeFiles(t, filepath.Join(dir, "c-new"), 12, 1<<20)
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-heat-%d", os.Getpid()), 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	for i := 0; i < 3; i++ {
+		readInCgroup(t, cg, hot...)
+	}
+	readInCgroup(t, cg, cold...)
+	a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "lru", Headroom: 8 << 20})
+	defer stop()
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seeded %d pages: %d active, %d referenced", st["seeded_pages"], st["seeded_active_pages"], st["seeded_referenced_pages"])
+	if st["seeded_active_pages"] < 2048*3/4 || st["seeded_active_pages"] > 2048+64 {
+		t.Fatalf("%d pages seeded active, want about the 2048 of the files read three times", st["seeded_active_pages"])
+	}
+	readInCgroup(t, cg, fresh...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var hotAfter, coldAfter uint64
+	for _, f := range hot {
+		hotAfter += cached(t, f)
+	}
+	for _, f := range cold {
+		coldAfter += cached(t, f)
+	}
+	st, _ = a.Stats()
+	t.Logf("after 12 MiB of new files: hot pages cached %d of 2048, once-read %d; evicted by the agent %d, limit reclaims %d", hotAfter, coldAfter, st["pages_evicted"], st["cgroup_limit_hits"])
+	if st["pages_evicted"] < 1024 {
+		t.Fatalf("the agent evicted %d pages: the test did not fill the cgroup", st["pages_evicted"])
+	}
+	if hotAfter < 2048*9/10 || coldAfter > hotAfter/2 {
+		t.Fatalf("LRU kept %d of the 2048 pages read three times and %d of the 2048 read once: the seed lost the kernel's order", hotAfter, coldAfter)
+	}
+}
