@@ -127,7 +127,8 @@ metrics (auto_policy_<name>).`,
 			if err := a.SeedError(); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: the pages cached before the start stay the kernel's to reclaim: %v\n", err)
 			} else if st, err := a.Stats(); err == nil && st["seeded_pages"]+st["seed_foreign_pages"] > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "agent: %d pages of %d files cached before the start given to the policy (%d charged to other cgroups left alone)\n", st["seeded_pages"], st["seeded_files"], st["seed_foreign_pages"])
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: %d pages of %d files cached before the start given to the policy, %d of them active and %d referenced in the kernel's lists (%d charged to other cgroups left alone)\n",
+					st["seeded_pages"], st["seeded_files"], st["seeded_active_pages"], st["seeded_referenced_pages"], st["seed_foreign_pages"])
 			}
 			if policy.Accesses {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: reads seen through %s\n", pagecache.ReadSignal())
