@@ -362,7 +362,7 @@ func (c *Capture) holdTimer() {
 		for _, p := range late {
 			c.release(p, true)
 		}
-		c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, false)))
+		c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, func(uint32) bool { return true })))
 	}
 }
 
@@ -381,7 +381,7 @@ func (c *Capture) releaseAll() {
 	for _, p := range all {
 		c.release(p, false)
 	}
-	c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, true)))
+	c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, nil)))
 }
 
 // onUnread queues the record of a TLS connection no probe read from its

@@ -102,6 +102,7 @@ func runWatchdog(arg string) int {
 		io.Copy(io.Discard, os.NewFile(4, "agent"))
 		close(gone)
 	}()
+	supSeen := map[uint32]time.Time{} // supervisors pending, when first seen
 	sweep := func(olderThan int64) {
 		now := monotonicNS()
 		var pid uint32
@@ -118,7 +119,26 @@ func runWatchdog(arg string) int {
 				unix.Kill(int(p), unix.SIGCONT)
 			}
 		}
-		continueSupervisors(sup, m, olderThan < 0)
+		if olderThan < 0 {
+			continueSupervisors(sup, m, nil)
+			return
+		}
+		// While the agent lives its hold timer continues supervisors (and
+		// counts them); this only catches one it left for a while.
+		now2 := time.Now()
+		continueSupervisors(sup, m, func(parent uint32) bool {
+			first, ok := supSeen[parent]
+			if !ok {
+				supSeen[parent] = now2
+				return false
+			}
+			return now2.Sub(first) > time.Duration(2*holdMax)+time.Second
+		})
+		for p, first := range supSeen {
+			if now2.Sub(first) > time.Duration(4*holdMax)+2*time.Second {
+				delete(supSeen, p) // continued by the agent long ago (or by us)
+			}
+		}
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -140,16 +160,17 @@ func runWatchdog(arg string) int {
 
 // continueSupervisors continues the parents that stopped themselves when a
 // child of theirs was held (cap_sup: su, runuser and sudo pass a child's
-// stop on to themselves), once that child is no longer held (held), or
-// all of them. As in cap_held, the entry is the token: whoever deletes it
-// sends the SIGCONT. Returns how many it continued.
-func continueSupervisors(sup, held *ebpf.Map, all bool) int {
+// stop on to themselves) once that child is no longer held (held) and
+// ready says so (nil: every one, held child or not). As in cap_held, the
+// entry is the token: whoever deletes it sends the SIGCONT. Returns how
+// many it continued.
+func continueSupervisors(sup, held *ebpf.Map, ready func(parent uint32) bool) int {
 	var parent, child uint32
 	var due []uint32
 	var since uint64
 	it := sup.Iterate()
 	for it.Next(&parent, &child) {
-		if all || held.Lookup(child, &since) != nil {
+		if ready == nil || (held.Lookup(child, &since) != nil && ready(parent)) {
 			due = append(due, parent)
 		}
 	}
