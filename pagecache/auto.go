@@ -110,6 +110,11 @@ type Auto struct {
 	// (fresh, at least confirmSamples) show it ahead by the margin too.
 	proposed string
 	confirm  autoRecord
+	// ready: the proposed policy's agent, started (objects loaded, seeded,
+	// tracking) but not evicting while the proposal waits: the start is
+	// most of a switch (0.5-0.9 s, mostly the verifier), and on a short
+	// loop (the quick search's 0.5 s passes) it cost a pass.
+	ready *Agent
 
 	mu      sync.Mutex
 	agent   *Agent
@@ -421,6 +426,7 @@ func (a *Auto) decide() error {
 		switch {
 		case a.proposed != proposed:
 			a.proposed, a.confirm = proposed, autoRecord{misses: map[string]uint64{}}
+			a.prepare(proposed)
 			d.Policy = cur
 			d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], confirmSamples, policyName(cur))
 		case a.confirm.reads < confirmSamples:
@@ -438,6 +444,10 @@ func (a *Auto) decide() error {
 	}
 	if proposed == "" || proposed == d.Policy {
 		a.proposed = ""
+	}
+	if a.ready != nil && a.ready.cfg.Policy != a.proposed && a.ready.cfg.Policy != d.Policy {
+		a.ready.Close() // its proposal went
+		a.ready = nil
 	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
@@ -503,11 +513,16 @@ func (a *Auto) switchTo(policy string) error {
 	if policy == "" {
 		return nil
 	}
-	cfg := a.cfg.Config
-	cfg.Policy, cfg.Cgroup, cfg.Limit = policy, a.cg.Path, 0
-	ag, err := Start(cfg)
-	if err != nil {
-		return fmt.Errorf("auto: start %s: %w", policy, err)
+	ag := a.ready
+	a.ready = nil
+	if ag == nil || ag.cfg.Policy != policy {
+		if ag != nil {
+			ag.Close()
+		}
+		var err error
+		if ag, err = a.startAgent(policy); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -522,6 +537,31 @@ func (a *Auto) switchTo(policy string) error {
 	a.stopRun = func() { cancel(); <-done }
 	a.mu.Unlock()
 	return nil
+}
+
+func (a *Auto) startAgent(policy string) (*Agent, error) {
+	cfg := a.cfg.Config
+	cfg.Policy, cfg.Cgroup, cfg.Limit = policy, a.cg.Path, 0
+	ag, err := Start(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("auto: start %s: %w", policy, err)
+	}
+	return ag, nil
+}
+
+// prepare starts the proposed policy's agent without running it; a start
+// that fails is left to the switch, which reports it.
+func (a *Auto) prepare(policy string) {
+	if a.ready != nil {
+		if a.ready.cfg.Policy == policy {
+			return
+		}
+		a.ready.Close()
+		a.ready = nil
+	}
+	if ag, err := a.startAgent(policy); err == nil {
+		a.ready = ag
+	}
 }
 
 func (a *Auto) stopAgent() {
@@ -584,6 +624,10 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 func (a *Auto) Close() error {
 	a.stopAgent()
 	var errs []error
+	if a.ready != nil {
+		errs = append(errs, a.ready.Close())
+		a.ready = nil
+	}
 	if a.sampler != nil {
 		errs = append(errs, a.sampler.Close())
 		a.sampler = nil
