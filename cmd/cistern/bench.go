@@ -30,6 +30,7 @@ type benchFlags struct {
 	quick    bool
 	jsonPath string
 	plotPath string
+	started  time.Time // the run's start: a plot older than it was not drawn by it
 }
 
 func (b *benchFlags) add(c *cobra.Command) {
@@ -47,6 +48,7 @@ func (b *benchFlags) run(cmd *cobra.Command, fn func(ctx context.Context, progre
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
+	b.started = start
 	rep, err := fn(ctx, func(s string) { benchkit.Step("%s", s) })
 	if err != nil {
 		return err
@@ -59,7 +61,14 @@ func (b *benchFlags) run(cmd *cobra.Command, fn func(ctx context.Context, progre
 func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
 	rep.WriteTable(cmd.OutOrStdout())
 	if b.plotPath != "" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.plotPath)
+		// A bench draws only the parts it has a figure for (pagecache's
+		// zipf part alone has none): say so rather than name a file that
+		// was not written.
+		if st, err := os.Stat(b.plotPath); err == nil && !st.ModTime().Before(b.started) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.plotPath)
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "no plot written to %s: the parts run have no figure to draw\n", b.plotPath)
+		}
 	}
 	if b.jsonPath != "" {
 		if err := cli.WriteJSON(b.jsonPath, rep); err != nil {
