@@ -126,6 +126,9 @@ type Auto struct {
 	last    Decision
 
 	samples, decisions, switches atomic.Uint64
+	// shadowNS: time spent feeding the shadows (CPU-bound: the kernel
+	// model in Go, the candidates in the kernel through test runs).
+	shadowNS atomic.Uint64
 }
 
 // autoRecord is one interval of the sample: its reads, the pages really
@@ -342,7 +345,9 @@ func (a *Auto) feed() (autoRecord, error) {
 
 // decide feeds the shadows and, with enough counted samples, decides.
 func (a *Auto) decide() error {
+	t0 := time.Now()
 	r, err := a.feed()
+	a.shadowNS.Add(uint64(time.Since(t0)))
 	if err != nil {
 		return err
 	}
@@ -605,6 +610,7 @@ func (a *Auto) Agent() *Agent {
 func (a *Auto) Stats() (map[string]uint64, error) {
 	st := map[string]uint64{
 		"auto_samples": a.samples.Load(), "auto_decisions": a.decisions.Load(), "auto_switches": a.switches.Load(),
+		"auto_shadow_us": a.shadowNS.Load() / 1000,
 	}
 	if a.sampler != nil {
 		if ts, err := a.sampler.stats(); err == nil {

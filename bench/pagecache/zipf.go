@@ -185,9 +185,22 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if err != nil {
 			return err
 		}
+		var shadow0 uint64
+		if auto != nil {
+			st, _ := auto.Stats()
+			shadow0 = st["auto_shadow_us"]
+		}
+		t0 := time.Now()
 		r, err := zipfRun(ctx, cg.Path, path, size, measure, 2, a)
 		if err != nil {
 			return err
+		}
+		if auto != nil && r.iops > 0 {
+			// auto's own work beside the workload: its shadows, per 10k reads/s.
+			if st, err := auto.Stats(); err == nil {
+				rep.Sample("zipf/"+mode, "auto_shadow_cpu_pct_per_10k_reads",
+					float64(st["auto_shadow_us"]-shadow0)/1e6/time.Since(t0).Seconds()*100/(r.iops/1e4))
+			}
 		}
 		m := "zipf/" + mode
 		opt.Progress(fmt.Sprintf("zipf: %s: %.0f IOPS, P99 %.0f µs, %.1f pages loaded per 1000 reads", mode, r.iops, r.p99us, r.loadsPer1k))
