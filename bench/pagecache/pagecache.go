@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -359,12 +360,15 @@ func pcPlot(rep *benchkit.Report, path string) error {
 		{"search speed", "search", "seconds"},
 		{"GET ops/s", "getscan", "get_ops_per_sec"},
 		{"scan MB/s", "getscan", "scan_mb_per_sec"},
+		{"zipf IOPS", "zipf", "ops_per_sec"},
 	}
 	kinds := []struct {
 		name  string
 		modes []string
 	}{
-		{"agent", []string{"agent_mru", "agent_get_scan"}},
+		{"agent (MRU, get-scan)", []string{"agent_mru", "agent_get_scan"}},
+		{"W-TinyLFU", []string{"agent_wtinylfu"}},
+		{"auto", []string{"agent_auto"}},
 		{"fadvise_noreuse", []string{"fadvise_noreuse"}},
 		{"fadvise_dontneed", []string{"fadvise_dontneed"}},
 	}
@@ -400,5 +404,11 @@ func pcPlot(rep *benchkit.Report, path string) error {
 	if len(labels) == 0 {
 		return nil
 	}
-	return plot.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, series)
+	var used []plot.BarSeries // kinds no part run has are left out
+	for _, s := range series {
+		if slices.ContainsFunc(s.Values, func(v float64) bool { return v > 0 }) {
+			used = append(used, s)
+		}
+	}
+	return plot.BarChart(path, "Page-cache agent against the kernel LRU ("+rep.Kernel()+")", "relative to default (higher is better)", labels, used)
 }

@@ -109,3 +109,24 @@ func TestRocksDBPlot(t *testing.T) {
 		t.Fatalf("plot: %v", err)
 	}
 }
+
+// TestPagecachePlotZipf draws the zipf part alone (it drew nothing, and
+// the command said it wrote the file) and the search beside it.
+func TestPagecachePlotZipf(t *testing.T) {
+	for _, parts := range [][]string{{"zipf"}, {"zipf", "search"}} {
+		rep := benchkit.New("pagecache", true)
+		for _, part := range parts {
+			for _, m := range []string{"default", "agent_wtinylfu", "agent_auto", "agent_mru"} {
+				rep.Sample(part+"/"+m, "ops_per_sec", 1000)
+				rep.Sample(part+"/"+m, "seconds", 2)
+			}
+		}
+		path := filepath.Join(t.TempDir(), "p.png")
+		if err := pcPlot(rep, path); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(path); err != nil || st.Size() < 1000 {
+			t.Fatalf("%v: plot: %v", parts, err)
+		}
+	}
+}
