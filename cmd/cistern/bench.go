@@ -62,8 +62,8 @@ func (b *benchFlags) finish(cmd *cobra.Command, rep *benchkit.Report) error {
 	rep.WriteTable(cmd.OutOrStdout())
 	if b.plotPath != "" {
 		// A bench draws only the parts it has a figure for (pagecache's
-		// zipf part alone has none): say so rather than name a file that
-		// was not written.
+		// zipf part alone once had none, and this said it wrote the
+		// file): say so rather than name a file that was not written.
 		if st, err := os.Stat(b.plotPath); err == nil && !st.ModTime().Before(b.started) {
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", b.plotPath)
 		} else {
