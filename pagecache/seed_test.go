@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
 )
 
 // TestAgentSeedsWarmCache starts a FIFO agent on a cgroup whose cache is
@@ -98,6 +99,16 @@ func TestAgentSeedsTheKernelsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seeded %d pages: %d active, %d referenced", st["seeded_pages"], st["seeded_active_pages"], st["seeded_referenced_pages"])
+	if r := kernel.PageReclaim(); r.MGLRU {
+		// MGLRU keeps generations, not an active list: the page flags
+		// show every page read referenced and none active (the 6.12
+		// guests: 0 and 4,096), so the seed has no order to give and
+		// reports one read for each, in the directory's order.
+		if st["seeded_active_pages"] != 0 || st["seeded_referenced_pages"] < 4096*3/4 {
+			t.Fatalf("%s: %d pages seeded active, %d referenced: want none and about the 4096 read", r.Detail, st["seeded_active_pages"], st["seeded_referenced_pages"])
+		}
+		return
+	}
 	if st["seeded_active_pages"] < 2048*3/4 || st["seeded_active_pages"] > 2048+64 {
 		t.Fatalf("%d pages seeded active, want about the 2048 of the files read three times", st["seeded_active_pages"])
 	}
