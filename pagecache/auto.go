@@ -116,9 +116,8 @@ type Auto struct {
 	// most of a switch (0.5-0.9 s, mostly the verifier), and on a short
 	// loop (the quick search's 0.5 s passes) it cost a pass.
 	ready *Agent
-	// filling: fewer than Window sampled reads counted since the start
-	// (counted).
-	filling bool
+	// counted: sampled reads counted since the start; fewer than Window,
+	// the window is still filling.
 	counted uint64
 
 	mu      sync.Mutex
@@ -242,7 +241,7 @@ func (a *Auto) Run(ctx context.Context) error {
 		// first seconds: S3-FIFO 6.9 % ahead, then W-TinyLFU 23 % once the
 		// frequencies showed) otherwise held for an interval (10 s), longer
 		// than a short run.
-		early := (a.decisions.Load() == 0 || a.awaiting() || a.filling) && len(a.pending) >= stepSamples
+		early := (a.decisions.Load() == 0 || a.awaiting() || a.counted < uint64(a.cfg.Window)) && len(a.pending) >= stepSamples
 		if early || time.Now().After(next) {
 			if err := a.decide(); err != nil {
 				return err
@@ -397,7 +396,6 @@ func (a *Auto) decide() error {
 	}
 	a.recs = a.recs[keep:]
 	a.counted += r.reads
-	a.filling = a.counted < uint64(a.cfg.Window)
 	// Weighed: the newest records, at least half the window (and
 	// stepSamples): the older half of a young window is the cache's fill,
 	// where every policy misses alike (zipf: W-TinyLFU's 21-25 % showed as
