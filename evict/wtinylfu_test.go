@@ -13,7 +13,7 @@ type refWTinyLFU struct {
 	win, prob, prot               *list.List // front = newest
 	where                         map[uint64]*list.Element
 	seg                           map[uint64]*list.List
-	sketch                        []uint32
+	sketch                        []uint8
 	winSize, mainSize             int
 	probSize, protSize            int
 	hits, period, agings, capSlot uint64
@@ -24,7 +24,7 @@ func newRefWTinyLFU(capacity int) *refWTinyLFU {
 	m := max(capacity-w, 0)
 	return &refWTinyLFU{win: list.New(), prob: list.New(), prot: list.New(),
 		where: map[uint64]*list.Element{}, seg: map[uint64]*list.List{},
-		sketch:  make([]uint32, 16*capacity),
+		sketch:  make([]uint8, 64*capacity),
 		winSize: w, mainSize: m, probSize: m / 5, protSize: m * 4 / 5,
 		period: uint64(max(32*m, 32)), capSlot: uint64(capacity)}
 }
@@ -38,20 +38,20 @@ func wtlfuHash(k uint64) uint64 {
 	return k
 }
 
-// count is the smallest of k's 10 counters, after incrementing them all
-// when add is set.
+// count is the smallest of k's 4 counters (one 64-counter row, one
+// counter in each quarter), after incrementing them all when add is set.
 func (r *refWTinyLFU) count(k uint64, add bool) uint32 {
 	h := wtlfuHash(k)
-	a, b := uint32(h), uint32(h>>32)|1
-	least := ^uint32(0)
-	for i := uint32(0); i < 10; i++ {
-		x := uint64(a+i*b) % uint64(len(r.sketch))
-		if add && r.sketch[x] < ^uint32(0) {
+	row := (h >> 32) * r.capSlot >> 32
+	least := uint8(0xff)
+	for i := uint64(0); i < 4; i++ {
+		x := row*64 + i*16 + (h>>(4*i))&15
+		if add && r.sketch[x] < 0xff {
 			r.sketch[x]++
 		}
 		least = min(least, r.sketch[x])
 	}
-	return least
+	return uint32(least)
 }
 
 func (r *refWTinyLFU) move(to *list.List, k uint64) {

@@ -330,6 +330,8 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	}
 	if (!want_read()) {
 		if (st) { /* sampled out: so are its later batches */
+			if (st->mapping != (__u64)mapping)
+				st->file = 0;
 			st->mapping = (__u64)mapping;
 			st->index = index;
 			st->last = last;
@@ -337,10 +339,27 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		}
 		return 0;
 	}
-	file = file_id(mapping);
+	/* The thread's last read was of this file: its id is known (a
+	 * mapping is an inode's: its address names another file only once
+	 * this one is gone from memory, its pages with it). */
+	if (st && st->mapping == (__u64)mapping && st->file)
+		file = st->file;
+	else
+		file = file_id(mapping);
 	if (!file) {
 		if (st)
 			st->mapping = 0;
+		return 0;
+	}
+	if (st) { /* written in place: an update of an LRU map allocates */
+		st->mapping = (__u64)mapping;
+		st->index = index;
+		st->last = last;
+		st->file = file;
+		st->read = st->read + 1 ? st->read + 1 : 1;
+		st->on = 1;
+		stat(PC_T_ACC);
+		emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, st->read);
 		return 0;
 	}
 	nst = bpf_map_lookup_elem(&pc_read_scratch, &zero);
@@ -350,7 +369,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	nst->index = index;
 	nst->last = last;
 	nst->file = file;
-	nst->read = st ? st->read + 1 : bpf_get_prandom_u32();
+	nst->read = bpf_get_prandom_u32();
 	if (!nst->read)
 		nst->read = 1;
 	nst->on = 1;

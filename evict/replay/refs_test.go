@@ -23,8 +23,9 @@ type libCacheSimRefs struct {
 
 // tolerance is how far, in miss ratio, a policy may be from libCacheSim's:
 // the policies written from its code are equal (6 decimals); W-TinyLFU
-// differs by construction (one victim per miss, another hash:
-// cistern/policy/wtinylfu.bpf.h) and must stay within 0.5 points. LFU and
+// differs by construction (one victim per miss, another hash, Caffeine's
+// blocked sketch: cistern/policy/wtinylfu.bpf.h) and may miss at most 0.5
+// points more (the blocked sketch misses 0.1-1.3 points fewer). LFU and
 // LHD are variants (docs/eviction.md), checked against their own
 // definitions (evict/lfu_test.go, evict/lhd_test.go); their distance is
 // logged for the docs.
@@ -32,6 +33,10 @@ var tolerance = map[string]float64{
 	"fifo": 1e-6, "lru": 1e-6, "clock": 1e-6, "sieve": 1e-6, "s3fifo": 1e-6,
 	"wtinylfu": 0.005,
 }
+
+// betterOK: policies whose tolerance bounds only the misses above
+// libCacheSim's.
+var betterOK = map[string]bool{"wtinylfu": true}
 
 // TestMatchesLibCacheSim replays every trace and size of LibCacheSimTraces
 // under each policy and compares the miss ratio with libCacheSim's.
@@ -76,6 +81,9 @@ func TestMatchesLibCacheSim(t *testing.T) {
 				d := got - want[p]
 				line := fmt.Sprintf("%s %d %s: miss ratio %.4f, libCacheSim %s %.4f (%+.2f points)", tr.Name, size, p, got, refs.Version, want[p], 100*d)
 				tol, checked := tolerance[p]
+				if betterOK[p] && d < 0 {
+					d = 0 // fewer misses than libCacheSim: not a departure this check guards
+				}
 				switch {
 				case checked && math.Abs(d) > tol+5e-7:
 					t.Errorf("%s: want within %.2f points", line, 100*tol)
