@@ -124,6 +124,9 @@ type Auto struct {
 	agent   *Agent
 	stopRun func()
 	last    Decision
+	// stopped: the counters of the agent stopped last (the exit
+	// summary's, once no agent runs).
+	stopped map[string]uint64
 
 	samples, decisions, switches atomic.Uint64
 	// shadowNS: time spent feeding the shadows (CPU-bound: the kernel
@@ -631,6 +634,11 @@ func (a *Auto) stopAgent() {
 	a.mu.Unlock()
 	if ag != nil {
 		stop()
+		if st, err := ag.Stats(); err == nil {
+			a.mu.Lock()
+			a.stopped = st
+			a.mu.Unlock()
+		}
 		ag.Close()
 	}
 }
@@ -669,13 +677,16 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 	for p, l := range d.LossPct {
 		st["auto_loss_pct_"+p] = uint64(max(l, 0))
 	}
+	a.mu.Lock()
+	as := a.stopped
+	a.mu.Unlock()
 	if ag := a.Agent(); ag != nil {
-		as, err := ag.Stats()
-		if err == nil {
-			for k, v := range as {
-				st[k] = v
-			}
+		if cur, err := ag.Stats(); err == nil {
+			as = cur
 		}
+	}
+	for k, v := range as {
+		st[k] = v
 	}
 	return st, nil
 }

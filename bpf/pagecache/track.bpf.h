@@ -89,6 +89,45 @@ static __always_inline __u32 file_id(struct address_space *m)
 	return id ? *id : 0;
 }
 
+/* The file id of the mapping this CPU looked up last: reads come in runs
+ * of the same file, and file_id costs four probe reads and a hash lookup.
+ * Checked by the mapping's address and its inode's number: an address
+ * names another file only after this one left memory, and then the inode
+ * number differs but for a coincidence. */
+struct pc_file_memo {
+	__u64 mapping;
+	__u64 ino;
+	__u32 file;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pc_file_memo);
+} pc_file_memos SEC(".maps");
+
+static __always_inline __u32 file_id_memo(struct address_space *m)
+{
+	__u32 zero = 0, file;
+	struct pc_file_memo *c = bpf_map_lookup_elem(&pc_file_memos, &zero);
+	__u64 ino;
+
+	if (!m)
+		return 0;
+	ino = BPF_CORE_READ(m, host, i_ino);
+	if (c && c->mapping == (__u64)m && c->ino == ino)
+		return c->file;
+	file = file_id(m);
+	if (c) {
+		c->mapping = (__u64)m;
+		c->ino = ino;
+		c->file = file;
+	}
+	return file;
+}
+
 /* struct folio as older kernels lay it out, for CO-RE: until 6.12 flags is
  * a plain unsigned long (memdesc_flags_t since), and until 6.6 the order
  * is a byte of its own (the low byte of _flags_1 since). */
@@ -229,6 +268,8 @@ __noinline int pc_sampled(__u32 file, __u64 first, __u64 last)
 
 	if (!pc_shards_threshold)
 		return 1;
+	if (n == 1) /* a one-page read: no loop */
+		return l.base * PC_SHARDS_MUL < pc_shards_threshold;
 	if (n > PC_MAX_ACC_PAGES)
 		n = PC_MAX_ACC_PAGES;
 	bpf_loop(n, pc_shards_step, &l, 0);
@@ -308,17 +349,23 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 
 	if (!pc_want_access)
 		return 0;
-	last = pc_eof_last((__u64)mapping, index, last);
-	if (last == ~0UL)
-		return 0;
 	if (pc_shards_threshold) { /* sampled: no read state */
-		file = file_id(mapping);
+		/* Most reads are not sampled: that is told first (pages past
+		 * the end of the file count as sampled here), the end of the
+		 * file read only for those that are. */
+		file = file_id_memo(mapping);
 		if (!file || !pc_sampled(file, index, last))
+			return 0;
+		last = pc_eof_last((__u64)mapping, index, last);
+		if (last == ~0UL || !pc_sampled(file, index, last))
 			return 0;
 		stat(PC_T_ACC);
 		emit(PC_ACC, 0, file, index, last - index + 1, 0);
 		return 0;
 	}
+	last = pc_eof_last((__u64)mapping, index, last);
+	if (last == ~0UL)
+		return 0;
 	st = bpf_map_lookup_elem(&pc_reads, &tid);
 	if (st && st->mapping == (__u64)mapping && st->last == last && index > st->index && index <= last) {
 		st->index = index;
