@@ -480,7 +480,7 @@ func (a *Auto) decide() error {
 			a.proposed, gain[a.proposed], lossNote(a.proposed), a.cfg.MarginPct, d.Policy, gain[d.Policy])
 		d.Policy = a.proposed
 	}
-	proposed := d.Policy
+	proposed, lastProposed := d.Policy, a.proposed
 	if d.Policy != cur && d.Policy != "" {
 		switch {
 		case a.proposed != proposed:
@@ -520,7 +520,8 @@ func (a *Auto) decide() error {
 		a.run, a.runRecs = autoRecord{}, 0
 	}
 	a.mu.Lock()
-	changed := a.last.Policy != d.Policy || a.last.Samples == 0
+	// Shown: a change of policy, the first decision and a new proposal.
+	changed := a.last.Policy != d.Policy || a.last.Samples == 0 || (a.proposed != "" && a.proposed != lastProposed)
 	a.last = d
 	a.mu.Unlock()
 	if changed && a.cfg.OnDecision != nil {
