@@ -29,6 +29,26 @@ type tracer struct {
 	w    *pctrace.Writer
 	stop context.CancelFunc
 	done chan error
+	// total: the read calls recorded, counted at finish (events_read).
+	total uint64
+}
+
+// reads is how many read calls the recorder has seen so far.
+func (t *tracer) reads() uint64 {
+	st, err := t.rec.Stats()
+	if err != nil {
+		return 0
+	}
+	return st["events_read"]
+}
+
+// warmFraction is the share of the finished trace's read calls that
+// came before a moment when reads() said warmReads.
+func (t *tracer) warmFraction(warmReads uint64) float64 {
+	if t.total == 0 {
+		return 0
+	}
+	return min(float64(warmReads)/float64(t.total), 0.99)
 }
 
 // startTrace attaches the recorder to the existing cgroup cg over dir.
@@ -64,6 +84,7 @@ func (t *tracer) finish() ([]pctrace.Event, error) {
 	t.stop()
 	err := <-t.done
 	st, serr := t.rec.Stats()
+	t.total = st["events_read"]
 	t.rec.Close()
 	t.f.Close()
 	defer os.Remove(t.f.Name())
