@@ -19,9 +19,16 @@ type refWTinyLFU struct {
 	hits, period, agings, capSlot uint64
 }
 
-func newRefWTinyLFU(capacity int) *refWTinyLFU {
-	w := max(capacity/100, 1)
-	m := max(capacity-w, 0)
+// newRefWTinyLFU: hint, when between 0 and capacity, is the owner's
+// evict_size_hint: the segments are shares of it (the sketch keeps a row
+// per slot).
+func newRefWTinyLFU(capacity, hint int) *refWTinyLFU {
+	size := capacity
+	if hint > 0 && hint < capacity {
+		size = hint
+	}
+	w := max(size/100, 1)
+	m := max(size-w, 0)
 	return &refWTinyLFU{win: list.New(), prob: list.New(), prot: list.New(),
 		where: map[uint64]*list.Element{}, seg: map[uint64]*list.List{},
 		sketch:  make([]uint8, 64*capacity),
@@ -151,8 +158,15 @@ func TestWTinyLFUMatchesReference(t *testing.T) {
 	for _, tc := range []struct {
 		capacity, n int
 		keys        uint64
-	}{{10, 2*BatchSize + 123, 1000}, {57, 2*BatchSize + 7, 1000}, {200, 3 * BatchSize, 1000}, {1000, 100000, 20000}} {
+		hint        int // evict_size_hint (0: none)
+	}{{10, 2*BatchSize + 123, 1000, 0}, {57, 2*BatchSize + 7, 1000, 0}, {200, 3 * BatchSize, 1000, 0}, {1000, 100000, 20000, 0},
+		{1000, 100000, 20000, 600}} {
 		c := open(t, "wtinylfu", uint32(tc.capacity))
+		if tc.hint > 0 {
+			if err := c.Collection().Variables["evict_size_hint"].Set(uint64(tc.hint)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		reqs := make([]Request, tc.n)
 		x := uint64(88172645463325252)
 		for i := range reqs {
@@ -169,7 +183,7 @@ func TestWTinyLFUMatchesReference(t *testing.T) {
 		if _, err := c.Replay(reqs, out); err != nil {
 			t.Fatal(err)
 		}
-		ref := newRefWTinyLFU(tc.capacity)
+		ref := newRefWTinyLFU(tc.capacity, tc.hint)
 		var hits int
 		for i, r := range reqs {
 			hit, victim, evicted := ref.access(r.Key)

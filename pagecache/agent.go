@@ -397,6 +397,13 @@ func (a *Agent) step() (time.Duration, error) {
 			return 0, fmt.Errorf("read cgroup usage: %w", err)
 		}
 	}
+	if a.evictRuns.Load() != runs0 && u <= a.high {
+		// Evicted down to about low: the agent keeps these pages and half
+		// a step more on average, whatever else the cgroup holds.
+		if err := a.pol.setSizeHint(a.pol.tracked() + uint64(evictStep(a.limit)/pageSize/2)); err != nil {
+			return 0, err
+		}
+	}
 	// Wake at the pages that put the usage at high, were the rest of the
 	// cgroup's memory to stay as it is (the poll sees when it does not).
 	t := int64(a.pol.tracked())

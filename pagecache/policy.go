@@ -65,6 +65,10 @@ type policy struct {
 	// (no syscall): pages tracked, the wake threshold and flag, and the
 	// pages the agent's own evictions deleted.
 	used, wakePages, woken, selfPages *ebpf.Variable
+	// sizeHint: evict_size_hint, the pages the agent keeps on average
+	// (nil where the object has none); hint, the value last set.
+	sizeHint *ebpf.Variable
+	hint     uint64
 	batchN                            int           // n of the batch last written to pc_batches
 	skipFirstRead                     bool          // pc_skip_first_read: an add's first read is not a hit
 	accesses                          bool          // the policy takes accesses (evict.Policy.Accesses)
@@ -121,7 +125,7 @@ func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err
 		name: name, coll: coll, apply: coll.Programs["pc_apply"], skipFirstRead: skipFirst, accesses: p.Accesses,
 		batches: coll.Maps["pc_batches"], out: coll.Maps["pc_out"],
 		used: coll.Variables["evict_used_bytes"], wakePages: coll.Variables["pc_wake_pages"],
-		woken: coll.Variables["pc_woken"], selfPages: coll.Variables["pc_self_pages"],
+		woken: coll.Variables["pc_woken"], selfPages: coll.Variables["pc_self_pages"], sizeHint: coll.Variables["evict_size_hint"],
 		buf:  make([]byte, 8+batchSize*eventSize),
 		obuf: make([]byte, 8+maxVictims*victimSize),
 	}
@@ -168,6 +172,20 @@ func u64(v *ebpf.Variable) uint64 {
 
 // tracked is how many pages the policy tracks.
 func (p *policy) tracked() uint64 { return u64(p.used) }
+
+// setSizeHint tells the policy the pages the agent keeps on average, when
+// that moved by more than 1 % (a policy whose segments are shares of the
+// cache resizes them at its next eviction: evict_size_hint).
+func (p *policy) setSizeHint(pages uint64) error {
+	if p.sizeHint == nil || pages == 0 || (p.hint != 0 && max(pages, p.hint)-min(pages, p.hint) <= p.hint/100) {
+		return nil
+	}
+	if err := p.sizeHint.Set(pages); err != nil {
+		return fmt.Errorf("set the policy's size hint: %w", err)
+	}
+	p.hint = pages
+	return nil
+}
 
 // maxBusy bounds how long run waits for the policy's lock: a holder is a
 // tracepoint program applying a short queue, so this is only reached when
@@ -266,6 +284,7 @@ func (p *policy) stats() (map[string]uint64, error) {
 		st["policy_"+k] = v
 	}
 	st["tracked_pages"] = p.tracked()
+	st["size_hint_pages"] = p.hint
 	st["apply_busy_retries"] = p.busy.Load()
 	st["apply_busy_gave_up"] = p.busyGaveUp.Load()
 	return st, nil

@@ -162,6 +162,12 @@ const volatile __u32 evict_capacity = EVICT_DEFAULT_SLOTS;
  * evicting one victim at a time until a new entry fits (libCacheSim's rule);
  * an entry larger than the whole budget is not admitted (EVICT_STAT_TOO_BIG). */
 const volatile __u64 evict_byte_capacity = 0;
+/* Set by an owner that keeps fewer entries than its slots (the page-cache
+ * agent: slots for the cgroup's limit and some, pages kept below it): the
+ * units it keeps on average. A policy whose segments are shares of the
+ * cache (W-TinyLFU) sizes them by it; 0: by the capacity. Never makes the
+ * cache evict by itself. */
+volatile __u64 evict_size_hint;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

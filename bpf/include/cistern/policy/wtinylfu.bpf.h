@@ -92,6 +92,8 @@ static __always_inline __u32 qid(__u32 q)
 /* Sizes and occupancy in units: entries, or bytes with a byte budget. */
 static __u64 win_size, main_size, prob_size, prot_size;
 static __u64 win_used, prob_used, prot_used;
+/* The size the segments were last set for (wtlfu_size). */
+static __u64 wtlfu_sized_for;
 /* Main hits since the last aging, and how many trigger one. */
 static __u64 wtlfu_hits, wtlfu_period;
 /* Agings done (read by the tests). */
@@ -224,10 +226,41 @@ static __always_inline void wtlfu_age(void)
 
 /* ---- the policy ---- */
 
+/* Sets the segments' sizes for a cache of cap units (the capacity, or
+ * the owner's evict_size_hint: the page-cache agent keeps its cgroup under
+ * the limit its slots are sized for, and a main sized by the slots never
+ * filled: a smaller probation than the policy's share, 1.055x the pages
+ * the same policy loads in replay at the cache the agent kept). */
+static __always_inline void wtlfu_size(__u64 cap)
+{
+	if (cap == wtlfu_sized_for)
+		return;
+	wtlfu_sized_for = cap;
+	win_size = cap / 100;
+	if (!win_size)
+		win_size = 1;
+	main_size = cap > win_size ? cap - win_size : 0;
+	prob_size = main_size / 5;
+	prot_size = main_size * 4 / 5;
+	wtlfu_period = WTLFU_SAMPLE * main_size; /* in units, as libCacheSim */
+	if (!wtlfu_period)
+		wtlfu_period = WTLFU_SAMPLE;
+}
+
+/* The units the segments are shares of. */
+static __always_inline __u64 wtlfu_cap(void)
+{
+	__u64 hint = evict_size_hint;
+
+	if (evict_byte_capacity)
+		return evict_byte_capacity;
+	return hint && hint < evict_capacity ? hint : evict_capacity;
+}
+
 static int evict_policy_init(void)
 {
 	int w = evict_list_create(), p = evict_list_create(), t = evict_list_create();
-	__u64 cap = evict_byte_capacity ? evict_byte_capacity : evict_capacity;
+	__u64 cap = wtlfu_cap();
 
 	if (w < 0)
 		return w;
@@ -238,18 +271,11 @@ static int evict_policy_init(void)
 	win_q = w;
 	prob_q = p;
 	prot_q = t;
-	win_size = cap / 100;
-	if (!win_size)
-		win_size = 1;
-	main_size = cap > win_size ? cap - win_size : 0;
-	prob_size = main_size / 5;
-	prot_size = main_size * 4 / 5;
 	win_used = prob_used = prot_used = 0;
 	wtlfu_hits = 0;
-	wtlfu_period = WTLFU_SAMPLE * main_size; /* in units, as libCacheSim */
-	if (!wtlfu_period)
-		wtlfu_period = WTLFU_SAMPLE;
 	wtlfu_agings = 0;
+	wtlfu_sized_for = 0;
+	wtlfu_size(cap);
 	return 0;
 }
 
@@ -375,6 +401,8 @@ static long wtlfu_step(__u64 i, void *arg)
 static void evict_policy_evict(struct evict_ctx *ctx)
 {
 	struct wtlfu_walk w = { .ctx = ctx };
+
+	wtlfu_size(wtlfu_cap()); /* the owner's hint may have moved */
 
 	/* Each step moves one window entry to main or proposes a victim. */
 	bpf_loop(evict_capacity + EVICT_MAX_CANDIDATES + 1, wtlfu_step, &w, 0);
