@@ -29,7 +29,10 @@ const AutoPolicy = "auto"
 // simulated gain ran 0.93-1.04x the default); with it fixed, 22-30 % on
 // fio's zipf reads ran 1.03-1.28x at 0.77x the loads, and started
 // mid-run over the seeded cache it loads 0.87x the default's pages (0.82x
-// from the start). YCSB's best candidates sit at 0.2-9 %: under it.
+// from the start). Those zipf runs were a replay (the bench's measured fio
+// repeated its warm-up's sequence, docs/pagecache.md "Session 20"); as one
+// sequence W-TinyLFU's gain there is 12-14 %, under the margin. YCSB's
+// best candidates sit at 0.2-9 %: under it.
 const DefaultAutoMarginPct = 15
 
 // autoExitFraction: a running policy is kept while its gain after loss
