@@ -38,7 +38,12 @@ const (
 	DefaultPumpNice   = -10
 	DefaultQueueBytes = 256 << 20
 	pumpBlock         = 1 << 20 // queue memory comes in blocks of this size
-	pumpPoll          = 20 * time.Millisecond
+	// pumpPoll only backs the kernel's wakeups up: the latency timer wakes
+	// the reader for every record written without a wakeup (accum.bpf.h,
+	// WAKEUPS), so an idle pump sleeps. It polled every 20 ms before, which
+	// with the Go runtime's own wakeups around each (sysmon) was most of an
+	// idle agent's CPU (issue #34).
+	pumpPoll = time.Second
 )
 
 // pumpRec is a record in a queue block.
@@ -107,7 +112,7 @@ func (p *pump) run(r *Reader) {
 			return
 		default:
 		}
-		// Records written without a wakeup are found by the poll deadline.
+		// The deadline is a backstop (pumpPoll); Close interrupts the wait.
 		r.rb.SetDeadline(time.Now().Add(pumpPoll))
 		err := r.rb.ReadInto(&raw)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
