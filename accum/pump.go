@@ -2,10 +2,12 @@ package accum
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,7 +40,12 @@ const (
 	DefaultPumpNice   = -10
 	DefaultQueueBytes = 256 << 20
 	pumpBlock         = 1 << 20 // queue memory comes in blocks of this size
-	pumpPoll          = 20 * time.Millisecond
+	// pumpPoll only backs the kernel's wakeups up: the latency timer wakes
+	// the reader for every record written without a wakeup (accum.bpf.h,
+	// WAKEUPS), so an idle pump sleeps. It polled every 20 ms before, which
+	// with the Go runtime's own wakeups around each (sysmon) was most of an
+	// idle agent's CPU (issue #34).
+	pumpPoll = time.Second
 )
 
 // pumpRec is a record in a queue block.
@@ -48,23 +55,27 @@ type pumpRec struct {
 }
 
 type pump struct {
-	mu      sync.Mutex
-	q       []pumpRec
-	head    int
-	bytes   int
-	limit   int
-	free    []*[]byte
-	cur     *[]byte // block being filled
-	held    *[]byte // block of the record Read returned last
-	notify  chan struct{}
-	space   chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	err     error
-	niced   atomic.Bool
-	blkUsed map[*[]byte]int // records of each block not yet consumed
-	blocks  int             // blocks made current, and how many of them
-	allocs  int             // were new allocations (the rest were recycled)
+	mu     sync.Mutex
+	q      []pumpRec
+	head   int
+	bytes  int
+	limit  int
+	free   []*[]byte
+	cur    *[]byte // block being filled
+	held   *[]byte // block of the record Read returned last
+	notify chan struct{}
+	space  chan struct{}
+	// ringFile is the ring's fd in the runtime's poller: the pump waits
+	// there, holding no P in a blocking syscall (see run).
+	ringFile *os.File
+	ringConn syscall.RawConn
+	stop     chan struct{}
+	done     chan struct{}
+	err      error
+	niced    atomic.Bool
+	blkUsed  map[*[]byte]int // records of each block not yet consumed
+	blocks   int             // blocks made current, and how many of them
+	allocs   int             // were new allocations (the rest were recycled)
 }
 
 // Pump starts draining the ring into a queue (see PumpOptions). Call it
@@ -78,6 +89,17 @@ func (r *Reader) Pump(opt PumpOptions) {
 	}
 	p := &pump{limit: opt.QueueBytes, notify: make(chan struct{}, 1), space: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), blkUsed: map[*[]byte]int{}}
+	fd, err := unix.FcntlInt(uintptr(r.ring.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err == nil {
+		p.ringFile = os.NewFile(uintptr(fd), "accum ring")
+		p.ringConn, err = p.ringFile.SyscallConn()
+	}
+	if err != nil {
+		p.err = fmt.Errorf("accum pump: ring fd: %w", err)
+	}
 	r.pump = p
 	started := make(chan struct{})
 	go func() {
@@ -100,6 +122,10 @@ func (r *Reader) Pump(opt PumpOptions) {
 func (r *Reader) PumpNiced() bool { return r.pump != nil && r.pump.niced.Load() }
 
 func (p *pump) run(r *Reader) {
+	if p.err != nil {
+		p.signal()
+		return
+	}
 	var raw = r.raw
 	for {
 		select {
@@ -107,11 +133,26 @@ func (p *pump) run(r *Reader) {
 			return
 		default:
 		}
-		// Records written without a wakeup are found by the poll deadline.
-		r.rb.SetDeadline(time.Now().Add(pumpPoll))
+		// Take what the ring holds without waiting; wait for more in the
+		// runtime's poller, not in a blocking epoll_wait: a thread blocked
+		// in a syscall holds its P, and the runtime's monitor (sysmon),
+		// retaking it, wakes every 20 us while the pump sleeps and wakes,
+		// which cost as much CPU as the pump's own work.
+		r.rb.SetDeadline(time.Now())
 		err := r.rb.ReadInto(&raw)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			continue
+			// The deadline is a backstop (pumpPoll); Close interrupts it.
+			p.ringFile.SetReadDeadline(time.Now().Add(pumpPoll))
+			err = p.ringConn.Read(func(uintptr) bool { return r.rb.AvailableBytes() > 0 })
+			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+			} else {
+				continue
+			}
 		}
 		if err != nil {
 			p.mu.Lock()

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/cistern-ebpf/cistern/internal/testenv"
 )
 
 // TestPumpOrderAndBackPressure: records pass through the pump's queue in
@@ -85,5 +87,36 @@ func TestPumpOrderAndBackPressure(t *testing.T) {
 	// (recycled when the next block is needed).
 	if p := d.Reader.pump; p.blocks < 3 || p.allocs > 2 || len(p.blkUsed) > 1 {
 		t.Errorf("queue blocks not recycled: %d blocks filled, %d allocated, %d free, %d still in use", p.blocks, p.allocs, len(p.free), len(p.blkUsed))
+	}
+}
+
+// TestPumpWokenWithoutPolling: a record written without a wakeup (a full
+// batch, well under accum_wakeup_bytes) reaches a pump asleep in its wait:
+// the latency timer wakes it (late_wakeups), not the pump's backstop poll
+// (pumpPoll, a second), which an idle agent no longer pays every 20 ms.
+func TestPumpWokenWithoutPolling(t *testing.T) {
+	lat := 20 * time.Millisecond
+	d := open(t, Config{FlushSize: 1024, Latency: lat})
+	d.Reader.Pump(PumpOptions{})
+	bound := 10 * lat * testenv.TimeScale()
+	for i := range 3 {
+		time.Sleep(2 * lat)                                 // the pump is waiting again
+		frag := bytes.Repeat([]byte{byte('a' + i)}, 1024-4) // fills the batch: flushed at once
+		start := time.Now()
+		if err := d.Write(uint64(i+1), 1, 1, Write, 0, frag); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := d.Reader.Read(bound)
+		if err != nil {
+			t.Fatalf("record %d not delivered within %v: %v", i, bound, err)
+		}
+		if rec.Flags&FlagTimer != 0 || len(rec.Segments) != 1 || !bytes.Equal(rec.Segments[0].Data, frag) {
+			t.Fatalf("record %d: flags %#x, %d segments", i, rec.Flags, len(rec.Segments))
+		}
+		t.Logf("record %d after %v", i, time.Since(start))
+	}
+	st := noLoss(t, d)
+	if st.LateWakeups == 0 {
+		t.Fatalf("records delivered, but the timer sent no late wakeup: %+v", st)
 	}
 }

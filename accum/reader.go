@@ -95,6 +95,7 @@ type Reader struct {
 	Streams *Reassembler
 	Bytes   uint64 // ring record bytes read (record headers included)
 	pump    *pump  // see Pump
+	ring    *ebpf.Map
 }
 
 // NewReader reads the ring buffer map accum_ring.
@@ -103,7 +104,7 @@ func NewReader(ring *ebpf.Map) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("accum ring reader: %w", err)
 	}
-	return &Reader{rb: rb, Streams: NewReassembler()}, nil
+	return &Reader{rb: rb, Streams: NewReassembler(), ring: ring}, nil
 }
 
 // Read waits up to timeout for the next record, adds it to r.Streams and
@@ -153,7 +154,10 @@ func (r *Reader) Close() error {
 		return r.rb.Close()
 	}
 	close(r.pump.stop)
-	err := r.rb.Close() // interrupts the pump's wait
+	if r.pump.ringFile != nil {
+		r.pump.ringFile.Close() // interrupts the pump's wait
+	}
+	err := r.rb.Close()
 	<-r.pump.done
 	return err
 }

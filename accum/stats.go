@@ -12,6 +12,7 @@ import (
 var StatNames = []string{
 	"records", "ring_bytes", "payload_bytes", "lost_records", "lost_bytes",
 	"busy_drops", "no_conn", "faults", "context_flushes", "timer_flushes", "wakeups",
+	"late_wakeups",
 }
 
 // Stats are the kernel side's counters, summed over the CPUs.
@@ -27,6 +28,7 @@ type Stats struct {
 	ContextFlushes uint64 // flushes for a pid/tid/protocol change
 	TimerFlushes   uint64 // flushes by the latency bound
 	Wakeups        uint64 // forced reader wakeups
+	LateWakeups    uint64 // of them, the latency timer's for records written without one
 }
 
 // RingPerPayload is ring bytes per payload byte (0 without payload).
@@ -47,6 +49,6 @@ func ReadStats(m *ebpf.Map) (Stats, error) {
 		Records: v["records"], RingBytes: v["ring_bytes"], PayloadBytes: v["payload_bytes"],
 		LostRecords: v["lost_records"], LostBytes: v["lost_bytes"], BusyDrops: v["busy_drops"],
 		NoConn: v["no_conn"], Faults: v["faults"], ContextFlushes: v["context_flushes"],
-		TimerFlushes: v["timer_flushes"], Wakeups: v["wakeups"],
+		TimerFlushes: v["timer_flushes"], Wakeups: v["wakeups"], LateWakeups: v["late_wakeups"],
 	}, nil
 }

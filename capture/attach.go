@@ -160,6 +160,9 @@ func (c *Capture) startControl() error {
 	}
 	c.ctl = rd
 	c.ctlDone = make(chan struct{})
+	if c.Opt.HoldNew {
+		c.holdKick = make(chan struct{}, 1)
+	}
 	go func() {
 		defer close(c.ctlDone)
 		// A thread of its own at the pump's raised priority (accum.Pump):
@@ -188,6 +191,10 @@ func (c *Capture) startControl() error {
 				c.onFile(&ev)
 			case evUnread:
 				c.onUnread(&ev)
+			}
+			select { // the hold timer ticks fast for a while (holdTimer)
+			case c.holdKick <- struct{}{}:
+			default:
 			}
 		}
 	}()
@@ -338,23 +345,39 @@ func (c *Capture) release(pid uint32, timeout bool) {
 	}
 }
 
-// holdTimer continues processes held longer than HoldMax.
+// The hold timer's ticks: fast while a process is held or a control event
+// came within HoldMax (every hold comes with one; a supervisor stops itself
+// just after its child), slow otherwise: an idle agent with --hold-new
+// woke 200 times a second for nothing (issue #34). The slow tick still
+// finds a hold whose event the control ring had no room for.
+const (
+	holdTick     = 5 * time.Millisecond
+	holdIdleTick = 100 * time.Millisecond
+)
+
+// holdTimer continues processes held longer than HoldMax, and supervisors
+// whose held child was continued.
 func (c *Capture) holdTimer() {
 	defer close(c.holdDone)
-	t := time.NewTicker(5 * time.Millisecond)
+	t := time.NewTimer(holdTick)
 	defer t.Stop()
+	busy := time.Now() // when something was last held or announced
 	for {
 		select {
 		case <-c.holdStop:
 			return
+		case <-c.holdKick:
+			busy = time.Now()
 		case <-t.C:
 		}
 		now := monotonicNS()
 		var pid uint32
 		var since uint64
 		var late []uint32
+		held := 0
 		it := c.objs.CapHeld.Iterate()
 		for it.Next(&pid, &since) {
+			held++
 			if now-int64(since) > int64(c.Opt.HoldMax) {
 				late = append(late, pid)
 			}
@@ -362,7 +385,16 @@ func (c *Capture) holdTimer() {
 		for _, p := range late {
 			c.release(p, true)
 		}
-		c.nSupervisors.Add(uint64(continueSupervisors(c.objs.CapSup, c.objs.CapHeld, func(uint32) bool { return true })))
+		n := continueSupervisors(c.objs.CapSup, c.objs.CapHeld, func(uint32) bool { return true })
+		c.nSupervisors.Add(uint64(n))
+		if held > 0 || n > 0 {
+			busy = time.Now()
+		}
+		next := holdTick
+		if time.Since(busy) > c.Opt.HoldMax {
+			next = holdIdleTick
+		}
+		t.Reset(next)
 	}
 }
 

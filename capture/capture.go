@@ -109,6 +109,8 @@ type Capture struct {
 	mapSeen            map[string]bool  // "dev inode" of mappings scanObjects looked at
 	pidSeen            map[int]time.Time
 	lastScan, lastFull time.Time
+	rescanGap          time.Duration // between passes (rescan), rescanEvery backing off
+	rescanEvents       uint64        // nCtlEvents at the last pass
 	nLibs, nLibErrors  atomic.Uint64
 	nGoBins            atomic.Uint64
 	goBins             map[libFile]bool // Go executables looked at
@@ -125,6 +127,7 @@ type Capture struct {
 	ctl                       *ringbuf.Reader
 	ctlDone                   chan struct{}
 	holdStop, holdDone        chan struct{}
+	holdKick                  chan struct{} // a control event came (holdTimer)
 	wd                        *watchdog
 	nCtlEvents, nHoldTimeouts atomic.Uint64
 	nSupervisors              atomic.Uint64 // parents continued after passing a hold on (continueSupervisors)

@@ -211,9 +211,14 @@ func (c *Capture) libSSLs() ([]string, error) {
 // an attached libssl is traced from its start; only another copy of the
 // library (a container image, a bundled build) needs a new attachment. A
 // process is looked at while it is young (the loader maps libraries just
-// after exec, a dlopen may come later) and again on each full pass.
+// after exec, a dlopen may come later) and again on each full pass. While
+// no selected process is young, no control event came (exec and libssl
+// opens are announced, docs/capture.md "attach on exec") and a pass
+// attached nothing, the passes back off from rescanEvery to rescanMaxGap:
+// an idle agent paid a walk of /proc four times a second (issue #34).
 const (
 	rescanEvery   = 250 * time.Millisecond
+	rescanMaxGap  = 2 * time.Second
 	rescanYoung   = 2 * time.Second
 	rescanFullGap = 5 * time.Second
 )
@@ -223,7 +228,7 @@ const (
 // with crypto/tls it runs, that is not attached yet (TLS wanted, not a single process).
 func (c *Capture) rescan() {
 	now := time.Now()
-	if c.uprobeOpts == nil || c.Opt.perPID() || now.Sub(c.lastScan) < rescanEvery {
+	if c.uprobeOpts == nil || c.Opt.perPID() || now.Sub(c.lastScan) < max(c.rescanGap, rescanEvery) {
 		return
 	}
 	c.lastScan = now
@@ -235,6 +240,8 @@ func (c *Capture) rescan() {
 	if err != nil {
 		return
 	}
+	attached := c.nLibs.Load() + c.nGoBins.Load()
+	young := false
 	alive := make(map[int]time.Time, len(pids))
 	for _, pid := range pids {
 		first, ok := c.pidSeen[pid]
@@ -245,10 +252,18 @@ func (c *Capture) rescan() {
 		if !full && ok && now.Sub(first) > rescanYoung {
 			continue
 		}
+		young = young || now.Sub(first) <= rescanYoung
 		c.scanGo(pid)
 		c.scanObjects(pid)
 	}
 	c.pidSeen = alive // forget the processes that are gone
+	events := c.nCtlEvents.Load()
+	if young || events != c.rescanEvents || c.nLibs.Load()+c.nGoBins.Load() != attached {
+		c.rescanGap = rescanEvery
+	} else {
+		c.rescanGap = min(2*max(c.rescanGap, rescanEvery), rescanMaxGap)
+	}
+	c.rescanEvents = events
 }
 
 // setSelection writes the selection into the spec's frozen .rodata.

@@ -565,8 +565,8 @@ func drain(pb *pgbenchRun, next func() error) (pbErr error, err error) {
 }
 
 // idleWindow is how long idleCPU watches an agent with nothing to read:
-// two of the capture's rescans for new processes (every 250 ms), five
-// watchdog ticks, 25 pump polls.
+// five of the bench's 100 ms Next deadlines (the accumulated pump itself
+// sleeps until the kernel wakes it, accum.bpf.h WAKEUPS).
 const idleWindow = 500 * time.Millisecond
 
 // idleCPU calls next, as drain does, for idleWindow while the workload is

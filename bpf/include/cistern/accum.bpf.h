@@ -16,7 +16,9 @@
  *                exactly 48 + batch bytes, never a fixed-size slot.
  *   accum_zero   ARRAY[1] of one zeroed accum_conn, the template for new ones.
  *   accum_ring   RINGBUF (size set by the loader).
- *   accum_wake   ARRAY[1] u64: ring bytes written since the last forced wakeup.
+ *   accum_wake   ARRAY[2] u64: [0] ring bytes written since the last forced
+ *                wakeup, [1] when the first record since went out without
+ *                a wakeup (bpf_ktime_get_ns(); 0: none).
  *   accum_stats  PERCPU_ARRAY of enum accum_stat counters.
  *   accum_sweeper ARRAY[1] with the bpf_timer of the latency bound.
  *
@@ -58,7 +60,16 @@
  * WAKEUPS
  *   Records are written with BPF_RB_NO_WAKEUP until accum_wakeup_bytes have
  *   accumulated since the last wakeup, then with BPF_RB_FORCE_WAKEUP; timer
- *   and close flushes always wake. The reader also polls with a deadline.
+ *   and close flushes always wake. A record written without a wakeup marks
+ *   accum_wake[1] with its time once it is in the ring (a forced wakeup
+ *   clears the mark: it follows every record before); the latency timer,
+ *   seeing a mark at least half a latency bound old and unread ring bytes,
+ *   wakes the reader (a one-record reservation, discarded with
+ *   BPF_RB_FORCE_WAKEUP). So every record reaches a waiting reader within
+ *   a latency bound without the reader polling: an idle reader sleeps until
+ *   there is something to read, a busy one is woken at most once a bound.
+ *   The mark is set after the record is committed, so a timer that clears
+ *   it and wakes comes after the record: none is left behind.
  *
  * LOSS IS NEVER SILENT
  *   Each record takes the connection's next sequence number; a record the
@@ -157,7 +168,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } accum_wake SEC(".maps");
@@ -199,11 +210,61 @@ static __always_inline __u64 accum_wake_flags(__u32 ring_bytes, int force)
 	if (!pending)
 		return 0;
 	if (force || __sync_fetch_and_add(pending, ring_bytes) + ring_bytes >= accum_wakeup_bytes) {
+		__u64 *since;
+
 		__sync_lock_test_and_set(pending, 0);
+		/* The wakeup follows this record, and so every one before. */
+		k = 1;
+		since = bpf_map_lookup_elem(&accum_wake, &k);
+		if (since && *since)
+			__sync_lock_test_and_set(since, 0);
 		accum_stat_add(ACCUM_STAT_WAKEUPS, 1);
 		return BPF_RB_FORCE_WAKEUP;
 	}
 	return BPF_RB_NO_WAKEUP;
+}
+
+/* A record went out without a wakeup (after it is committed: see WAKEUPS):
+ * the first since the last wakeup marks its time. */
+static __always_inline void accum_mark_unwoken(void)
+{
+	__u32 k = 1;
+	__u64 *since = bpf_map_lookup_elem(&accum_wake, &k);
+
+	if (since && !*since)
+		__sync_val_compare_and_swap(since, 0, bpf_ktime_get_ns() | 1);
+}
+
+/* From the latency timer: wakes the reader if a record went out without a
+ * wakeup at least max_age ago and the ring still holds unread bytes. No
+ * helper wakes a ring buffer's reader by itself: an 8-byte reservation
+ * discarded with BPF_RB_FORCE_WAKEUP does, and the reader skips it. */
+static __always_inline void accum_wake_late(__u64 max_age)
+{
+	__u32 k = 1;
+	__u64 *since = bpf_map_lookup_elem(&accum_wake, &k);
+	__u64 t;
+	void *r;
+
+	if (!since)
+		return;
+	t = *since;
+	if (!t || bpf_ktime_get_ns() - t < max_age)
+		return;
+	if (__sync_val_compare_and_swap(since, t, 0) != t)
+		return; /* cleared meanwhile */
+	if (!bpf_ringbuf_query(&accum_ring, BPF_RB_AVAIL_DATA))
+		return; /* read already */
+	r = bpf_ringbuf_reserve(&accum_ring, 8, 0);
+	if (!r) {
+		/* Full: the reader was woken on the way (every
+		 * accum_wakeup_bytes); look again next time all the same. */
+		__sync_val_compare_and_swap(since, 0, t);
+		return;
+	}
+	bpf_ringbuf_discard(r, BPF_RB_FORCE_WAKEUP);
+	accum_stat_add(ACCUM_STAT_WAKEUPS, 1);
+	accum_stat_add(ACCUM_STAT_LATE_WAKEUPS, 1);
 }
 
 /* Sends the batch of c (owned) as one record and empties it. Empty batches
@@ -214,18 +275,22 @@ static __always_inline void accum_emit(struct accum_conn *c, int force)
 	__u32 fill = c->fill & (2 * F - 1);
 	__u32 size = sizeof(struct accum_rec) + fill;
 	__u32 ring = ((size + 7) & ~7U) + 8;
+	__u64 flags;
 
 	if (!fill && !(c->rec.flags & ACCUM_F_CLOSE))
 		return;
 	c->rec.len = fill;
 	c->rec.seq = __sync_fetch_and_add(&c->next_seq, 1) + 1;
-	if (bpf_ringbuf_output(&accum_ring, &c->rec, size, accum_wake_flags(ring, force))) {
+	flags = accum_wake_flags(ring, force);
+	if (bpf_ringbuf_output(&accum_ring, &c->rec, size, flags)) {
 		accum_stat_add(ACCUM_STAT_LOST_RECORDS, 1);
 		accum_stat_add(ACCUM_STAT_LOST_BYTES, c->payload);
 	} else {
 		accum_stat_add(ACCUM_STAT_RECORDS, 1);
 		accum_stat_add(ACCUM_STAT_RING_BYTES, ring);
 		accum_stat_add(ACCUM_STAT_PAYLOAD_BYTES, c->payload);
+		if (flags == BPF_RB_NO_WAKEUP)
+			accum_mark_unwoken();
 	}
 	c->fill = 0;
 	c->payload = 0;
@@ -545,6 +610,7 @@ static int accum_sweep_cb(void *map, __u32 *key, struct accum_timer *t)
 	__u64 half = accum_latency_ns / 2;
 
 	accum_flush_aged(half);
+	accum_wake_late(half);
 	bpf_timer_start(&t->t, half ? half : 1, 0);
 	return 0;
 }

@@ -62,6 +62,7 @@ enum accum_stat {
 	ACCUM_STAT_CONTEXT_FLUSHES, /* flushes for a pid/tid/protocol change */
 	ACCUM_STAT_TIMER_FLUSHES,   /* flushes by the latency bound */
 	ACCUM_STAT_WAKEUPS,         /* forced reader wakeups */
+	ACCUM_STAT_LATE_WAKEUPS,    /* of them, the latency timer's for records written without one */
 	ACCUM_STAT_MAX,
 };
 
