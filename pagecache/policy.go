@@ -67,14 +67,14 @@ type policy struct {
 	used, wakePages, woken, selfPages *ebpf.Variable
 	// sizeHint: evict_size_hint, the pages the agent keeps on average
 	// (nil where the object has none); hint, the value last set.
-	sizeHint *ebpf.Variable
-	hint     uint64
-	batchN                            int           // n of the batch last written to pc_batches
-	skipFirstRead                     bool          // pc_skip_first_read: an add's first read is not a hit
-	accesses                          bool          // the policy takes accesses (evict.Policy.Accesses)
-	busy, busyGaveUp                  atomic.Uint64 // pc_apply found the lock held; gave up after maxBusy
-	buf                               []byte
-	obuf                              []byte
+	sizeHint         *ebpf.Variable
+	hint             uint64
+	batchN           int           // n of the batch last written to pc_batches
+	skipFirstRead    bool          // pc_skip_first_read: an add's first read is not a hit
+	accesses         bool          // the policy takes accesses (evict.Policy.Accesses)
+	busy, busyGaveUp atomic.Uint64 // pc_apply found the lock held; gave up after maxBusy
+	buf              []byte
+	obuf             []byte
 }
 
 type runArgs struct {
