@@ -163,18 +163,24 @@ func (c *Capture) startControl() error {
 	if c.Opt.HoldNew {
 		c.holdKick = make(chan struct{}, 1)
 	}
+	// File announcements (exec, libssl open) go to a worker of their own:
+	// attaching reads whole executables (every new binary under --all),
+	// and an unread connection's process must be looked at (tlsStack)
+	// before it exits, not after the files queued ahead of it.
+	files := make(chan capCapEv, 1024)
+	filesDone := make(chan struct{})
+	go func() {
+		defer close(filesDone)
+		c.controlThread()
+		for ev := range files {
+			c.onFile(&ev)
+			c.kickHold()
+		}
+	}()
 	go func() {
 		defer close(c.ctlDone)
-		// A thread of its own at the pump's raised priority (accum.Pump):
-		// on a loaded machine the attachment waits for a CPU otherwise,
-		// and a client's first query wins the race (or a held process
-		// waits). The thread stays locked and is discarded at the end.
-		runtime.LockOSThread()
-		nice := c.Opt.Pump.Nice
-		if nice == 0 {
-			nice = accum.DefaultPumpNice
-		}
-		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+		defer func() { close(files); <-filesDone }()
+		c.controlThread()
 		var rec ringbuf.Record
 		for {
 			if err := rd.ReadInto(&rec); err != nil {
@@ -188,13 +194,10 @@ func (c *Capture) startControl() error {
 			c.nCtlEvents.Add(1)
 			switch ev.Type {
 			case evExec, evLib:
-				c.onFile(&ev)
+				files <- ev
 			case evUnread:
 				c.onUnread(&ev)
-			}
-			select { // the hold timer ticks fast for a while (holdTimer)
-			case c.holdKick <- struct{}{}:
-			default:
+				c.kickHold()
 			}
 		}
 	}()
@@ -204,6 +207,27 @@ func (c *Capture) startControl() error {
 		go c.holdTimer()
 	}
 	return nil
+}
+
+// controlThread locks the calling goroutine to a thread of its own at the
+// pump's raised priority (accum.Pump): on a loaded machine the attachment
+// waits for a CPU otherwise, and a client's first query wins the race (or
+// a held process waits). The thread is discarded when the goroutine ends.
+func (c *Capture) controlThread() {
+	runtime.LockOSThread()
+	nice := c.Opt.Pump.Nice
+	if nice == 0 {
+		nice = accum.DefaultPumpNice
+	}
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+}
+
+// kickHold makes the hold timer tick fast for a while (holdTimer).
+func (c *Capture) kickHold() {
+	select {
+	case c.holdKick <- struct{}{}:
+	default:
+	}
 }
 
 // onFile attaches the uprobes to the file of an exec or libssl open, marks
@@ -497,7 +521,7 @@ func monotonicNS() int64 {
 // known: UnreadJava when it maps libjvm.so, UnreadRustls when its
 // executable carries rustls (its name in the symbols or, stripped, in the
 // panic locations of .rodata); "" otherwise (or the process is gone).
-// Called from the control goroutine only.
+// Called from the control ring's reader only (never the file worker).
 func (c *Capture) tlsStack(pid uint32) string {
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
