@@ -97,7 +97,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	rep.Section("search: ripgrep over the tree, seconds", rows("search", searchModes),
 		[]string{"seconds", "first_search_seconds", "repeat_search_seconds"})
 	rep.Section("search headroom: the traced run replayed, pages loaded per 1000 reads", []string{"search/traced"},
-		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_mru_loads_per_1k_reads", "sim_lru_loads_per_1k_reads"})
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_mru_loads_per_1k_reads", "sim_lru_loads_per_1k_reads"})
 	rep.Section("get-scan: GETs on a hot file while a scan runs", rows("getscan", getScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec"})
 	rep.Section("overhead: fio randread on a cached file", rows("overhead", overheadModes),
@@ -105,7 +105,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	rep.Section("zipf: fio randread, zipf 1.1 over 4x the cgroup", rows("zipf", zipfModes),
 		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("zipf headroom: the traced run replayed, pages loaded per 1000 reads", []string{"zipf/traced"},
-		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	if opt.PlotPath != "" {
 		if err := pcPlot(rep, opt.PlotPath); err != nil {
 			return nil, err

@@ -722,7 +722,7 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 	rep.Section("rocksdb reads: db_bench readrandom, skewed", rows("rocksdb_reads", rdbReadModes),
 		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("rocksdb reads headroom: the traced run replayed, pages loaded per 1000 reads", []string{"rocksdb_reads/traced"},
-		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
+		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	rep.Section("rocksdb get-scan: readrandom GETs beside a seekrandom scan", rows("rocksdb_getscan", rdbGetScanModes),
 		[]string{"get_ops_per_sec", "get_p99_us", "scan_mb_per_sec", "agent_cpu_pct_per_10k_reads"})
 	rep.Section("per-cgroup: rocksdb beside ripgrep", rows("percgroup", rdbCgroupModes),

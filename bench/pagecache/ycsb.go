@@ -337,7 +337,7 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 		rep.Section(fmt.Sprintf("ycsb %s: %s", w.Name, ycsbDescribe(w)), rows("ycsb_"+w.Name, ycsbModes),
 			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_ops"})
 		rep.Section("ycsb "+w.Name+" headroom: the traced run replayed, pages loaded per 1000 operations", []string{"ycsb_" + w.Name + "/traced"},
-			[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
+			[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
 	}
 	rep.Note(fmt.Sprintf("ycsb: go-ycsb v1.0.3 (YCSB's core workload and generators; zipfian = YCSB's scrambled zipfian, constant 0.99) against RocksDB (Debian's librocksdb 7.8, go-ycsb's binding: "+
 		"block cache RocksDB's default 8 MiB, reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+

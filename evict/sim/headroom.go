@@ -18,14 +18,19 @@ type Figure struct {
 }
 
 // Report is a trace's headroom at one cache size: the kernel's default
-// (model), Belady's OPT, and each policy replayed in the kernel.
+// (model), Belady's OPT, the two frequency references, and each policy
+// replayed in the kernel.
 type Report struct {
-	CapacityPages int      `json:"capacity_pages"`
-	Reads         uint64   `json:"reads"`
-	PageReads     uint64   `json:"page_reads"`
-	OPT           Figure   `json:"opt"`
-	Kernel        Figure   `json:"kernel_model"`
-	Policies      []Figure `json:"policies"`
+	CapacityPages int    `json:"capacity_pages"`
+	Reads         uint64 `json:"reads"`
+	PageReads     uint64 `json:"page_reads"`
+	OPT           Figure `json:"opt"`
+	Kernel        Figure `json:"kernel_model"`
+	// HistoryLFU and OracleLFU: what counting can learn online, and what
+	// knowing the popularity in advance gives (lfu.go).
+	HistoryLFU Figure   `json:"history_lfu"`
+	OracleLFU  Figure   `json:"oracle_lfu"`
+	Policies   []Figure `json:"policies"`
 	// Best is the policy with the fewest misses, and BestGainPct how many
 	// fewer misses it has than the kernel model, in percent (negative:
 	// none beats the model).
@@ -50,6 +55,8 @@ func Headroom(keys []uint64, from int, reads uint64, capacity int, policies []st
 		return 1000 * float64(m) / float64(reads)
 	}
 	r.OPT = Figure{Name: "opt", Misses: OPT(keys, capacity, from)}
+	r.HistoryLFU = Figure{Name: "history_lfu", Misses: HistoryLFU(keys, capacity, from)}
+	r.OracleLFU = Figure{Name: "oracle_lfu", Misses: OracleLFU(keys, capacity, from)}
 	kern, pols, err := Compare(keys, from, capacity, policies)
 	if err != nil {
 		return r, err
@@ -66,6 +73,8 @@ func Headroom(keys []uint64, from int, reads uint64, capacity int, policies []st
 	}
 	fill(&r.OPT)
 	fill(&r.Kernel)
+	fill(&r.HistoryLFU)
+	fill(&r.OracleLFU)
 	for i := range r.Policies {
 		fill(&r.Policies[i])
 		if r.Best == "" || r.Policies[i].Misses < r.policy(r.Best).Misses {

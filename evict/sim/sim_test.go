@@ -132,3 +132,44 @@ func TestKernelModelRefaultActivates(t *testing.T) {
 		t.Fatalf("no refault detected (misses %d, age %d, active %d)", m.Misses, m.age, m.lists[active].n)
 	}
 }
+
+// TestFrequencyReferences checks HistoryLFU and OracleLFU against their
+// definitions on a small trace, that OPT is below both on small random
+// traces, and their order on a stationary zipf trace.
+func TestFrequencyReferences(t *testing.T) {
+	// capacity 2. History: 1 m, 1 h, 2 m, 3 m (evicts 2: count 1 < 1's 2),
+	// 2 m (counts 1:2, 3:1, 2:2: evicts 3), 3 m (1:2, 2:2, 3:2: evicts the
+	// least recent, 1), 1 m = 6 misses. Oracle (1:3, 2:2, 3:2): 1 m, 1 h,
+	// 2 m, 3 m (evicts 2, read longer ago), 2 m (evicts 3), 3 m (evicts 2),
+	// 1 h = 5 misses.
+	keys := []uint64{1, 1, 2, 3, 2, 3, 1}
+	if got := HistoryLFU(keys, 2, 0); got != 6 {
+		t.Errorf("HistoryLFU %v at 2: %d misses, want 6", keys, got)
+	}
+	if got := OracleLFU(keys, 2, 0); got != 5 {
+		t.Errorf("OracleLFU %v at 2: %d misses, want 5", keys, got)
+	}
+	if got := HistoryLFU(keys, 2, 5); got != 2 {
+		t.Errorf("HistoryLFU %v at 2 from 5: %d misses, want 2", keys, got)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 300; trial++ {
+		n, distinct, capacity := 6+r.IntN(9), 2+r.IntN(5), 1+r.IntN(3)
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = uint64(r.IntN(distinct))
+		}
+		opt := bruteOPT(keys, capacity)
+		if h, o := HistoryLFU(keys, capacity, 0), OracleLFU(keys, capacity, 0); h < opt || o < opt {
+			t.Fatalf("trace %v at %d: history LFU %d or oracle %d misses below the optimum %d", keys, capacity, h, o, opt)
+		}
+	}
+	keys = ZipfKeys(400000, 1<<16, 1.1, 9)
+	for _, c := range []int{1000, 10000} {
+		opt, oracle, hist, lru := OPT(keys, c, 0), OracleLFU(keys, c, 0), HistoryLFU(keys, c, 0), LRU(keys, c, 0)
+		t.Logf("capacity %d: OPT %d, oracle LFU %d, history LFU %d, LRU %d", c, opt, oracle, hist, lru)
+		if !(opt < oracle && oracle < hist && hist < lru) {
+			t.Fatalf("capacity %d on zipf: want OPT < oracle LFU < history LFU < LRU, got %d, %d, %d, %d", c, opt, oracle, hist, lru)
+		}
+	}
+}
