@@ -317,7 +317,19 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 			rep.PairedRatio(name, a, metric, b, metric)
 		}
 	}
-	ratio(part+"_auto_vs_default", am, part+"/default")
+	// Against the mean of the default runs either side of auto where the
+	// part runs one after it (PART/default_after): the device's drift
+	// between runs a minute apart cancels, and the two defaults' own ratio
+	// (PART_default_repeat) is the noise floor the verdict is read against.
+	base := part + "/default"
+	if d0, d1 := rep.Samples(base, metric), rep.Samples(part+"/default_after", metric); len(d1) > 0 {
+		rep.PairedRatio(part+"_default_repeat", part+"/default_after", metric, base, metric)
+		base = part + "/default_bracket"
+		for i := range min(len(d0), len(d1)) {
+			rep.Sample(base, metric, (d0[i]+d1[i])/2)
+		}
+	}
+	ratio(part+"_auto_vs_default", am, base)
 	med, lo, hi, ok := rep.RatioSpread(part + "_auto_vs_default")
 	if !ok {
 		return

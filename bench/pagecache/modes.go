@@ -17,8 +17,9 @@ var (
 	rdbGetScanModes = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
 	// --workload ycsb: every workload (ycsb.go)
-	// (traced: the default with the access-trace recorder on, headroom.go)
-	ycsbModes = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_wtinylfu", "agent_auto"}
+	// (traced: the default with the access-trace recorder on, headroom.go;
+	// auto between two defaults, judged against their mean: autoTargets)
+	ycsbModes = []string{"default", "agent_auto", "default_after", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_wtinylfu"}
 )
 
 // rows are a part's modes as report rows (PART/MODE).

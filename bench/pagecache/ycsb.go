@@ -65,8 +65,8 @@ func YCSBWorkloadNames() []string {
 // workload where frequency matters most), every mode side by side.
 var ycsbQuickWorkloads = []string{"c"}
 
-// ycsbRounds: quick and full alike (their sizes differ): 42 interleaved
-// runs a round in full, so 5 rounds would take two hours.
+// ycsbRounds: quick and full alike (their sizes differ): 48 interleaved
+// runs a round in full, so 5 rounds would take over two hours.
 const ycsbRounds = 3
 
 // ycsbRecordBytes is about what one YCSB record (10 fields of 100 bytes,
