@@ -24,7 +24,7 @@ import "container/heap"
 // every key's count kept since keys[0], at capacity keys.
 func HistoryLFU(keys []uint64, capacity, from int) uint64 {
 	counts := make(map[uint64]uint32)
-	return lfuMisses(keys, capacity, from, func(k uint64) uint32 {
+	return lfuMisses(keys, capacity, from, func(_ int, k uint64) uint32 {
 		counts[k]++
 		return counts[k]
 	})
@@ -37,13 +37,13 @@ func OracleLFU(keys []uint64, capacity, from int) uint64 {
 	for _, k := range keys {
 		counts[k]++
 	}
-	return lfuMisses(keys, capacity, from, func(k uint64) uint32 { return counts[k] })
+	return lfuMisses(keys, capacity, from, func(_ int, k uint64) uint32 { return counts[k] })
 }
 
 // lfuMisses runs a cache that evicts the resident key of the lowest rank
-// (count, then last access); count(k) is k's count, called once at each
-// access of k.
-func lfuMisses(keys []uint64, capacity, from int, count func(k uint64) uint32) uint64 {
+// (count, then last access); count(i, k) is k's count at access i, called
+// once at each access (OPT ranks by next use the same way).
+func lfuMisses(keys []uint64, capacity, from int, count func(i int, k uint64) uint32) uint64 {
 	if capacity <= 0 {
 		return uint64(len(keys) - min(from, len(keys)))
 	}
@@ -51,7 +51,7 @@ func lfuMisses(keys []uint64, capacity, from int, count func(k uint64) uint32) u
 	h := &rankHeap{}
 	var misses uint64
 	for i, k := range keys {
-		r := rank{count: count(k), last: i}
+		r := rank{count: count(i, k), last: i}
 		if _, ok := resident[k]; !ok {
 			if i >= from {
 				misses++

@@ -38,14 +38,21 @@ func bruteOPT(keys []uint64, capacity int) uint64 {
 	return best
 }
 
+// smallTrace is a random trace of 6-14 accesses over 2-6 keys and a cache
+// of 1-3, small enough for bruteOPT.
+func smallTrace(r *rand.Rand) ([]uint64, int) {
+	n, distinct, capacity := 6+r.IntN(9), 2+r.IntN(5), 1+r.IntN(3)
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = uint64(r.IntN(distinct))
+	}
+	return keys, capacity
+}
+
 func TestOPTIsOptimalOnSmallTraces(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 300; trial++ {
-		n, distinct, capacity := 6+r.IntN(9), 2+r.IntN(5), 1+r.IntN(3)
-		keys := make([]uint64, n)
-		for i := range keys {
-			keys[i] = uint64(r.IntN(distinct))
-		}
+		keys, capacity := smallTrace(r)
 		if got, want := OPT(keys, capacity, 0), bruteOPT(keys, capacity); got != want {
 			t.Fatalf("trace %v, capacity %d: OPT %d misses, the best possible %d", keys, capacity, got, want)
 		}
@@ -154,11 +161,7 @@ func TestFrequencyReferences(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {
-		n, distinct, capacity := 6+r.IntN(9), 2+r.IntN(5), 1+r.IntN(3)
-		keys := make([]uint64, n)
-		for i := range keys {
-			keys[i] = uint64(r.IntN(distinct))
-		}
+		keys, capacity := smallTrace(r)
 		opt := bruteOPT(keys, capacity)
 		if h, o := HistoryLFU(keys, capacity, 0), OracleLFU(keys, capacity, 0); h < opt || o < opt {
 			t.Fatalf("trace %v at %d: history LFU %d or oracle %d misses below the optimum %d", keys, capacity, h, o, opt)
