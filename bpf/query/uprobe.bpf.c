@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /* uprobe('bin','sym') table: uprobe/uretprobe joined per thread.
- * Slots: 7-12 arg0-5, 13 ret, 14 exit_ns, 15 latency_ns (x86-64 ABI). */
+ * Slots: 7-12 arg0-5, 13 ret, 14 exit_ns, 15 latency_ns (x86-64 ABI).
+ *
+ * The record lives on the task's stack, not in q_scratch: a uprobe runs
+ * with preemption enabled, and on a preemptible kernel (sid's 7.x) a task
+ * preempted here would share the per-CPU scratch record with the next run
+ * on its CPU (the other tables' tracepoints run with preemption off).
+ * CISTERN_TASK_STACK keeps that stack the task's own. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -12,10 +18,10 @@ char LICENSE[] SEC("license") = "GPL";
 SEC("uprobe")
 int q_uprobe_enter(struct pt_regs *ctx)
 {
-	__u64 *r = q_record();
+	__u64 r[Q_NSLOT] = {};
 
 	CISTERN_TASK_STACK(ctx);
-	if (!r || !q_begin_at(r))
+	if (!q_begin_at(r))
 		return 0;
 	r[6] = 0;
 	r[7] = ctx->di;
@@ -33,11 +39,9 @@ int q_uprobe_enter(struct pt_regs *ctx)
 SEC("uretprobe")
 int q_uprobe_exit(struct pt_regs *ctx)
 {
-	__u64 *r = q_record();
+	__u64 r[Q_NSLOT] = {};
 
 	CISTERN_TASK_STACK(ctx);
-	if (!r)
-		return 0;
 	if (q_join) {
 		struct q_saved *e = q_take((__u32)bpf_get_current_pid_tgid());
 		if (!e)
