@@ -222,6 +222,12 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 	rep.PairedRatio(part+"_sim_best_vs_kernel", tm, "sim_"+best+"_loads_per_1k_reads", tm, "sim_kernel_loads_per_1k_reads")
 	rep.PairedRatio(part+"_sim_history_lfu_vs_opt", tm, "sim_history_lfu_loads_per_1k_reads", tm, "sim_opt_loads_per_1k_reads")
 	rep.PairedRatio(part+"_sim_oracle_lfu_vs_opt", tm, "sim_oracle_lfu_loads_per_1k_reads", tm, "sim_opt_loads_per_1k_reads")
+	// A0, where the part knows its workload's distribution (zipf: fio's).
+	if _, _, _, ok := rep.Spread(tm, "sim_a0_loads_per_1k_reads"); ok {
+		rep.PairedRatio(part+"_sim_a0_vs_opt", tm, "sim_a0_loads_per_1k_reads", tm, "sim_opt_loads_per_1k_reads")
+		rep.PairedRatio(part+"_sim_best_vs_a0", tm, "sim_"+best+"_loads_per_1k_reads", tm, "sim_a0_loads_per_1k_reads")
+		rep.PairedRatio(part+"_sim_history_lfu_vs_a0", tm, "sim_history_lfu_loads_per_1k_reads", tm, "sim_a0_loads_per_1k_reads")
+	}
 	rep.PairedRatio(part+"_kernel_model_vs_live", tm, "sim_kernel_loads_per_1k_reads", tm, "trace_page_loads_per_1k_reads")
 	if opsMetric != "" {
 		rep.PairedRatio(part+"_traced_vs_default", tm, opsMetric, part+"/default", opsMetric)
@@ -257,6 +263,9 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 	if h, _, _, ok := rep.RatioSpread(part + "_sim_history_lfu_vs_opt"); ok && med > 1.5 && h > 1.5 {
 		o, _, _, _ := rep.RatioSpread(part + "_sim_oracle_lfu_vs_opt")
 		rep.Note(fmt.Sprintf("%s: the best policy is %.2f× OPT; LFU counting every page ever read (online, unbounded memory) is %.2f× and LFU knowing each page's count in advance %.2f×: <= 1.5× OPT is beyond what counting learns from this trace", part, med, h, o))
+		if a0, _, _, ok := rep.RatioSpread(part + "_sim_a0_vs_opt"); ok {
+			rep.Note(fmt.Sprintf("%s: A0, knowing every page's probability in advance, is %.2f× OPT: the fewest misses any online policy can expect on these independent draws. Under independent draws a page's count is all its past tells, so history LFU (%.2f×) is what this run's reads teach; the rest is a longer trace's to learn", part, a0, h))
+		}
 	}
 	med, lo, hi, _ = rep.RatioSpread(part + "_sim_best_vs_kernel")
 	rep.TargetSpread(part+"_sim_best_vs_kernel_model", med, lo, hi, "<=", 0.9)

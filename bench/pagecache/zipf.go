@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/pagecache"
 )
@@ -195,6 +197,11 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.SetConfig("zipf_rounds", rounds)
 	name := fmt.Sprintf("cistern-bench-zipf-%d", os.Getpid())
 	var round *roundTrace // this round's trace: the traced mode runs before the agents
+	var probs []float64   // fio's block probabilities, for A0
+	theta, err := strconv.ParseFloat(zipfTheta, 64)
+	if err != nil {
+		return err
+	}
 	err = benchkit.Interleave(ctx, rounds, zipfModes, func(s string) { opt.Progress("zipf: " + s) }, func(ctx context.Context, _ int, mode string) error {
 		if err := pagecache.DropFile(path); err != nil {
 			return err
@@ -264,6 +271,12 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 				return err
 			}
 			round = rt
+			// A0 on fio's own distribution at the same cache size: the
+			// fewest misses any online policy can expect (sim.A0MissRatio).
+			if probs == nil {
+				probs = fioZipfProbs(int(size/4096), theta)
+			}
+			rep.Sample(m, "sim_a0_loads_per_1k_reads", 1000*sim.A0MissRatio(probs, h.CapacityPages)*float64(len(rt.keys)-rt.from)/r.ios)
 			opt.Progress(fmt.Sprintf("zipf: traced: kernel model %.1f, OPT %.1f pages per 1000 reads; best %s, %.1f %% fewer misses than the model (cache %d pages)",
 				1000*float64(h.Kernel.Misses)/r.ios, 1000*float64(h.OPT.Misses)/r.ios, h.Best, h.BestGainPct, h.CapacityPages))
 		}

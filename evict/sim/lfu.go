@@ -1,6 +1,10 @@
 package sim
 
-import "container/heap"
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+)
 
 // Two frequency references that put a policy's figure beside what
 // counting can learn, between the kernel model and OPT:
@@ -12,13 +16,22 @@ import "container/heap"
 //     far (ties: least recently read). A policy with frequency history
 //     beyond the cache (W-TinyLFU) is measured against it.
 //   - OracleLFU knows every key's count over the whole trace in advance and
-//     evicts the resident key with the lowest. On an independent-reference
-//     workload (each access drawn from a fixed distribution: fio's zipf,
-//     YCSB's request distribution) this is A0, the best any online policy
-//     can do in expectation knowing the distribution exactly (Aho, Denning
-//     and Ullman, 1971); OPT's lead over it is what knowing the order of
-//     the draws adds, which no online policy can know. On a workload whose
-//     popularity moves (a trace of phases), it is not a bound.
+//     evicts the resident key with the lowest. On a long trace of
+//     independent draws from a fixed distribution it tends to A0 (below);
+//     on a finite one the realised counts also tell which keys this
+//     trace's future draws favour, so it can pass every online policy
+//     (YCSB's uniform run: 1.37× OPT, where every online policy expects
+//     the same misses, 1.82×). On a workload whose popularity moves (a
+//     trace of phases), it is not a bound either.
+//
+// And the bound itself, where the workload's distribution is known:
+//
+//   - A0MissRatio is the expected miss ratio of A0 on independent draws
+//     from given probabilities: no online policy expects fewer misses on
+//     such a trace (Aho, Denning and Ullman, 1971). OPT's lead over it is
+//     what knowing the order of the draws adds. Under independent draws a
+//     page's count is all the past tells about it, so HistoryLFU is what
+//     an online policy learns toward A0 from the trace it has seen.
 
 // HistoryLFU returns the misses of keys[from:] under online LFU with
 // every key's count kept since keys[0], at capacity keys.
@@ -38,6 +51,41 @@ func OracleLFU(keys []uint64, capacity, from int) uint64 {
 		counts[k]++
 	}
 	return lfuMisses(keys, capacity, from, func(_ int, k uint64) uint32 { return counts[k] })
+}
+
+// A0MissRatio returns A0's expected miss ratio at capacity pages on
+// independent draws from probs (one weight per page, any order, any
+// scale): A0 keeps the capacity-1 most probable pages and lets the last
+// slot hold whichever other page was read last, which in steady state is
+// page j with probability p_j / T (T: the mass outside the kept pages).
+// Compulsory misses are not counted (the steady state).
+func A0MissRatio(probs []float64, capacity int) float64 {
+	p := slices.Clone(probs)
+	slices.SortFunc(p, func(a, b float64) int { return cmp.Compare(b, a) })
+	var total float64
+	for _, v := range p {
+		total += v
+	}
+	if total <= 0 || capacity >= len(p) {
+		return 0
+	}
+	if capacity <= 0 {
+		return 1
+	}
+	var kept, tail, tailSq float64
+	for i, v := range p {
+		if i < capacity-1 {
+			kept += v
+		} else {
+			tail += v
+			tailSq += v * v
+		}
+	}
+	hit := kept
+	if tail > 0 {
+		hit += tailSq / tail
+	}
+	return 1 - hit/total
 }
 
 // lfuMisses runs a cache that evicts the resident key of the lowest rank

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -173,6 +174,51 @@ func TestFrequencyReferences(t *testing.T) {
 		t.Logf("capacity %d: OPT %d, oracle LFU %d, history LFU %d, LRU %d", c, opt, oracle, hist, lru)
 		if !(opt < oracle && oracle < hist && hist < lru) {
 			t.Fatalf("capacity %d on zipf: want OPT < oracle LFU < history LFU < LRU, got %d, %d, %d, %d", c, opt, oracle, hist, lru)
+		}
+	}
+}
+
+// TestA0 checks A0MissRatio on a hand-worked case, and on a long trace of
+// independent zipf draws (ZipfKeys: P(rank k) ∝ (k+1)^-s) that the
+// frequency references and the policies fall where the theory puts them:
+// OPT below A0, OracleLFU and HistoryLFU close to it on this long trace,
+// and no online policy clearly below it.
+func TestA0(t *testing.T) {
+	// capacity 2 over {0.5, 0.3, 0.2}: keep 0.5; the last slot holds 0.3
+	// with probability 0.6 and 0.2 with 0.4: hits 0.5 + 0.18 + 0.08.
+	if got := A0MissRatio([]float64{2, 5, 3}, 2); math.Abs(got-0.24) > 1e-12 {
+		t.Errorf("A0 at 2 over {0.2, 0.5, 0.3}: %.6f, want 0.24", got)
+	}
+	if got := A0MissRatio([]float64{1, 1}, 2); got != 0 {
+		t.Errorf("A0 with every page kept: %v, want 0", got)
+	}
+	const universe, n, capacity = 4096, 1_000_000, 400
+	probs := make([]float64, universe)
+	for k := range probs {
+		probs[k] = math.Pow(float64(k+1), -1.1)
+	}
+	keys := ZipfKeys(n, universe, 1.1, 21)
+	from := n / 4
+	measured := float64(n - from)
+	a0 := A0MissRatio(probs, capacity) * measured
+	opt, oracle, hist := float64(OPT(keys, capacity, from)), float64(OracleLFU(keys, capacity, from)), float64(HistoryLFU(keys, capacity, from))
+	kernel, pols, err := Compare(keys, from, capacity, []string{"lru", "s3fifo", "wtinylfu", "lfu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("A0 %.0f (expected), OPT %.0f, oracle LFU %.0f, history LFU %.0f, kernel model %d", a0, opt, oracle, hist, kernel.Misses)
+	if !(opt < 0.9*a0) {
+		t.Errorf("OPT %.0f not below A0's expected %.0f", opt, a0)
+	}
+	for name, v := range map[string]float64{"oracle LFU": oracle, "history LFU": hist} {
+		if math.Abs(v/a0-1) > 0.03 {
+			t.Errorf("%s %.0f misses, not within 3%% of A0's expected %.0f on a long trace", name, v, a0)
+		}
+	}
+	for _, f := range append(pols, kernel) {
+		t.Logf("%s %d", f.Name, f.Misses)
+		if float64(f.Misses) < 0.98*a0 {
+			t.Errorf("%s: %d misses, below A0's expected %.0f by more than sampling noise", f.Name, f.Misses, a0)
 		}
 	}
 }
