@@ -345,7 +345,7 @@ SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsigned long last)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid(), file, zero = 0;
-	struct pc_read_state *st, *nst;
+	struct pc_read_state *st, *w;
 
 	if (!pc_want_access)
 		return 0;
@@ -392,38 +392,33 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	if (st && st->mapping == (__u64)mapping && st->file)
 		file = st->file;
 	else
-		file = file_id(mapping);
+		file = file_id_memo(mapping);
 	if (!file) {
 		if (st)
 			st->mapping = 0;
 		return 0;
 	}
-	if (st) { /* written in place: an update of an LRU map allocates */
-		st->mapping = (__u64)mapping;
-		st->index = index;
-		st->last = last;
-		st->file = file;
-		st->read = st->read + 1 ? st->read + 1 : 1;
-		st->on = 1;
-		stat(PC_T_ACC);
-		emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, st->read);
-		return 0;
+	/* A known thread's state is written in place (an update of an LRU
+	 * map allocates); a new thread's is built in pc_read_scratch and
+	 * inserted. */
+	w = st;
+	if (!w) {
+		w = bpf_map_lookup_elem(&pc_read_scratch, &zero);
+		if (!w)
+			return 0;
+		w->read = bpf_get_prandom_u32();
+		w->pad = 0;
 	}
-	nst = bpf_map_lookup_elem(&pc_read_scratch, &zero);
-	if (!nst)
-		return 0;
-	nst->mapping = (__u64)mapping;
-	nst->index = index;
-	nst->last = last;
-	nst->file = file;
-	nst->read = bpf_get_prandom_u32();
-	if (!nst->read)
-		nst->read = 1;
-	nst->on = 1;
-	nst->pad = 0;
-	bpf_map_update_elem(&pc_reads, &tid, nst, BPF_ANY);
+	w->mapping = (__u64)mapping;
+	w->index = index;
+	w->last = last;
+	w->file = file;
+	w->read = w->read + 1 ? w->read + 1 : 1;
+	w->on = 1;
+	if (!st)
+		bpf_map_update_elem(&pc_reads, &tid, w, BPF_ANY);
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, nst->read);
+	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, w->read);
 	return 0;
 }
 
@@ -454,7 +449,7 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 	if (BPF_CORE_READ(f, f_flags) & PC_O_DIRECT)
 		return 0;
 	m = BPF_CORE_READ(f, f_mapping);
-	file = file_id(m);
+	file = file_id_memo(m);
 	if (!file)
 		return 0;
 	if (use_fpos)
