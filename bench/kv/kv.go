@@ -158,6 +158,7 @@ type kvBench struct {
 	tcpModes []string  // the modes with TCP rows in this run
 	phase    string    // for the live line
 	cur      string    // the mode running, for the live line
+	mcNoted  bool      // the read counter's failure is in the notes
 }
 
 // Run runs the Kerby-KV benchmark and returns its report. Modes run

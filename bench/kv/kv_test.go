@@ -36,6 +36,7 @@ func TestKVBenchRuns(t *testing.T) {
 		Modes  map[string]map[string]any       `json:"modes"`
 		Ratios map[string]float64              `json:"ratios"`
 		Rounds map[string]map[string][]float64 `json:"rounds"`
+		Notes  []string                        `json:"notes"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
@@ -72,6 +73,10 @@ func TestKVBenchRuns(t *testing.T) {
 	for _, m := range []string{"tcp vanilla", "tcp kerby"} {
 		if v, ok := doc.Modes[m]["out_of_order"].(float64); !ok || v != 0 {
 			t.Errorf("%s: out_of_order %v", m, doc.Modes[m]["out_of_order"])
+		}
+		// memcached's read counter (it mounts tracefs if it must)
+		if _, ok := doc.Modes[m]["memcached_reads"].(float64); !ok {
+			t.Errorf("%s: no memcached_reads (notes: %v)", m, doc.Notes)
 		}
 	}
 	if r, _ := doc.Modes["tcp kerby"]["kernel_hit_ratio"].(float64); r < 0.8 {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/cistern-ebpf/cistern/internal/mounts"
 )
 
 // mcCounter counts memcached's read(2) calls, those that found nothing
@@ -34,6 +36,11 @@ func newMCCounter(pid int) (*mcCounter, error) {
 	}
 	if err := spec.Variables["target_tgid"].Set(uint32(pid)); err != nil {
 		return nil, err
+	}
+	// The tracepoint is found through tracefs, which a fresh machine or a
+	// matrix guest may not have mounted.
+	if _, err := mounts.Ensure(mounts.Tracefs); err != nil {
+		return nil, fmt.Errorf("memcached read counter: %w", err)
 	}
 	c := &mcCounter{pid: pid}
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
