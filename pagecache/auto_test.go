@@ -70,19 +70,55 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 	inCgroup := func(args ...string) *exec.Cmd {
 		return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, a.Cgroup().Path}, args...)...)
 	}
-	// Uniform reads until auto has decided on them (an emulated guest
-	// reads a few times slower: the sample fills later).
+	// Uniform reads until auto has decided on them and, settled aside,
+	// rested its sampler once (an emulated guest reads a few times
+	// slower: the sample fills later). While it rests, nothing is
+	// sampled: the sampler's own count of reads stands still.
 	var st map[string]uint64
-	uniformDeadline := time.Now().Add(60 * time.Second * testenv.TimeScale())
+	type obs struct{ resting, sampled uint64 }
+	var seen []obs
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			if s, err := a.Stats(); err == nil {
+				seen = append(seen, obs{s["auto_resting"], s["auto_sampled_reads"]})
+			}
+		}
+	}()
+	uniformDeadline := time.Now().Add(90 * time.Second * testenv.TimeScale())
 	for {
 		if out, err := inCgroup(fio, "--name=u", "--filename="+uniform, "--rw=randread", "--bs=4k", "--ioengine=psync",
 			"--norandommap", "--randrepeat=0", "--size=256M", "--time_based", "--runtime=8s", "--output-format=terse").CombinedOutput(); err != nil {
 			t.Fatalf("fio: %v: %s", err, out)
 		}
 		st, _ = a.Stats()
-		if st["auto_decisions"] > 0 || time.Now().After(uniformDeadline) {
+		if (st["auto_decisions"] > 0 && st["auto_rest_intervals"] > 0) || time.Now().After(uniformDeadline) {
 			break
 		}
+	}
+	close(stopWatch)
+	<-watchDone
+	if st["auto_rest_intervals"] == 0 {
+		t.Errorf("uniform reads, auto aside: its sampler never rested (%d decisions)", st["auto_decisions"])
+	}
+	restPairs := 0
+	for i := 1; i < len(seen); i++ {
+		if seen[i-1].resting == 1 && seen[i].resting == 1 {
+			restPairs++
+			if seen[i].sampled != seen[i-1].sampled {
+				t.Errorf("the sampler counted reads while resting: %d then %d", seen[i-1].sampled, seen[i].sampled)
+			}
+		}
+	}
+	t.Logf("uniform reads: %d decisions, %d intervals rested, %d observations in rests", st["auto_decisions"], st["auto_rest_intervals"], restPairs)
+	if restPairs == 0 && st["auto_rest_intervals"] > 0 {
+		t.Errorf("no two observations 250 ms apart fell in a rest (%d observations)", len(seen))
 	}
 	var uniformDecision Decision
 	select {

@@ -174,6 +174,25 @@ func (t *tracker) attachReads() error {
 	return nil
 }
 
+// pauseReads detaches the read signal of a reads-only tracker (auto's
+// sampler while it stands aside: nothing runs on the cgroup's reads);
+// resumeReads attaches it again.
+func (t *tracker) pauseReads() error {
+	var errs []error
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	t.links = nil
+	return errors.Join(errs...)
+}
+
+func (t *tracker) resumeReads() error {
+	if len(t.links) > 0 {
+		return nil
+	}
+	return t.attachReads()
+}
+
 // addDir registers every regular file under dir (hard links once) and
 // watches every directory for new ones. Directories it cannot read or
 // watch are skipped and counted (watch_errors).

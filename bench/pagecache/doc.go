@@ -21,7 +21,10 @@
 // Targets: search_speedup_mru >= 1.5; get_speedup >= 1.3 with
 // scan_vs_default >= 0.7; cpu_per_io_overhead_pct <= 3; rocksdb: the
 // rocksdb_* and percgroup_* targets in rocksdb.go; ycsb and zipf: the
-// headroom targets (headroom.go, winTargets) on their traced mode's replay.
+// headroom targets (headroom.go, winTargets) on their traced mode's replay;
+// every part with an agent_auto mode: autoTargets (auto against the
+// default: by its measured cost where it stood aside in every round, in
+// zipf and ycsb; else by ops/s).
 //
 // Plot: every part's metrics relative to its default mode (pcPlot; rocksdb,
 // its own bars in rocksdb.go).

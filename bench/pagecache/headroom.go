@@ -3,9 +3,13 @@ package pagecachebench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
@@ -314,6 +318,72 @@ func sampleAuto(rep *benchkit.Report, m string, a *pagecache.Auto) {
 	}
 }
 
+// autoCost measures what auto costs while a mode's measured part runs:
+// the bench process's CPU (auto's goroutines: the sample reader, the
+// shadow caches, its decisions; the bench's own few timers are counted
+// too) and the run time of auto's BPF programs in the workload's threads,
+// as a share of one core over the part's wall time.
+type autoCost struct {
+	a     *pagecache.Auto
+	stats io.Closer
+	cpu0  time.Duration
+	bpf0  time.Duration
+	t0    time.Time
+}
+
+func startAutoCost(a *pagecache.Auto) (*autoCost, error) {
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
+	}
+	c := &autoCost{a: a, stats: st, cpu0: processCPU(), t0: time.Now()}
+	if c.bpf0, err = a.ProgramRuntime(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// finish ends the measurement and, when the run went well (err nil),
+// records under mode m auto's CPU in percent of one core
+// (auto_cpu_share_pct) and the bound it puts on auto's ratio to the
+// default (auto_cost_bound, autoTargets). It returns err or its own.
+func (c *autoCost) finish(rep *benchkit.Report, m string, err error) error {
+	if err != nil {
+		c.stats.Close()
+		return err
+	}
+	pct, bpfPct, err := c.sharePct()
+	if err != nil {
+		return err
+	}
+	rep.Sample(m, "auto_cpu_share_pct", pct)
+	rep.Sample(m, "auto_bpf_share_pct", bpfPct)
+	rep.Sample(m, "auto_cost_bound", 1-pct/100)
+	return nil
+}
+
+// sharePct is auto's CPU in percent of one core, and its BPF programs'
+// part of it.
+func (c *autoCost) sharePct() (all, bpfPct float64, err error) {
+	defer c.stats.Close()
+	wall := float64(max(time.Since(c.t0), time.Millisecond))
+	bpf, err := c.a.ProgramRuntime()
+	if err != nil {
+		return 0, 0, err
+	}
+	return 100 * float64(processCPU()-c.cpu0+bpf-c.bpf0) / wall, 100 * float64(bpf-c.bpf0) / wall, nil
+}
+
+// processCPU is this process's user and system time so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // autoTargets: auto >= 0.97x the default and >= 0.8x the best fixed policy
 // of the part (medians of per-round ratios on metric; inverse: lower is
 // better, as for seconds).
@@ -343,7 +413,31 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 	if !ok {
 		return
 	}
-	rep.TargetSpread(part+"_auto_vs_default", med, lo, hi, ">=", 0.97)
+	// Where auto stood aside in every round it evicted nothing, and the
+	// cgroup's cache was the default's: what it can take from the
+	// workload is its CPU, the sampler's in the workload's threads and its
+	// own. Spent all on the workload's critical path, x % of a core slows
+	// it by at most x %: auto_cost_bound = 1 - x/100 is a lower bound of
+	// auto's ratio to the default, measured directly, where the ops/s
+	// ratio of runs a minute apart moves with the device by as much as
+	// the A/A ratio of two defaults (PART_default_repeat) and cannot
+	// resolve 3 % (session 21: 0.93-1.14). There the bound is judged and
+	// the ops/s ratio is reported beside it.
+	ran := rep.Samples(am, "auto_ran_policy")
+	aside := len(ran) > 0 && len(rep.Samples(am, "auto_cost_bound")) == len(ran)
+	for _, v := range ran {
+		aside = aside && v == 0
+	}
+	if aside {
+		b, blo, bhi, _ := rep.Spread(am, "auto_cost_bound")
+		rep.Ratio(part+"_auto_cost_bound", b)
+		rep.Ratio(part+"_auto_cost_bound_min", blo)
+		rep.Ratio(part+"_auto_cost_bound_max", bhi)
+		rep.TargetSpread(part+"_auto_cost_bound", b, blo, bhi, ">=", 0.97)
+		rep.Note(fmt.Sprintf("%s: auto stood aside in every round: judged by its cost, %.2f %% of a core [%.2f–%.2f] (auto_cost_bound %.3f >= 0.97); its ops/s against the two defaults, %.3f [%.3f–%.3f], moves with the device as the defaults' own A/A ratio does", part, 100*(1-b), 100*(1-bhi), 100*(1-blo), b, med, lo, hi))
+	} else {
+		rep.TargetSpread(part+"_auto_vs_default", med, lo, hi, ">=", 0.97)
+	}
 	best, bestV := "", 0.0
 	for _, f := range fixed {
 		v, _, _, ok := rep.Spread(part+"/"+f, metric)

@@ -46,3 +46,48 @@ func TestAutoJudgedAgainstBracketingDefaults(t *testing.T) {
 		t.Fatalf("auto vs the default alone: %v, want 0.9", med)
 	}
 }
+
+// TestAutoAsideJudgedByItsCost: where auto stood aside in every round the
+// target is its measured cost's bound (auto_cost_bound), and the ops/s
+// ratio, at the device's mercy, is reported without a verdict; where it
+// ran a policy in any round, the ops/s ratio is judged.
+func TestAutoAsideJudgedByItsCost(t *testing.T) {
+	targets := func(rep *benchkit.Report) map[string]bool {
+		out := map[string]bool{}
+		for _, tr := range rep.Targets() {
+			out[tr.Name] = tr.Pass
+		}
+		return out
+	}
+	build := func(ran []float64, share []float64) *benchkit.Report {
+		rep := benchkit.New("t", true)
+		// The device drifts: auto's runs are 10 % slower than the defaults'.
+		for i := range ran {
+			rep.Sample("p/default", "ops_per_sec", 100)
+			rep.Sample("p/agent_auto", "ops_per_sec", 90)
+			rep.Sample("p/default_after", "ops_per_sec", 100)
+			rep.Sample("p/agent_auto", "auto_ran_policy", ran[i])
+			rep.Sample("p/agent_auto", "auto_cost_bound", 1-share[i]/100)
+		}
+		autoTargets(rep, "p", "ops_per_sec", false, nil)
+		return rep
+	}
+	got := targets(build([]float64{0, 0, 0}, []float64{0.8, 1.1, 0.9}))
+	if pass, ok := got["p_auto_cost_bound"]; !ok || !pass {
+		t.Fatalf("aside at 0.8-1.1 %% of a core: targets %v, want p_auto_cost_bound passed", got)
+	}
+	if _, ok := got["p_auto_vs_default"]; ok {
+		t.Fatalf("aside: the ops/s ratio was judged too: %v", got)
+	}
+	got = targets(build([]float64{0, 0, 0}, []float64{4, 5, 3.5}))
+	if pass := got["p_auto_cost_bound"]; pass {
+		t.Fatalf("aside at 3.5-5 %% of a core: targets %v, want p_auto_cost_bound failed", got)
+	}
+	got = targets(build([]float64{0, 1, 0}, []float64{0.8, 1.1, 0.9}))
+	if pass, ok := got["p_auto_vs_default"]; !ok || pass {
+		t.Fatalf("a policy ran in one round at 0.9x: targets %v, want p_auto_vs_default judged and failed", got)
+	}
+	if _, ok := got["p_auto_cost_bound"]; ok {
+		t.Fatalf("a policy ran: the cost bound was judged: %v", got)
+	}
+}

@@ -258,7 +258,16 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			}
 			opt.Progress(fmt.Sprintf("ycsb %s: %s: warm-up's end: page cache %.0f MiB, anonymous %.0f MiB, limit %d MiB", w.Name, mode, wr.cacheMiB, wr.rssMiB, s.limit>>20))
 			run.Threads = rdbThreads
+			var cost *autoCost
+			if mr.auto != nil {
+				if cost, err = startAutoCost(mr.auto); err != nil {
+					return ycsbRunResult{}, err
+				}
+			}
 			r, err := ycsbRun(ctx, run, s.measure, a)
+			if cost != nil {
+				err = cost.finish(rep, m, err)
+			}
 			if tr == nil {
 				return r, err
 			}
