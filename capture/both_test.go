@@ -122,7 +122,15 @@ func checkBoth(t *testing.T, pg *servers.Postgres, opt Options, sides []string) 
 		t.Fatal("psql did not finish in 2 minutes")
 	}
 	st, _ := c.Stats()
-	t.Logf("channel: %+v; gaps %d; protocol bytes skipped %d", st, len(c.Gaps()), c.BadBytes())
+	skipped, err := c.SkippedEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("channel: %+v; gaps %d; protocol bytes skipped %d; syscall events skipped %d", st, len(c.Gaps()), c.BadBytes(), skipped)
+	for _, p := range c.tpProgs { // TEMP: which programs
+		ps, _ := p.Stats()
+		t.Logf("TEMP prog %s: %+v", p, ps)
+	}
 	missing, dup := 0, 0
 	var lost []string // which, for the message: the first few
 	for _, mode := range []string{"tls", "plain"} {

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,10 @@ type Capture struct {
 	objs   *capObjects
 	stats  *ebpf.Map
 	links  []link.Link
-	conns  map[uint64]*connState
+	// The syscall tracepoints' programs, whose runs the kernel skipped
+	// are counted in their recursion misses (SkippedEvents).
+	tpProgs []*ebpf.Program
+	conns   map[uint64]*connState
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
@@ -345,6 +349,9 @@ func (c *Capture) open() error {
 			return fmt.Errorf("attach tracepoint syscalls/%s: %w", a.name, err)
 		}
 		c.links = append(c.links, l)
+		if !slices.Contains(c.tpProgs, a.prog) {
+			c.tpProgs = append(c.tpProgs, a.prog)
+		}
 	}
 	return c.newReader(objs.AccumRing)
 }
@@ -527,6 +534,23 @@ func (c *Capture) HoldTimeouts() uint64 { return c.nHoldTimeouts.Load() }
 
 // Stats reads the channel's counters.
 func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
+
+// SkippedEvents counts the socket syscall events whose capture program the
+// kernel did not run because another BPF program was running on the CPU
+// (its recursion guard; the program's recursion_misses): a send or
+// receive skipped so is missing from the stream with nothing else to say
+// so.
+func (c *Capture) SkippedEvents() (uint64, error) {
+	var n uint64
+	for _, p := range c.tpProgs {
+		s, err := p.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("capture program stats: %w", err)
+		}
+		n += s.RecursionMisses
+	}
+	return n, nil
+}
 
 // BadBytes counts protocol bytes the parsers could not make sense of and
 // skipped.
