@@ -2,8 +2,8 @@
 /*
  * plain.bpf.h - plaintext socket capture (part of capture.bpf.c).
  *
- * Tracepoints on syscalls/sys_enter_* and sys_exit_* of write, read, sendto,
- * recvfrom, sendmsg, recvmsg, writev and readv (libuv, so Node.js, writes
+ * The raw tracepoints sys_enter and sys_exit, for write, read, sendto,
+ * recvfrom, sendmsg, recvmsg, writev, readv and close (libuv, so Node.js, writes
  * a corked stream's buffers with writev). At entry, a call of a captured process
  * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its
  * fd is an AF_INET/AF_INET6 stream or datagram socket (conn.bpf.h) that is
@@ -58,6 +58,8 @@ struct plain_args {
 	__u8 msg;  /* PLAIN_* */
 	__u8 tls;  /* a TLS socket no probe reads: only its bytes are counted */
 	__u8 niov; /* PLAIN_IOV: iovecs (at most 255; CAP_MAX_IOV are copied) */
+	__u8 done; /* the first exit program dealt with it (the second deletes it) */
+	__u8 pad[7];
 };
 
 /* (tgid, fd) -> connection id and the file it belongs to. */
@@ -68,13 +70,36 @@ struct {
 	__type(value, struct plain_val);
 } plain_fds SEC(".maps");
 
-/* tid -> the socket call in flight. */
+/* tid -> the socket call in flight. LRU: an entry whose exits were both
+ * skipped, in a thread that ends, is never deleted. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct plain_args);
 } plain_inflight SEC(".maps");
+
+/* [0]: socket calls whose end no exit program saw (both skipped: see
+ * cap_sys_enter); bytes they moved are missing from their stream. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cap_unseen SEC(".maps");
+
+/* Per thread: the first exit program ran for its current call (set by
+ * cap_sys_exit, cleared by cap_sys_exit_last). */
+struct cap_exit_mark {
+	__u32 first_ran;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct cap_exit_mark);
+} cap_exit_marks SEC(".maps");
 
 static long plain_gone_cb(void *map, struct cap_fd_key *k, struct plain_val *v, __u32 *tgid)
 {
@@ -281,7 +306,9 @@ static __always_inline void plain_lose(__u64 id, __u64 n)
 		__sync_fetch_and_add(&c->next_seq, 1);
 }
 
-static __always_inline int plain_exit(long ret)
+/* The call in flight ended with ret. last: the second exit program, which
+ * deletes the entry; the first marks it done. */
+static __always_inline int plain_exit(long ret, int last)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
@@ -297,7 +324,7 @@ static __always_inline int plain_exit(long ret)
 	a = bpf_map_lookup_elem(&plain_inflight, &tid);
 	if (!a)
 		return 0;
-	if (ret <= 0 || ret > 0x7fffffff)
+	if (a->done || ret <= 0 || ret > 0x7fffffff)
 		goto out;
 	fk.pid = pid;
 	fk.fd = a->fd;
@@ -389,70 +416,71 @@ static __always_inline int plain_exit(long ret)
 	if (left)
 		plain_lose(id, left);
 out:
-	bpf_map_delete_elem(&plain_inflight, &tid);
+	if (last)
+		bpf_map_delete_elem(&plain_inflight, &tid);
+	else
+		a->done = 1;
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_write")
-int cap_enter_write(struct trace_event_raw_sys_enter *ctx)
+/* The socket calls' numbers: the raw syscall tracepoints see every call. */
+#if defined(__TARGET_ARCH_arm64)
+#define CAP_NR_READ 63
+#define CAP_NR_WRITE 64
+#define CAP_NR_CLOSE 57
+#define CAP_NR_READV 65
+#define CAP_NR_WRITEV 66
+#define CAP_NR_SENDTO 206
+#define CAP_NR_RECVFROM 207
+#define CAP_NR_SENDMSG 211
+#define CAP_NR_RECVMSG 212
+#define CAP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#else
+#define CAP_NR_READ 0
+#define CAP_NR_WRITE 1
+#define CAP_NR_CLOSE 3
+#define CAP_NR_READV 19
+#define CAP_NR_WRITEV 20
+#define CAP_NR_SENDTO 44
+#define CAP_NR_RECVFROM 45
+#define CAP_NR_SENDMSG 46
+#define CAP_NR_RECVMSG 47
+#define CAP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#endif
+
+static __always_inline int cap_socket_nr(long nr)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+	switch (nr) {
+	case CAP_NR_READ:
+	case CAP_NR_WRITE:
+	case CAP_NR_CLOSE:
+	case CAP_NR_READV:
+	case CAP_NR_WRITEV:
+	case CAP_NR_SENDTO:
+	case CAP_NR_RECVFROM:
+	case CAP_NR_SENDMSG:
+	case CAP_NR_RECVMSG:
+		return 1;
+	}
+	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_sendto")
-int cap_enter_sendto(struct trace_event_raw_sys_enter *ctx)
+/* A 32-bit task's call: its numbers are another table's (the syscalls/
+ * tracepoints ignore such calls too). */
+static __always_inline int cap_compat_call(void)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+#if defined(__TARGET_ARCH_x86)
+	return (bpf_get_current_task_btf()->thread_info.status & 0x0002 /* TS_COMPAT */) != 0;
+#else
+	return 0;
+#endif
 }
 
-SEC("tracepoint/syscalls/sys_enter_sendmsg")
-int cap_enter_sendmsg(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_MSG, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_read")
-int cap_enter_read(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_recvfrom")
-int cap_enter_recvfrom(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_recvmsg")
-int cap_enter_recvmsg(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_MSG, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_writev")
-int cap_enter_writev(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_IOV, ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_readv")
-int cap_enter_readv(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_IOV, ctx->args[2]);
-}
-
-/* One exit program serves every call: the in-flight entry says which. */
-SEC("tracepoint/syscalls/sys_exit_write")
-int cap_exit_io(struct trace_event_raw_sys_exit *ctx)
-{
-	return plain_exit(ctx->ret);
-}
-
-SEC("tracepoint/syscalls/sys_enter_close")
-int cap_close(struct trace_event_raw_sys_enter *ctx)
+/* The end of fd: its plaintext stream closes, a TLS one is announced. */
+static __always_inline int cap_close_fd(__u32 fd)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid();
-	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = (__u32)ctx->args[0] };
+	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = fd };
 	struct plain_val *v;
 	struct cap_tls_st *st = bpf_map_lookup_elem(&cap_tls_fds, &k);
 
@@ -464,6 +492,136 @@ int cap_close(struct trace_event_raw_sys_enter *ctx)
 	accum_close(v->id);
 	bpf_map_delete_elem(&plain_fds, &k);
 	return 0;
+}
+
+/* The entry of socket call nr (arguments in regs). */
+static __always_inline int cap_enter_call(struct pt_regs *regs, long nr)
+{
+	__u64 fd = PT_REGS_PARM1_CORE_SYSCALL(regs), buf;
+
+	if (nr == CAP_NR_CLOSE)
+		return cap_close_fd((__u32)fd);
+	buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	switch (nr) {
+	case CAP_NR_WRITE:
+	case CAP_NR_SENDTO:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+	case CAP_NR_READ:
+	case CAP_NR_RECVFROM:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0);
+	case CAP_NR_SENDMSG:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0);
+	case CAP_NR_RECVMSG:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0);
+	case CAP_NR_WRITEV:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs));
+	case CAP_NR_READV:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs));
+	}
+	return 0;
+}
+
+/*
+ * SKIPPED RUNS. The kernel runs a program at a tracepoint only if no run of
+ * it is already under way on the CPU (a per-CPU recursion guard: the
+ * program's own for raw tracepoints, the global bpf_prog_active for the
+ * syscalls/ tracepoints, kprobes and bpf() map calls) and counts a skipped
+ * run in the program's recursion misses. 7.2 runs the syscall tracepoints'
+ * programs with preemption on (faultable syscall tracepoints): on its
+ * preemptible kernel (PREEMPT_LAZY) a task preempted inside one holds the
+ * guard until it runs again, and every other task's call on that CPU
+ * meanwhile is skipped. So each call has more than one chance:
+ *   - the exit has two programs, each with a guard of its own: the first
+ *     (cap_sys_exit) reads the bytes and marks the entry done, the second
+ *     (cap_sys_exit_last, attached after it) reads them only if the first
+ *     was skipped, and deletes the entry;
+ *   - a call without an entry (not one of ours, or its entry program was
+ *     skipped) is looked at again at the exit from the registers, which
+ *     still hold the arguments: by the first exit program, or by the
+ *     second if the first did not run (cap_exit_marks);
+ *   - an entry still not done at the thread's next call had both exits
+ *     skipped: counted (cap_unseen). A call whose three programs were all
+ *     skipped is lost without a count (the programs' recursion misses
+ *     count every skipped run, for any call of any process).
+ * Uprobes have no such guard, and 6.18 and older run these programs with
+ * preemption off.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(cap_sys_enter, struct pt_regs *regs, long nr)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zk = 0;
+	struct cap_exit_mark *m;
+	struct plain_args *a;
+	__u64 *n;
+
+	if (!cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	/* A mark the last call's second exit did not clear is stale. */
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0, 0);
+	if (m)
+		m->first_ran = 0;
+	a = bpf_map_lookup_elem(&plain_inflight, &tid);
+	if (a) {
+		if (!a->done && !a->tls) {
+			n = bpf_map_lookup_elem(&cap_unseen, &zk);
+			if (n)
+				__sync_fetch_and_add(n, 1);
+		}
+		bpf_map_delete_elem(&plain_inflight, &tid);
+	}
+	return cap_enter_call(regs, nr);
+}
+
+/* An exit: the entry's bytes, or the call looked at again if it has none
+ * (and moved bytes). A skipped close is not redone: the fd may name
+ * another file by now; its stream ends when the fd turns up on another
+ * file or the process exits. */
+static __always_inline int cap_exit_call(struct pt_regs *regs, long nr, long ret, int last)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (!bpf_map_lookup_elem(&plain_inflight, &tid)) {
+		if (ret <= 0)
+			return 0;
+		cap_enter_call(regs, nr);
+	}
+	return plain_exit(ret, last);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cap_sys_exit, struct pt_regs *regs, long ret)
+{
+	long nr = CAP_SYSCALL_NR(regs);
+	struct cap_exit_mark *m;
+
+	if (nr == CAP_NR_CLOSE || !cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0,
+				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (m)
+		m->first_ran = 1;
+	return cap_exit_call(regs, nr, ret, 0);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cap_sys_exit_last, struct pt_regs *regs, long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	long nr = CAP_SYSCALL_NR(regs);
+	struct cap_exit_mark *m;
+
+	if (nr == CAP_NR_CLOSE || !cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0, 0);
+	if (m && m->first_ran) {
+		/* Whatever the first did is done: only the entry to delete
+		 * (plain_exit skips a done one). */
+		m->first_ran = 0;
+		if (!bpf_map_lookup_elem(&plain_inflight, &tid))
+			return 0;
+		return plain_exit(ret, 1);
+	}
+	return cap_exit_call(regs, nr, ret, 1);
 }
 
 #endif
