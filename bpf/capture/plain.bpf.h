@@ -175,7 +175,7 @@ static long tls_gone_cb(void *map, struct cap_fd_key *k, struct cap_tls_st *st, 
  * flags: CAP_TLS_PROBED when a probe is in a call on it (in, or a Go Read),
  * else CAP_TLS_UNSEEN (and CAP_TLS_MIDSTREAM when no hello was seen). */
 static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 sk,
-					 struct cap_tls_call *in, __u32 flags)
+					 struct cap_tls_call *in, __u32 flags, __u32 slot)
 {
 	struct cap_fd_key fk = { .pid = pid, .fd = fd };
 	struct cap_obj_key ok = { .pid = pid };
@@ -184,7 +184,6 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 	struct cap_scratch *sc;
 	struct cap_conn_info *info;
 	__u64 *id;
-	__u32 zk = 0;
 
 	if (in) {
 		ok.obj = in->key;
@@ -195,7 +194,7 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 		if (!in || bpf_map_lookup_elem(&cap_tls_sock, &ok))
 			return; /* known */
 	}
-	sc = bpf_map_lookup_elem(&cap_scratch, &zk);
+	sc = bpf_map_lookup_elem(&cap_scratch, &slot);
 	if (!sc)
 		return;
 	cap_sock_addr(sk, &sc->a);
@@ -238,7 +237,7 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
  * flags as for cap_mark_tls. Whether there was one to tie. A function of
  * its own (noinline): inlined, it took cap_exit_io's frame past what 6.1's
  * verifier allows a call chain (512 bytes). */
-static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
+static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags, __u32 slot)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pidtid;
@@ -246,12 +245,13 @@ static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
 
 	if (!last)
 		return 0;
-	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags);
+	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags, slot);
 	bpf_map_delete_elem(&cap_last_tls, &tid);
 	return 1;
 }
 
-static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov)
+static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov,
+				       __u32 slot)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
@@ -270,7 +270,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 	if (in && (in->library != CAP_LIB_GO || (dir == ACCUM_DIR_WRITE && !msg && cap_tls_rec(buf)))) {
 		in->sock = 1;
-		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0);
+		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0, slot);
 		return 0;
 	}
 	mark = bpf_map_lookup_elem(&cap_tls_fds, &fk);
@@ -281,7 +281,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
 				return 0;
 			/* A memory-BIO stack writing what its last call made. */
-			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0))
+			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0, slot))
 				return 0;
 			a.tls = 1;
 			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
@@ -311,7 +311,7 @@ static __always_inline void plain_lose(__u64 id, __u64 n)
 static __always_inline int plain_exit(long ret, int last)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen;
-	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
+	__u32 tid = (__u32)pidtid, pid = pidtid >> 32, slot = last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT;
 	struct plain_args *a;
 	struct plain_val *v;
 	struct cap_tls_st *st;
@@ -373,13 +373,13 @@ static __always_inline int plain_exit(long ret, int last)
 			/* A memory-BIO stack (Node.js) writing the hello its
 			 * last libssl call made: read from its start. */
 			if (!in && a->dir == ACCUM_DIR_WRITE &&
-			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0))
+			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0, slot))
 				goto out;
 			/* A hello in a process whose probes have fired: they are
 			 * in place before its first plaintext byte. */
 			if (fl == CAP_TLS_UNSEEN && bpf_map_lookup_elem(&cap_tls_procs, &pid))
 				fl = 0;
-			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl);
+			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl, slot);
 			goto out;
 		}
 	}
@@ -495,7 +495,7 @@ static __always_inline int cap_close_fd(__u32 fd)
 }
 
 /* The entry of socket call nr (arguments in regs). */
-static __always_inline int cap_enter_call(struct pt_regs *regs, long nr)
+static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot)
 {
 	__u64 fd = PT_REGS_PARM1_CORE_SYSCALL(regs), buf;
 
@@ -505,18 +505,18 @@ static __always_inline int cap_enter_call(struct pt_regs *regs, long nr)
 	switch (nr) {
 	case CAP_NR_WRITE:
 	case CAP_NR_SENDTO:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0, slot);
 	case CAP_NR_READ:
 	case CAP_NR_RECVFROM:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0, slot);
 	case CAP_NR_SENDMSG:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0, slot);
 	case CAP_NR_RECVMSG:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0, slot);
 	case CAP_NR_WRITEV:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs));
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs), slot);
 	case CAP_NR_READV:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs));
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs), slot);
 	}
 	return 0;
 }
@@ -569,7 +569,7 @@ int BPF_PROG(cap_sys_enter, struct pt_regs *regs, long nr)
 		}
 		bpf_map_delete_elem(&plain_inflight, &tid);
 	}
-	return cap_enter_call(regs, nr);
+	return cap_enter_call(regs, nr, CAP_SLOT_ENTER);
 }
 
 /* An exit: the entry's bytes, or the call looked at again if it has none
@@ -583,7 +583,7 @@ static __always_inline int cap_exit_call(struct pt_regs *regs, long nr, long ret
 	if (!bpf_map_lookup_elem(&plain_inflight, &tid)) {
 		if (ret <= 0)
 			return 0;
-		cap_enter_call(regs, nr);
+		cap_enter_call(regs, nr, last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT);
 	}
 	return plain_exit(ret, last);
 }
