@@ -251,7 +251,7 @@ static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags, 
 }
 
 static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov,
-				       __u32 slot)
+				       __u32 slot, int tie)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
@@ -281,7 +281,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
 				return 0;
 			/* A memory-BIO stack writing what its last call made. */
-			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0, slot))
+			if (tie && dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0, slot))
 				return 0;
 			a.tls = 1;
 			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
@@ -317,7 +317,8 @@ static __always_inline int plain_exit(long ret, int last)
 	struct cap_tls_st *st;
 	struct cap_tls_call *in;
 	struct cap_fd_key fk;
-	struct user_msghdr mh;
+	struct iovec *msg_iov;
+	__u64 msg_iovlen;
 	struct iovec iov;
 	__u32 meta;
 
@@ -336,18 +337,24 @@ static __always_inline int plain_exit(long ret, int last)
 	}
 	first = a->buf;
 	flen = ret;
-	/* The iovecs in mh (6.1 bounds a call chain's stack at 512 bytes: no
-	 * room for two more locals here). */
-	mh.msg_iov = 0;
-	mh.msg_iovlen = 0;
+	/* The iovecs: a msghdr's two fields, not the whole struct on the
+	 * stack (6.1 bounds a call chain's stack at 512 bytes, and this
+	 * frame is at the head of the longest: cap_sys_exit -> accum_write
+	 * -> accum_step_cb -> accum_step -> accum_emit_conn). */
+	msg_iov = 0;
+	msg_iovlen = 0;
 	if (a->msg == PLAIN_IOV) {
-		mh.msg_iov = (struct iovec *)a->buf;
-		mh.msg_iovlen = a->niov;
-	} else if (a->msg == PLAIN_MSG && bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
-		mh.msg_iov = 0;
+		msg_iov = (struct iovec *)a->buf;
+		msg_iovlen = a->niov;
+	} else if (a->msg == PLAIN_MSG &&
+		   (bpf_probe_read_user(&msg_iov, sizeof(msg_iov),
+					(void *)(a->buf + __builtin_offsetof(struct user_msghdr, msg_iov))) ||
+		    bpf_probe_read_user(&msg_iovlen, sizeof(msg_iovlen),
+					(void *)(a->buf + __builtin_offsetof(struct user_msghdr, msg_iovlen))))) {
+		msg_iov = 0;
 	}
 	if (a->msg) {
-		if (!mh.msg_iov || !mh.msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), mh.msg_iov)) {
+		if (!msg_iov || !msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), msg_iov)) {
 			first = 0;
 		} else {
 			first = (__u64)iov.iov_base;
@@ -394,7 +401,7 @@ static __always_inline int plain_exit(long ret, int last)
 		goto out;
 	}
 	left = ret;
-	if (!mh.msg_iov) {
+	if (!msg_iov) {
 		accum_stat_add(ACCUM_STAT_FAULTS, 1);
 		plain_lose(id, left);
 		goto out;
@@ -402,9 +409,9 @@ static __always_inline int plain_exit(long ret, int last)
 	for (int i = 0; i < CAP_MAX_IOV && left; i++) {
 		__u64 n;
 
-		if (i >= mh.msg_iovlen)
+		if (i >= msg_iovlen)
 			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[i])) {
+		if (bpf_probe_read_user(&iov, sizeof(iov), &msg_iov[i])) {
 			accum_stat_add(ACCUM_STAT_FAULTS, 1);
 			break;
 		}
@@ -435,6 +442,9 @@ out:
 #define CAP_NR_SENDMSG 211
 #define CAP_NR_RECVMSG 212
 #define CAP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define CAP_ARG1(regs) PT_REGS_PARM1_CORE_SYSCALL(regs)
+#define CAP_ARG2(regs) PT_REGS_PARM2_CORE_SYSCALL(regs)
+#define CAP_ARG3(regs) CAP_ARG3(regs)
 #else
 #define CAP_NR_READ 0
 #define CAP_NR_WRITE 1
@@ -445,7 +455,11 @@ out:
 #define CAP_NR_RECVFROM 45
 #define CAP_NR_SENDMSG 46
 #define CAP_NR_RECVMSG 47
-#define CAP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+/* regs is a tp_btf argument: read in place, no copies on the stack. */
+#define CAP_SYSCALL_NR(regs) ((long)(regs)->orig_ax)
+#define CAP_ARG1(regs) ((regs)->di)
+#define CAP_ARG2(regs) ((regs)->si)
+#define CAP_ARG3(regs) ((regs)->dx)
 #endif
 
 static __always_inline int cap_socket_nr(long nr)
@@ -494,31 +508,42 @@ static __always_inline int cap_close_fd(__u32 fd)
 	return 0;
 }
 
-/* The entry of socket call nr (arguments in regs). */
-static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot)
+/* The entry of socket call nr (arguments in regs). tie: whether a write of
+ * a memory-BIO stack may be tied to its last libssl call (cap_tie_last). */
+static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot, int tie)
 {
-	__u64 fd = PT_REGS_PARM1_CORE_SYSCALL(regs), buf;
+	__u64 fd = CAP_ARG1(regs), buf;
 
 	if (nr == CAP_NR_CLOSE)
 		return cap_close_fd((__u32)fd);
-	buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	buf = CAP_ARG2(regs);
 	switch (nr) {
 	case CAP_NR_WRITE:
 	case CAP_NR_SENDTO:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0, slot);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0, slot, tie);
 	case CAP_NR_READ:
 	case CAP_NR_RECVFROM:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0, slot);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0, slot, tie);
 	case CAP_NR_SENDMSG:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0, slot);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0, slot, tie);
 	case CAP_NR_RECVMSG:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0, slot);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0, slot, tie);
 	case CAP_NR_WRITEV:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs), slot);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
 	case CAP_NR_READV:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, PT_REGS_PARM3_CORE_SYSCALL(regs), slot);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
 	}
 	return 0;
+}
+
+/* cap_enter_call from an exit program, whose entry program was skipped: a
+ * function of its own (noinline), without the tie, so that no call chain
+ * passes 6.1's 512 bytes (the exit's frame, this one, cap_tie_last and
+ * accum_close would). A skipped entry of a memory-BIO stack's write is
+ * then counted as unread bytes, not tied. */
+static __noinline int cap_enter_again(struct pt_regs *regs, long nr, __u32 slot)
+{
+	return cap_enter_call(regs, nr, slot, 0);
 }
 
 /*
@@ -569,7 +594,7 @@ int BPF_PROG(cap_sys_enter, struct pt_regs *regs, long nr)
 		}
 		bpf_map_delete_elem(&plain_inflight, &tid);
 	}
-	return cap_enter_call(regs, nr, CAP_SLOT_ENTER);
+	return cap_enter_call(regs, nr, CAP_SLOT_ENTER, 1);
 }
 
 /* An exit: the entry's bytes, or the call looked at again if it has none
@@ -583,7 +608,7 @@ static __always_inline int cap_exit_call(struct pt_regs *regs, long nr, long ret
 	if (!bpf_map_lookup_elem(&plain_inflight, &tid)) {
 		if (ret <= 0)
 			return 0;
-		cap_enter_call(regs, nr, last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT);
+		cap_enter_again(regs, nr, last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT);
 	}
 	return plain_exit(ret, last);
 }
