@@ -507,6 +507,7 @@ func (c *Capture) attachEvents() error {
 			return fmt.Errorf("attach library-open announcements (syscalls/%s): %w", a.name, err)
 		}
 		c.links = append(c.links, l)
+		c.tpProgs = append(c.tpProgs, a.prog) // perf's path: skipped runs counted (SkippedEvents)
 	}
 	return nil
 }

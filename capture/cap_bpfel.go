@@ -57,6 +57,11 @@ type capCapEv struct {
 	Path  [256]int8
 }
 
+type capCapExitMark struct {
+	_        structs.HostLayout
+	FirstRan uint32
+}
+
 type capCapFdKey struct {
 	_   structs.HostLayout
 	Pid uint32
@@ -131,6 +136,8 @@ type capPlainArgs struct {
 	Msg  uint8
 	Tls  uint8
 	Niov uint8
+	Done uint8
+	Pad  [7]uint8
 }
 
 type capPlainVal struct {
@@ -159,6 +166,7 @@ const (
 	capMapAccumZero             = "accum_zero"
 	capMapCapCtl                = "cap_ctl"
 	capMapCapCtlLost            = "cap_ctl_lost"
+	capMapCapExitMarks          = "cap_exit_marks"
 	capMapCapHeld               = "cap_held"
 	capMapCapHeldParent         = "cap_held_parent"
 	capMapCapInTls              = "cap_in_tls"
@@ -175,6 +183,7 @@ const (
 	capMapCapTlsFds             = "cap_tls_fds"
 	capMapCapTlsProcs           = "cap_tls_procs"
 	capMapCapTlsSock            = "cap_tls_sock"
+	capMapCapUnseen             = "cap_unseen"
 	capMapCisternTaskStack      = "cistern_task_stack"
 	capMapGoConns               = "go_conns"
 	capMapGoReads               = "go_reads"
@@ -183,17 +192,7 @@ const (
 	capMapSslConns              = "ssl_conns"
 	capMapSslInflight           = "ssl_inflight"
 	capProgAccumStart           = "accum_start"
-	capProgCapClose             = "cap_close"
-	capProgCapEnterRead         = "cap_enter_read"
-	capProgCapEnterReadv        = "cap_enter_readv"
-	capProgCapEnterRecvfrom     = "cap_enter_recvfrom"
-	capProgCapEnterRecvmsg      = "cap_enter_recvmsg"
-	capProgCapEnterSendmsg      = "cap_enter_sendmsg"
-	capProgCapEnterSendto       = "cap_enter_sendto"
-	capProgCapEnterWrite        = "cap_enter_write"
-	capProgCapEnterWritev       = "cap_enter_writev"
 	capProgCapExec              = "cap_exec"
-	capProgCapExitIo            = "cap_exit_io"
 	capProgCapExitProc          = "cap_exit_proc"
 	capProgCapFork              = "cap_fork"
 	capProgCapGoClose           = "cap_go_close"
@@ -215,6 +214,9 @@ const (
 	capProgCapSslWrite          = "cap_ssl_write"
 	capProgCapSslWriteEx        = "cap_ssl_write_ex"
 	capProgCapSslWriteRet       = "cap_ssl_write_ret"
+	capProgCapSysEnter          = "cap_sys_enter"
+	capProgCapSysExit           = "cap_sys_exit"
+	capProgCapSysExitLast       = "cap_sys_exit_last"
 	capVarAccumFlushSize        = "accum_flush_size"
 	capVarAccumLatencyNs        = "accum_latency_ns"
 	capVarAccumWakeupBytes      = "accum_wakeup_bytes"
@@ -273,17 +275,7 @@ type capSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type capProgramSpecs struct {
 	AccumStart         *ebpf.ProgramSpec `ebpf:"accum_start"`
-	CapClose           *ebpf.ProgramSpec `ebpf:"cap_close"`
-	CapEnterRead       *ebpf.ProgramSpec `ebpf:"cap_enter_read"`
-	CapEnterReadv      *ebpf.ProgramSpec `ebpf:"cap_enter_readv"`
-	CapEnterRecvfrom   *ebpf.ProgramSpec `ebpf:"cap_enter_recvfrom"`
-	CapEnterRecvmsg    *ebpf.ProgramSpec `ebpf:"cap_enter_recvmsg"`
-	CapEnterSendmsg    *ebpf.ProgramSpec `ebpf:"cap_enter_sendmsg"`
-	CapEnterSendto     *ebpf.ProgramSpec `ebpf:"cap_enter_sendto"`
-	CapEnterWrite      *ebpf.ProgramSpec `ebpf:"cap_enter_write"`
-	CapEnterWritev     *ebpf.ProgramSpec `ebpf:"cap_enter_writev"`
 	CapExec            *ebpf.ProgramSpec `ebpf:"cap_exec"`
-	CapExitIo          *ebpf.ProgramSpec `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.ProgramSpec `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.ProgramSpec `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.ProgramSpec `ebpf:"cap_go_close"`
@@ -305,6 +297,9 @@ type capProgramSpecs struct {
 	CapSslWrite        *ebpf.ProgramSpec `ebpf:"cap_ssl_write"`
 	CapSslWriteEx      *ebpf.ProgramSpec `ebpf:"cap_ssl_write_ex"`
 	CapSslWriteRet     *ebpf.ProgramSpec `ebpf:"cap_ssl_write_ret"`
+	CapSysEnter        *ebpf.ProgramSpec `ebpf:"cap_sys_enter"`
+	CapSysExit         *ebpf.ProgramSpec `ebpf:"cap_sys_exit"`
+	CapSysExitLast     *ebpf.ProgramSpec `ebpf:"cap_sys_exit_last"`
 }
 
 // capMapSpecs contains maps before they are loaded into the kernel.
@@ -319,6 +314,7 @@ type capMapSpecs struct {
 	AccumZero        *ebpf.MapSpec `ebpf:"accum_zero"`
 	CapCtl           *ebpf.MapSpec `ebpf:"cap_ctl"`
 	CapCtlLost       *ebpf.MapSpec `ebpf:"cap_ctl_lost"`
+	CapExitMarks     *ebpf.MapSpec `ebpf:"cap_exit_marks"`
 	CapHeld          *ebpf.MapSpec `ebpf:"cap_held"`
 	CapHeldParent    *ebpf.MapSpec `ebpf:"cap_held_parent"`
 	CapInTls         *ebpf.MapSpec `ebpf:"cap_in_tls"`
@@ -335,6 +331,7 @@ type capMapSpecs struct {
 	CapTlsFds        *ebpf.MapSpec `ebpf:"cap_tls_fds"`
 	CapTlsProcs      *ebpf.MapSpec `ebpf:"cap_tls_procs"`
 	CapTlsSock       *ebpf.MapSpec `ebpf:"cap_tls_sock"`
+	CapUnseen        *ebpf.MapSpec `ebpf:"cap_unseen"`
 	CisternTaskStack *ebpf.MapSpec `ebpf:"cistern_task_stack"`
 	GoConns          *ebpf.MapSpec `ebpf:"go_conns"`
 	GoReads          *ebpf.MapSpec `ebpf:"go_reads"`
@@ -391,6 +388,7 @@ type capMaps struct {
 	AccumZero        *ebpf.Map `ebpf:"accum_zero"`
 	CapCtl           *ebpf.Map `ebpf:"cap_ctl"`
 	CapCtlLost       *ebpf.Map `ebpf:"cap_ctl_lost"`
+	CapExitMarks     *ebpf.Map `ebpf:"cap_exit_marks"`
 	CapHeld          *ebpf.Map `ebpf:"cap_held"`
 	CapHeldParent    *ebpf.Map `ebpf:"cap_held_parent"`
 	CapInTls         *ebpf.Map `ebpf:"cap_in_tls"`
@@ -407,6 +405,7 @@ type capMaps struct {
 	CapTlsFds        *ebpf.Map `ebpf:"cap_tls_fds"`
 	CapTlsProcs      *ebpf.Map `ebpf:"cap_tls_procs"`
 	CapTlsSock       *ebpf.Map `ebpf:"cap_tls_sock"`
+	CapUnseen        *ebpf.Map `ebpf:"cap_unseen"`
 	CisternTaskStack *ebpf.Map `ebpf:"cistern_task_stack"`
 	GoConns          *ebpf.Map `ebpf:"go_conns"`
 	GoReads          *ebpf.Map `ebpf:"go_reads"`
@@ -426,6 +425,7 @@ func (m *capMaps) Close() error {
 		m.AccumZero,
 		m.CapCtl,
 		m.CapCtlLost,
+		m.CapExitMarks,
 		m.CapHeld,
 		m.CapHeldParent,
 		m.CapInTls,
@@ -442,6 +442,7 @@ func (m *capMaps) Close() error {
 		m.CapTlsFds,
 		m.CapTlsProcs,
 		m.CapTlsSock,
+		m.CapUnseen,
 		m.CisternTaskStack,
 		m.GoConns,
 		m.GoReads,
@@ -476,17 +477,7 @@ type capVariables struct {
 // It can be passed to loadCapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type capPrograms struct {
 	AccumStart         *ebpf.Program `ebpf:"accum_start"`
-	CapClose           *ebpf.Program `ebpf:"cap_close"`
-	CapEnterRead       *ebpf.Program `ebpf:"cap_enter_read"`
-	CapEnterReadv      *ebpf.Program `ebpf:"cap_enter_readv"`
-	CapEnterRecvfrom   *ebpf.Program `ebpf:"cap_enter_recvfrom"`
-	CapEnterRecvmsg    *ebpf.Program `ebpf:"cap_enter_recvmsg"`
-	CapEnterSendmsg    *ebpf.Program `ebpf:"cap_enter_sendmsg"`
-	CapEnterSendto     *ebpf.Program `ebpf:"cap_enter_sendto"`
-	CapEnterWrite      *ebpf.Program `ebpf:"cap_enter_write"`
-	CapEnterWritev     *ebpf.Program `ebpf:"cap_enter_writev"`
 	CapExec            *ebpf.Program `ebpf:"cap_exec"`
-	CapExitIo          *ebpf.Program `ebpf:"cap_exit_io"`
 	CapExitProc        *ebpf.Program `ebpf:"cap_exit_proc"`
 	CapFork            *ebpf.Program `ebpf:"cap_fork"`
 	CapGoClose         *ebpf.Program `ebpf:"cap_go_close"`
@@ -508,22 +499,15 @@ type capPrograms struct {
 	CapSslWrite        *ebpf.Program `ebpf:"cap_ssl_write"`
 	CapSslWriteEx      *ebpf.Program `ebpf:"cap_ssl_write_ex"`
 	CapSslWriteRet     *ebpf.Program `ebpf:"cap_ssl_write_ret"`
+	CapSysEnter        *ebpf.Program `ebpf:"cap_sys_enter"`
+	CapSysExit         *ebpf.Program `ebpf:"cap_sys_exit"`
+	CapSysExitLast     *ebpf.Program `ebpf:"cap_sys_exit_last"`
 }
 
 func (p *capPrograms) Close() error {
 	return _CapClose(
 		p.AccumStart,
-		p.CapClose,
-		p.CapEnterRead,
-		p.CapEnterReadv,
-		p.CapEnterRecvfrom,
-		p.CapEnterRecvmsg,
-		p.CapEnterSendmsg,
-		p.CapEnterSendto,
-		p.CapEnterWrite,
-		p.CapEnterWritev,
 		p.CapExec,
-		p.CapExitIo,
 		p.CapExitProc,
 		p.CapFork,
 		p.CapGoClose,
@@ -545,6 +529,9 @@ func (p *capPrograms) Close() error {
 		p.CapSslWrite,
 		p.CapSslWriteEx,
 		p.CapSslWriteRet,
+		p.CapSysEnter,
+		p.CapSysExit,
+		p.CapSysExitLast,
 	)
 }
 

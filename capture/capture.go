@@ -94,7 +94,11 @@ type Capture struct {
 	objs   *capObjects
 	stats  *ebpf.Map
 	links  []link.Link
-	conns  map[uint64]*connState
+	// The syscall tracepoints' programs, whose runs the kernel skipped
+	// are counted in their recursion misses (SkippedEvents). Set by
+	// open, read-only after.
+	tpProgs []*ebpf.Program
+	conns   map[uint64]*connState
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
@@ -316,35 +320,22 @@ func (c *Capture) open() error {
 	// The uprobes come first: a TLS call that starts before the
 	// tracepoints are attached cannot have its ciphertext taken for
 	// plaintext then.
-	// Exits first: an entry recorded before its exit program is attached
-	// would only linger until the thread's next call.
+	// The exits first: an entry recorded before its exit programs are
+	// attached would only linger until the thread's next call.
 	for _, a := range []struct {
 		name string
 		prog *ebpf.Program
 	}{
-		{"sys_exit_write", objs.CapExitIo},
-		{"sys_exit_read", objs.CapExitIo},
-		{"sys_exit_sendto", objs.CapExitIo},
-		{"sys_exit_recvfrom", objs.CapExitIo},
-		{"sys_exit_sendmsg", objs.CapExitIo},
-		{"sys_exit_recvmsg", objs.CapExitIo},
-		{"sys_exit_writev", objs.CapExitIo},
-		{"sys_exit_readv", objs.CapExitIo},
-		{"sys_enter_close", objs.CapClose},
-		{"sys_enter_write", objs.CapEnterWrite},
-		{"sys_enter_read", objs.CapEnterRead},
-		{"sys_enter_sendto", objs.CapEnterSendto},
-		{"sys_enter_recvfrom", objs.CapEnterRecvfrom},
-		{"sys_enter_sendmsg", objs.CapEnterSendmsg},
-		{"sys_enter_recvmsg", objs.CapEnterRecvmsg},
-		{"sys_enter_writev", objs.CapEnterWritev},
-		{"sys_enter_readv", objs.CapEnterReadv},
+		{"sys_exit", objs.CapSysExit},
+		{"sys_exit", objs.CapSysExitLast}, // after the first (plain.bpf.h, SKIPPED RUNS)
+		{"sys_enter", objs.CapSysEnter},
 	} {
-		l, err := link.Tracepoint("syscalls", a.name, a.prog, nil)
+		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog})
 		if err != nil {
-			return fmt.Errorf("attach tracepoint syscalls/%s: %w", a.name, err)
+			return fmt.Errorf("attach raw tracepoint %s: %w", a.name, err)
 		}
 		c.links = append(c.links, l)
+		c.tpProgs = append(c.tpProgs, a.prog)
 	}
 	return c.newReader(objs.AccumRing)
 }
@@ -519,6 +510,16 @@ func (c *Capture) ctlLost() uint64 {
 	return n
 }
 
+// unseen counts the socket calls whose end neither exit program saw
+// (plain.bpf.h, SKIPPED RUNS).
+func (c *Capture) unseen() uint64 {
+	var n uint64
+	if c.objs != nil {
+		_ = c.objs.CapUnseen.Lookup(uint32(0), &n)
+	}
+	return n
+}
+
 // Unread counts TLS connections no probe read from their first TLS byte.
 func (c *Capture) Unread() uint64 { return c.nUnread.Load() }
 
@@ -527,6 +528,27 @@ func (c *Capture) HoldTimeouts() uint64 { return c.nHoldTimeouts.Load() }
 
 // Stats reads the channel's counters.
 func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats) }
+
+// SkippedEvents counts the system call events (socket calls, library
+// opens) whose capture program the kernel did not run because a BPF
+// program was marked running on the CPU (its recursion guard; the
+// programs' recursion_misses). The socket calls' raw tracepoints guard
+// only against themselves, which a task's system call cannot nest in, so
+// this stays 0 unless the kernel skips them after all; the library-open
+// tracepoints (perf's path) share the guard of every kprobe, tracepoint
+// and bpf() map call, and a skipped open is left to the
+// agent's rescans of the processes.
+func (c *Capture) SkippedEvents() (uint64, error) {
+	var n uint64
+	for _, p := range c.tpProgs {
+		s, err := p.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("capture program stats: %w", err)
+		}
+		n += s.RecursionMisses
+	}
+	return n, nil
+}
 
 // BadBytes counts protocol bytes the parsers could not make sense of and
 // skipped.
@@ -540,12 +562,17 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
+	skipped, err := c.SkippedEvents()
+	if err != nil {
+		return nil, err
+	}
 	return map[string]uint64{
 		"queries": c.nQueries.Load(), "sequence_gaps": c.nGaps.Load(),
 		"protocol_bytes_skipped": c.nBad.Load(),
 		"records":                st.Records, "ring_bytes": st.RingBytes, "payload_bytes": st.PayloadBytes,
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
+		"syscall_events_skipped": skipped, "socket_calls_unseen": c.unseen(),
 		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 		"go_binaries_attached":   c.nGoBins.Load(),
 		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),

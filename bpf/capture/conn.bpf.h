@@ -159,8 +159,15 @@ struct {
 } cap_tls_fds SEC(".maps");
 
 /* Per-CPU scratch for a new cap_tls_st and a fresh address: 6.1's verifier
- * bounds the stack of a whole call chain (cap_exit_io -> accum_write ...)
- * at 512 bytes, and these would not fit beside the others. */
+ * bounds the stack of a whole call chain (cap_sys_exit -> accum_write ...)
+ * at 512 bytes, and these would not fit beside the others. One slot per
+ * program (CAP_SLOT_*): on 7.2 these programs run preemptible, and only
+ * runs of one program never interleave on a CPU (plain.bpf.h, SKIPPED
+ * RUNS). */
+#define CAP_SLOT_ENTER 0
+#define CAP_SLOT_EXIT 1
+#define CAP_SLOT_EXIT_LAST 2
+
 struct cap_scratch {
 	struct cap_tls_st st;
 	struct cap_addr a;
@@ -168,7 +175,7 @@ struct cap_scratch {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, struct cap_scratch);
 } cap_scratch SEC(".maps");

@@ -2,8 +2,8 @@
 /*
  * plain.bpf.h - plaintext socket capture (part of capture.bpf.c).
  *
- * Tracepoints on syscalls/sys_enter_* and sys_exit_* of write, read, sendto,
- * recvfrom, sendmsg, recvmsg, writev and readv (libuv, so Node.js, writes
+ * The raw tracepoints sys_enter and sys_exit, for write, read, sendto,
+ * recvfrom, sendmsg, recvmsg, writev, readv and close (libuv, so Node.js, writes
  * a corked stream's buffers with writev). At entry, a call of a captured process
  * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its
  * fd is an AF_INET/AF_INET6 stream or datagram socket (conn.bpf.h) that is
@@ -58,6 +58,8 @@ struct plain_args {
 	__u8 msg;  /* PLAIN_* */
 	__u8 tls;  /* a TLS socket no probe reads: only its bytes are counted */
 	__u8 niov; /* PLAIN_IOV: iovecs (at most 255; CAP_MAX_IOV are copied) */
+	__u8 done; /* the first exit program dealt with it (the second deletes it) */
+	__u8 pad[7];
 };
 
 /* (tgid, fd) -> connection id and the file it belongs to. */
@@ -68,13 +70,36 @@ struct {
 	__type(value, struct plain_val);
 } plain_fds SEC(".maps");
 
-/* tid -> the socket call in flight. */
+/* tid -> the socket call in flight. LRU: an entry whose exits were both
+ * skipped, in a thread that ends, is never deleted. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct plain_args);
 } plain_inflight SEC(".maps");
+
+/* [0]: socket calls whose end no exit program saw (both skipped: see
+ * cap_sys_enter); bytes they moved are missing from their stream. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cap_unseen SEC(".maps");
+
+/* Per thread: the first exit program ran for its current call (set by
+ * cap_sys_exit, cleared by cap_sys_exit_last). */
+struct cap_exit_mark {
+	__u32 first_ran;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct cap_exit_mark);
+} cap_exit_marks SEC(".maps");
 
 static long plain_gone_cb(void *map, struct cap_fd_key *k, struct plain_val *v, __u32 *tgid)
 {
@@ -150,7 +175,7 @@ static long tls_gone_cb(void *map, struct cap_fd_key *k, struct cap_tls_st *st, 
  * flags: CAP_TLS_PROBED when a probe is in a call on it (in, or a Go Read),
  * else CAP_TLS_UNSEEN (and CAP_TLS_MIDSTREAM when no hello was seen). */
 static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 sk,
-					 struct cap_tls_call *in, __u32 flags)
+					 struct cap_tls_call *in, __u32 flags, __u32 slot)
 {
 	struct cap_fd_key fk = { .pid = pid, .fd = fd };
 	struct cap_obj_key ok = { .pid = pid };
@@ -159,7 +184,6 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 	struct cap_scratch *sc;
 	struct cap_conn_info *info;
 	__u64 *id;
-	__u32 zk = 0;
 
 	if (in) {
 		ok.obj = in->key;
@@ -170,7 +194,7 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
 		if (!in || bpf_map_lookup_elem(&cap_tls_sock, &ok))
 			return; /* known */
 	}
-	sc = bpf_map_lookup_elem(&cap_scratch, &zk);
+	sc = bpf_map_lookup_elem(&cap_scratch, &slot);
 	if (!sc)
 		return;
 	cap_sock_addr(sk, &sc->a);
@@ -213,7 +237,7 @@ static __always_inline void cap_mark_tls(__u32 pid, __u32 fd, __u64 file, __u64 
  * flags as for cap_mark_tls. Whether there was one to tie. A function of
  * its own (noinline): inlined, it took cap_exit_io's frame past what 6.1's
  * verifier allows a call chain (512 bytes). */
-static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
+static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags, __u32 slot)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pidtid;
@@ -221,12 +245,13 @@ static __noinline int cap_tie_last(__u32 fd, __u64 file, __u64 sk, __u32 flags)
 
 	if (!last)
 		return 0;
-	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags);
+	cap_mark_tls(pidtid >> 32, fd, file, sk, last, flags, slot);
 	bpf_map_delete_elem(&cap_last_tls, &tid);
 	return 1;
 }
 
-static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov)
+static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg, __u64 niov,
+				       __u32 slot, int tie)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), sk = 0;
 	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
@@ -245,7 +270,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 	in = bpf_map_lookup_elem(&cap_in_tls, &tid);
 	if (in && (in->library != CAP_LIB_GO || (dir == ACCUM_DIR_WRITE && !msg && cap_tls_rec(buf)))) {
 		in->sock = 1;
-		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0);
+		cap_mark_tls(pid, (__u32)fd, a.file, sk, in, 0, slot);
 		return 0;
 	}
 	mark = bpf_map_lookup_elem(&cap_tls_fds, &fk);
@@ -256,7 +281,7 @@ static __always_inline int plain_enter(__u64 fd, __u64 buf, __u32 dir, __u32 msg
 			if ((mark->flags & CAP_TLS_PROBED) || !cap_want_tls)
 				return 0;
 			/* A memory-BIO stack writing what its last call made. */
-			if (dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0))
+			if (tie && dir == ACCUM_DIR_WRITE && cap_tie_last((__u32)fd, a.file, sk, 0, slot))
 				return 0;
 			a.tls = 1;
 			bpf_map_update_elem(&plain_inflight, &tid, &a, BPF_ANY);
@@ -281,23 +306,26 @@ static __always_inline void plain_lose(__u64 id, __u64 n)
 		__sync_fetch_and_add(&c->next_seq, 1);
 }
 
-static __always_inline int plain_exit(long ret)
+/* The call in flight ended with ret. last: the second exit program, which
+ * deletes the entry; the first marks it done. */
+static __always_inline int plain_exit(long ret, int last)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid(), id, left, first, flen;
-	__u32 tid = (__u32)pidtid, pid = pidtid >> 32;
+	__u32 tid = (__u32)pidtid, pid = pidtid >> 32, slot = last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT;
 	struct plain_args *a;
 	struct plain_val *v;
 	struct cap_tls_st *st;
 	struct cap_tls_call *in;
 	struct cap_fd_key fk;
-	struct user_msghdr mh;
+	struct iovec *msg_iov;
+	__u64 msg_iovlen;
 	struct iovec iov;
 	__u32 meta;
 
 	a = bpf_map_lookup_elem(&plain_inflight, &tid);
 	if (!a)
 		return 0;
-	if (ret <= 0 || ret > 0x7fffffff)
+	if (a->done || ret <= 0 || ret > 0x7fffffff)
 		goto out;
 	fk.pid = pid;
 	fk.fd = a->fd;
@@ -309,18 +337,24 @@ static __always_inline int plain_exit(long ret)
 	}
 	first = a->buf;
 	flen = ret;
-	/* The iovecs in mh (6.1 bounds a call chain's stack at 512 bytes: no
-	 * room for two more locals here). */
-	mh.msg_iov = 0;
-	mh.msg_iovlen = 0;
+	/* The iovecs: a msghdr's two fields, not the whole struct on the
+	 * stack (6.1 bounds a call chain's stack at 512 bytes, and this
+	 * frame is at the head of the longest: cap_sys_exit -> accum_write
+	 * -> accum_step_cb -> accum_step -> accum_emit_conn). */
+	msg_iov = 0;
+	msg_iovlen = 0;
 	if (a->msg == PLAIN_IOV) {
-		mh.msg_iov = (struct iovec *)a->buf;
-		mh.msg_iovlen = a->niov;
-	} else if (a->msg == PLAIN_MSG && bpf_probe_read_user(&mh, sizeof(mh), (void *)a->buf)) {
-		mh.msg_iov = 0;
+		msg_iov = (struct iovec *)a->buf;
+		msg_iovlen = a->niov;
+	} else if (a->msg == PLAIN_MSG &&
+		   (bpf_probe_read_user(&msg_iov, sizeof(msg_iov),
+					(void *)(a->buf + __builtin_offsetof(struct user_msghdr, msg_iov))) ||
+		    bpf_probe_read_user(&msg_iovlen, sizeof(msg_iovlen),
+					(void *)(a->buf + __builtin_offsetof(struct user_msghdr, msg_iovlen))))) {
+		msg_iov = 0;
 	}
 	if (a->msg) {
-		if (!mh.msg_iov || !mh.msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), mh.msg_iov)) {
+		if (!msg_iov || !msg_iovlen || bpf_probe_read_user(&iov, sizeof(iov), msg_iov)) {
 			first = 0;
 		} else {
 			first = (__u64)iov.iov_base;
@@ -346,13 +380,13 @@ static __always_inline int plain_exit(long ret)
 			/* A memory-BIO stack (Node.js) writing the hello its
 			 * last libssl call made: read from its start. */
 			if (!in && a->dir == ACCUM_DIR_WRITE &&
-			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0))
+			    cap_tie_last(a->fd, a->file, a->sk, fl & CAP_TLS_MIDSTREAM ? fl : 0, slot))
 				goto out;
 			/* A hello in a process whose probes have fired: they are
 			 * in place before its first plaintext byte. */
 			if (fl == CAP_TLS_UNSEEN && bpf_map_lookup_elem(&cap_tls_procs, &pid))
 				fl = 0;
-			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl);
+			cap_mark_tls(pid, a->fd, a->file, a->sk, 0, fl, slot);
 			goto out;
 		}
 	}
@@ -367,7 +401,7 @@ static __always_inline int plain_exit(long ret)
 		goto out;
 	}
 	left = ret;
-	if (!mh.msg_iov) {
+	if (!msg_iov) {
 		accum_stat_add(ACCUM_STAT_FAULTS, 1);
 		plain_lose(id, left);
 		goto out;
@@ -375,9 +409,9 @@ static __always_inline int plain_exit(long ret)
 	for (int i = 0; i < CAP_MAX_IOV && left; i++) {
 		__u64 n;
 
-		if (i >= mh.msg_iovlen)
+		if (i >= msg_iovlen)
 			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), &mh.msg_iov[i])) {
+		if (bpf_probe_read_user(&iov, sizeof(iov), &msg_iov[i])) {
 			accum_stat_add(ACCUM_STAT_FAULTS, 1);
 			break;
 		}
@@ -389,70 +423,78 @@ static __always_inline int plain_exit(long ret)
 	if (left)
 		plain_lose(id, left);
 out:
-	bpf_map_delete_elem(&plain_inflight, &tid);
+	if (last)
+		bpf_map_delete_elem(&plain_inflight, &tid);
+	else
+		a->done = 1;
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_write")
-int cap_enter_write(struct trace_event_raw_sys_enter *ctx)
+/* The socket calls' numbers: the raw syscall tracepoints see every call. */
+#if defined(__TARGET_ARCH_arm64)
+#define CAP_NR_READ 63
+#define CAP_NR_WRITE 64
+#define CAP_NR_CLOSE 57
+#define CAP_NR_READV 65
+#define CAP_NR_WRITEV 66
+#define CAP_NR_SENDTO 206
+#define CAP_NR_RECVFROM 207
+#define CAP_NR_SENDMSG 211
+#define CAP_NR_RECVMSG 212
+#define CAP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define CAP_ARG1(regs) PT_REGS_PARM1_CORE_SYSCALL(regs)
+#define CAP_ARG2(regs) PT_REGS_PARM2_CORE_SYSCALL(regs)
+#define CAP_ARG3(regs) CAP_ARG3(regs)
+#else
+#define CAP_NR_READ 0
+#define CAP_NR_WRITE 1
+#define CAP_NR_CLOSE 3
+#define CAP_NR_READV 19
+#define CAP_NR_WRITEV 20
+#define CAP_NR_SENDTO 44
+#define CAP_NR_RECVFROM 45
+#define CAP_NR_SENDMSG 46
+#define CAP_NR_RECVMSG 47
+/* regs is a tp_btf argument: read in place, no copies on the stack. */
+#define CAP_SYSCALL_NR(regs) ((long)(regs)->orig_ax)
+#define CAP_ARG1(regs) ((regs)->di)
+#define CAP_ARG2(regs) ((regs)->si)
+#define CAP_ARG3(regs) ((regs)->dx)
+#endif
+
+static __always_inline int cap_socket_nr(long nr)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+	switch (nr) {
+	case CAP_NR_READ:
+	case CAP_NR_WRITE:
+	case CAP_NR_CLOSE:
+	case CAP_NR_READV:
+	case CAP_NR_WRITEV:
+	case CAP_NR_SENDTO:
+	case CAP_NR_RECVFROM:
+	case CAP_NR_SENDMSG:
+	case CAP_NR_RECVMSG:
+		return 1;
+	}
+	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_sendto")
-int cap_enter_sendto(struct trace_event_raw_sys_enter *ctx)
+/* A 32-bit task's call: its numbers are another table's (the syscalls/
+ * tracepoints ignore such calls too). */
+static __always_inline int cap_compat_call(void)
 {
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_BUF, 0);
+#if defined(__TARGET_ARCH_x86)
+	return (bpf_get_current_task_btf()->thread_info.status & 0x0002 /* TS_COMPAT */) != 0;
+#else
+	return 0;
+#endif
 }
 
-SEC("tracepoint/syscalls/sys_enter_sendmsg")
-int cap_enter_sendmsg(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_MSG, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_read")
-int cap_enter_read(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_recvfrom")
-int cap_enter_recvfrom(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_BUF, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_recvmsg")
-int cap_enter_recvmsg(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_MSG, 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_writev")
-int cap_enter_writev(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_WRITE, PLAIN_IOV, ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_readv")
-int cap_enter_readv(struct trace_event_raw_sys_enter *ctx)
-{
-	return plain_enter(ctx->args[0], ctx->args[1], ACCUM_DIR_READ, PLAIN_IOV, ctx->args[2]);
-}
-
-/* One exit program serves every call: the in-flight entry says which. */
-SEC("tracepoint/syscalls/sys_exit_write")
-int cap_exit_io(struct trace_event_raw_sys_exit *ctx)
-{
-	return plain_exit(ctx->ret);
-}
-
-SEC("tracepoint/syscalls/sys_enter_close")
-int cap_close(struct trace_event_raw_sys_enter *ctx)
+/* The end of fd: its plaintext stream closes, a TLS one is announced. */
+static __always_inline int cap_close_fd(__u32 fd)
 {
 	__u64 pidtid = bpf_get_current_pid_tgid();
-	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = (__u32)ctx->args[0] };
+	struct cap_fd_key k = { .pid = pidtid >> 32, .fd = fd };
 	struct plain_val *v;
 	struct cap_tls_st *st = bpf_map_lookup_elem(&cap_tls_fds, &k);
 
@@ -464,6 +506,147 @@ int cap_close(struct trace_event_raw_sys_enter *ctx)
 	accum_close(v->id);
 	bpf_map_delete_elem(&plain_fds, &k);
 	return 0;
+}
+
+/* The entry of socket call nr (arguments in regs). tie: whether a write of
+ * a memory-BIO stack may be tied to its last libssl call (cap_tie_last). */
+static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot, int tie)
+{
+	__u64 fd = CAP_ARG1(regs), buf;
+
+	if (nr == CAP_NR_CLOSE)
+		return cap_close_fd((__u32)fd);
+	buf = CAP_ARG2(regs);
+	switch (nr) {
+	case CAP_NR_WRITE:
+	case CAP_NR_SENDTO:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_BUF, 0, slot, tie);
+	case CAP_NR_READ:
+	case CAP_NR_RECVFROM:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_BUF, 0, slot, tie);
+	case CAP_NR_SENDMSG:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_MSG, 0, slot, tie);
+	case CAP_NR_RECVMSG:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0, slot, tie);
+	case CAP_NR_WRITEV:
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
+	case CAP_NR_READV:
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
+	}
+	return 0;
+}
+
+/* cap_enter_call from an exit program, whose entry program was skipped: a
+ * function of its own (noinline), without the tie, so that no call chain
+ * passes 6.1's 512 bytes (the exit's frame, this one, cap_tie_last and
+ * accum_close would). A skipped entry of a memory-BIO stack's write is
+ * then counted as unread bytes, not tied. */
+static __noinline int cap_enter_again(struct pt_regs *regs, long nr, __u32 slot)
+{
+	return cap_enter_call(regs, nr, slot, 0);
+}
+
+/*
+ * SKIPPED RUNS. The kernel runs a program at a tracepoint only if no run of
+ * it is already under way on the CPU (a per-CPU recursion guard: the
+ * program's own for raw tracepoints, the global bpf_prog_active for the
+ * syscalls/ tracepoints, kprobes and bpf() map calls) and counts a skipped
+ * run in the program's recursion misses. 7.2 runs the syscall tracepoints'
+ * programs with preemption on (faultable syscall tracepoints): on its
+ * preemptible kernel (PREEMPT_LAZY) a task preempted inside one holds the
+ * guard until it runs again, and every other task's call on that CPU
+ * meanwhile is skipped. So each call has more than one chance:
+ *   - the exit has two programs, each with a guard of its own: the first
+ *     (cap_sys_exit) reads the bytes and marks the entry done, the second
+ *     (cap_sys_exit_last, attached after it) reads them only if the first
+ *     was skipped, and deletes the entry;
+ *   - a call without an entry (not one of ours, or its entry program was
+ *     skipped) is looked at again at the exit from the registers, which
+ *     still hold the arguments: by the first exit program, or by the
+ *     second if the first did not run (cap_exit_marks);
+ *   - an entry still not done at the thread's next call had both exits
+ *     skipped: counted (cap_unseen). A call whose three programs were all
+ *     skipped is lost without a count (the programs' recursion misses
+ *     count every skipped run, for any call of any process).
+ * Uprobes have no such guard, and 6.18 and older run these programs with
+ * preemption off.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(cap_sys_enter, struct pt_regs *regs, long nr)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zk = 0;
+	struct cap_exit_mark *m;
+	struct plain_args *a;
+	__u64 *n;
+
+	if (!cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	/* A mark the last call's second exit did not clear is stale. */
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0, 0);
+	if (m)
+		m->first_ran = 0;
+	a = bpf_map_lookup_elem(&plain_inflight, &tid);
+	if (a) {
+		if (!a->done && !a->tls) {
+			n = bpf_map_lookup_elem(&cap_unseen, &zk);
+			if (n)
+				__sync_fetch_and_add(n, 1);
+		}
+		bpf_map_delete_elem(&plain_inflight, &tid);
+	}
+	return cap_enter_call(regs, nr, CAP_SLOT_ENTER, 1);
+}
+
+/* An exit: the entry's bytes, or the call looked at again if it has none
+ * (and moved bytes). A skipped close is not redone: the fd may name
+ * another file by now; its stream ends when the fd turns up on another
+ * file or the process exits. */
+static __always_inline int cap_exit_call(struct pt_regs *regs, long nr, long ret, int last)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (!bpf_map_lookup_elem(&plain_inflight, &tid)) {
+		if (ret <= 0)
+			return 0;
+		cap_enter_again(regs, nr, last ? CAP_SLOT_EXIT_LAST : CAP_SLOT_EXIT);
+	}
+	return plain_exit(ret, last);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cap_sys_exit, struct pt_regs *regs, long ret)
+{
+	long nr = CAP_SYSCALL_NR(regs);
+	struct cap_exit_mark *m;
+
+	if (nr == CAP_NR_CLOSE || !cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0,
+				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (m)
+		m->first_ran = 1;
+	return cap_exit_call(regs, nr, ret, 0);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cap_sys_exit_last, struct pt_regs *regs, long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	long nr = CAP_SYSCALL_NR(regs);
+	struct cap_exit_mark *m;
+
+	if (nr == CAP_NR_CLOSE || !cap_socket_nr(nr) || cap_compat_call())
+		return 0;
+	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0, 0);
+	if (m && m->first_ran) {
+		/* Whatever the first did is done: only the entry to delete
+		 * (plain_exit skips a done one). */
+		m->first_ran = 0;
+		if (!bpf_map_lookup_elem(&plain_inflight, &tid))
+			return 0;
+		return plain_exit(ret, 1);
+	}
+	return cap_exit_call(regs, nr, ret, 1);
 }
 
 #endif
