@@ -89,8 +89,11 @@ type Result struct {
 	Events     uint64 // rows that matched WHERE (the input of aggregation or output)
 	LostEvents uint64 // ring buffer full, aggregation or join map full
 	LateEvents uint64 // aggregated after their window was read: reported with the next window
-	Rows       int    // output rows written
-	Plan       string // the chosen plan's name
+	// SkippedEvents: runs of the plan's programs the kernel skipped (a run
+	// of the same program under way on that CPU: kern.Prog.SkippedRuns).
+	SkippedEvents uint64
+	Rows          int    // output rows written
+	Plan          string // the chosen plan's name
 }
 
 // Compile parses and checks sql without loading anything.
@@ -204,6 +207,7 @@ func Run(ctx context.Context, sql string, opt Options) (*Result, error) {
 	st := prog.Stats()
 	res.LostEvents = st[kern.StLostRB] + st[kern.StLostAgg] + st[kern.StLostJoin]
 	res.LateEvents = prog.LateUpdates()
+	res.SkippedEvents = prog.SkippedRuns()
 	res.Events = eng.Matched()
 	res.Rows = eng.Rows()
 	if opt.Explain != nil {

@@ -103,14 +103,16 @@ func TestCountsAgreeAcrossPlans(t *testing.T) {
 			}
 			rows[m["syscall"].(string)] = m
 			calls := m["calls"].(float64)
-			if calls != n && (calls > n || float64(res.LostEvents) < n-calls) {
-				t.Errorf("%s: %s calls = %v, want %d (lost %d)", mode, m["syscall"], calls, n, res.LostEvents)
+			// Counted losses: the ring or a map full, or runs the kernel
+			// skipped (a preemptible 7.x kernel).
+			if calls != n && (calls > n || float64(res.LostEvents+res.SkippedEvents) < n-calls) {
+				t.Errorf("%s: %s calls = %v, want %d (lost %d, skipped %d)", mode, m["syscall"], calls, n, res.LostEvents, res.SkippedEvents)
 			}
 			if m["worst"].(float64) < m["best"].(float64) || m["best"].(float64) <= 0 {
 				t.Errorf("%s: no latency", mode)
 			}
 		}
-		if len(rows) != 2 || (res.LostEvents == 0 && res.Events != 2*n) {
+		if len(rows) != 2 || (res.LostEvents+res.SkippedEvents == 0 && res.Events != 2*n) {
 			t.Errorf("%s: rows %v, events %d, want read and write, %d events\n%s", mode, rows, res.Events, 2*n, out)
 		}
 	}
@@ -161,7 +163,7 @@ func TestHistTableThroughKernel(t *testing.T) {
 		t.Fatalf("want a block headed comm=dd  syscall=read  calls=N, then lat:, got\n%s", out)
 	}
 	calls, _ := strconv.ParseUint(m[1], 10, 64)
-	if calls < n && res.LostEvents == 0 {
+	if calls < n && res.LostEvents+res.SkippedEvents == 0 {
 		t.Errorf("calls = %d, want >= %d", calls, n)
 	}
 	var sum uint64

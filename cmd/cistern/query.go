@@ -98,7 +98,7 @@ lists the tables and columns; docs/query.md has the details.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: %d events, %d rows, %d lost, %d late (counted in the next window)\n", res.Plan, res.Events, res.Rows, res.LostEvents, res.LateEvents)
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: %d events, %d rows, %d lost, %d late (counted in the next window), %d skipped by the kernel\n", res.Plan, res.Events, res.Rows, res.LostEvents, res.LateEvents, res.SkippedEvents)
 			return nil
 		},
 	}

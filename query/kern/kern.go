@@ -512,6 +512,22 @@ func (p *Prog) Detach() {
 	p.links = nil
 }
 
+// SkippedRuns is how many times the kernel skipped the attached programs
+// because a run of the same program (or, for the syscalls/ tracepoints,
+// any BPF program) was under way on that CPU: on a kernel that runs them
+// preemptible (7.x's lazy or full preemption) a task preempted inside one
+// holds that guard, and the events of the tasks that run meanwhile are
+// lost. An upper bound: events the filter would have dropped count too.
+func (p *Prog) SkippedRuns() uint64 {
+	var n uint64
+	for _, a := range objects[p.Cfg.Object].attach {
+		if st, err := p.coll.Programs[a.prog].Stats(); err == nil {
+			n += st.RecursionMisses
+		}
+	}
+	return n
+}
+
 // RunStat is one program's measured cost (BPF run-time statistics).
 type RunStat struct {
 	Prog     string
