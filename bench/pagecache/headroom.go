@@ -336,7 +336,7 @@ func startAutoCost(a *pagecache.Auto) (*autoCost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
 	}
-	c := &autoCost{a: a, stats: st, cpu0: processCPU(), t0: time.Now()}
+	c := &autoCost{a: a, stats: st, cpu0: benchkit.SelfCPU(), t0: time.Now()}
 	if c.bpf0, err = a.ProgramRuntime(); err != nil {
 		st.Close()
 		return nil, err
@@ -372,16 +372,7 @@ func (c *autoCost) sharePct() (all, bpfPct float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return 100 * float64(processCPU()-c.cpu0+bpf-c.bpf0) / wall, 100 * float64(bpf-c.bpf0) / wall, nil
-}
-
-// processCPU is this process's user and system time so far.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return 100 * float64(benchkit.SelfCPU()-c.cpu0+bpf-c.bpf0) / wall, 100 * float64(bpf-c.bpf0) / wall, nil
 }
 
 // autoTargets: auto >= 0.97x the default and >= 0.8x the best fixed policy
