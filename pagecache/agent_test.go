@@ -163,10 +163,11 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	// The agent's choice: MRU never takes the files read before its first
 	// eviction (files are numbered in walk order: id = index + 1). With
 	// the outside file, 12 files reach the high watermark (24 MiB) if the
-	// cgroup held nothing else; the 6.1 guests charge ~9 MiB more (the
-	// first eviction came at f010 or f011 in 5 of 8 runs), so the first
-	// 8 files (12 MiB with the outside one) must stay, and every file
-	// before the first one the agent took must stay whole.
+	// cgroup held nothing else; the 6.1 guests charge ~9-13 MiB more (the
+	// first eviction came at f010 or f011 in 5 of 8 runs, at f007-f012 in
+	// the 9 CI runs of 2026-11-29), so the first 6 files (10 MiB with the
+	// outside one) must stay, and every file before the first one the
+	// agent took must stay whole.
 	nFirst := len(files)
 	for i := range files {
 		if a.evictedPages[uint32(i+1)] != 0 {
@@ -175,7 +176,7 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 		}
 	}
 	t.Logf("the agent's first victim is in f%03d", nFirst)
-	if nFirst < 8 {
+	if nFirst < 6 {
 		t.Errorf("the agent evicted %d pages of f%03d: MRU keeps the first files", a.evictedPages[uint32(nFirst+1)], nFirst)
 	}
 	nFirst = min(nFirst, 12)

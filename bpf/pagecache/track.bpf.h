@@ -120,7 +120,7 @@ static __always_inline __u32 file_id_memo(struct address_space *m)
 	if (c && c->mapping == (__u64)m && c->ino == ino)
 		return c->file;
 	file = file_id(m);
-	if (c) {
+	if (c && file) { /* not a miss: a file registered later must be found */
 		c->mapping = (__u64)m;
 		c->ino = ino;
 		c->file = file;
