@@ -618,20 +618,23 @@ func (a *Agent) Close() error {
 // (ebpf.EnableStats with BPF_STATS_RUN_TIME), which the overhead bench turns
 // on to measure the agent's cost directly.
 func (a *Agent) ProgramRuntime() (time.Duration, uint64, error) {
+	return collRuntime(a.polColl())
+}
+
+// collRuntime sums the run time and run count of c's programs (nil: 0).
+func collRuntime(c *ebpf.Collection) (time.Duration, uint64, error) {
 	var total time.Duration
 	var runs uint64
-	for _, c := range []*ebpf.Collection{a.polColl()} {
-		if c == nil {
-			continue
+	if c == nil {
+		return 0, 0, nil
+	}
+	for _, p := range c.Programs {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, 0, fmt.Errorf("program stats: %w", err)
 		}
-		for _, p := range c.Programs {
-			st, err := p.Stats()
-			if err != nil {
-				return 0, 0, fmt.Errorf("program stats: %w", err)
-			}
-			total += st.Runtime
-			runs += st.RunCount
-		}
+		total += st.Runtime
+		runs += st.RunCount
 	}
 	return total, runs, nil
 }

@@ -725,14 +725,12 @@ func (a *Auto) Agent() *Agent {
 // thread, not here.
 func (a *Auto) ProgramRuntime() (time.Duration, error) {
 	var total time.Duration
-	if a.sampler != nil && a.sampler.coll != nil {
-		for _, p := range a.sampler.coll.Programs {
-			st, err := p.Stats()
-			if err != nil {
-				return 0, fmt.Errorf("program stats: %w", err)
-			}
-			total += st.Runtime
+	if a.sampler != nil {
+		d, _, err := collRuntime(a.sampler.coll)
+		if err != nil {
+			return 0, err
 		}
+		total = d
 	}
 	if ag := a.Agent(); ag != nil {
 		d, _, err := ag.ProgramRuntime()
