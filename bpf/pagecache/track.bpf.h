@@ -159,6 +159,15 @@ static __always_inline __u8 folio_order_of(struct folio *f)
 	return f->_flags_1 & 0xff;
 }
 
+/* struct obj_cgroup as 7.x lays it out. Its is_root came with the change
+ * that charges LRU folios to an obj_cgroup (memcg_data points to one, whose
+ * memcg is the folio's memory cgroup, so a cgroup's pages can be reparented
+ * when it dies); before it, memcg_data points to the mem_cgroup itself. */
+struct obj_cgroup___lru {
+	struct mem_cgroup *memcg;
+	bool is_root;
+} __attribute__((preserve_access_index));
+
 /* 1 when the folio is charged to the watched memory cgroup. */
 static __always_inline int in_memcg(struct folio *f)
 {
@@ -171,6 +180,8 @@ static __always_inline int in_memcg(struct folio *f)
 	cg = (struct mem_cgroup *)(md & ~(nflags - 1));
 	if (!cg)
 		return 0;
+	if (bpf_core_field_exists(struct obj_cgroup___lru, is_root))
+		cg = BPF_CORE_READ((struct obj_cgroup___lru *)cg, memcg);
 	return BPF_CORE_READ(cg, css.cgroup, kn, id) == pc_memcg_id;
 }
 
