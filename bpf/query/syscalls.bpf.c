@@ -2,7 +2,15 @@
 /* syscalls table: raw_syscalls sys_enter/sys_exit as raw tracepoints (the
  * kernel does not format a trace record for them, unlike the tracepoint),
  * joined per thread. Slots: 6 nr, 7-12 arg0-5, 13 ret, 14 exit_ns,
- * 15 latency_ns. */
+ * 15 latency_ns.
+ *
+ * The record is on the program's stack, not in q_scratch: from 7.x the
+ * syscall tracepoints run with preemption on, so a task preempted inside
+ * q_sys_enter would share the per-CPU scratch record with q_sys_exit (or
+ * another table's program) run by the next task on its CPU. Two runs of one
+ * raw-tracepoint program never interleave on a CPU (the kernel skips the
+ * second and counts it), so even the per-CPU private stack the verifier may
+ * give these programs from 6.13 is one run's own. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -19,10 +27,11 @@ struct q_argspan {
 SEC("raw_tp/sys_enter")
 int q_sys_enter(__u64 *ctx)
 {
+	__u64 r[Q_NSLOT] = {};
+
 	if (q_foreign())
 		return 0;
-	__u64 *r = q_record();
-	if (!r || !q_begin_at(r))
+	if (!q_begin_at(r))
 		return 0;
 	r[6] = ctx[1];
 	if (q_need_args) {
@@ -47,10 +56,9 @@ int q_sys_enter(__u64 *ctx)
 SEC("raw_tp/sys_exit")
 int q_sys_exit(__u64 *ctx)
 {
+	__u64 r[Q_NSLOT] = {};
+
 	if (q_foreign())
-		return 0;
-	__u64 *r = q_record();
-	if (!r)
 		return 0;
 	if (q_join) {
 		/* kernel join: everything but ret and the exit time comes from
