@@ -225,6 +225,7 @@ const (
 	capVarCapEvUnused           = "cap_ev_unused"
 	capVarCapHold               = "cap_hold"
 	capVarCapMode               = "cap_mode"
+	capVarCapPreemptOff         = "cap_preempt_off"
 	capVarCapProto              = "cap_proto"
 	capVarCapSelf               = "cap_self"
 	capVarCapWantPlain          = "cap_want_plain"
@@ -353,6 +354,7 @@ type capVariableSpecs struct {
 	CapEvUnused           *ebpf.VariableSpec `ebpf:"cap_ev_unused"`
 	CapHold               *ebpf.VariableSpec `ebpf:"cap_hold"`
 	CapMode               *ebpf.VariableSpec `ebpf:"cap_mode"`
+	CapPreemptOff         *ebpf.VariableSpec `ebpf:"cap_preempt_off"`
 	CapProto              *ebpf.VariableSpec `ebpf:"cap_proto"`
 	CapSelf               *ebpf.VariableSpec `ebpf:"cap_self"`
 	CapWantPlain          *ebpf.VariableSpec `ebpf:"cap_want_plain"`
@@ -465,6 +467,7 @@ type capVariables struct {
 	CapEvUnused           *ebpf.Variable `ebpf:"cap_ev_unused"`
 	CapHold               *ebpf.Variable `ebpf:"cap_hold"`
 	CapMode               *ebpf.Variable `ebpf:"cap_mode"`
+	CapPreemptOff         *ebpf.Variable `ebpf:"cap_preempt_off"`
 	CapProto              *ebpf.Variable `ebpf:"cap_proto"`
 	CapSelf               *ebpf.Variable `ebpf:"cap_self"`
 	CapWantPlain          *ebpf.Variable `ebpf:"cap_want_plain"`

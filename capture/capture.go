@@ -98,7 +98,10 @@ type Capture struct {
 	// are counted in their recursion misses (SkippedEvents). Set by
 	// open, read-only after.
 	tpProgs []*ebpf.Program
-	conns   map[uint64]*connState
+	// preemptOff: the socket-call programs hold preemption off (7.x;
+	// preempt.go). Set by open.
+	preemptOff bool
+	conns      map[uint64]*connState
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
@@ -249,8 +252,8 @@ func (c *Capture) open() error {
 	c.multi = c.wantTLS() && useUprobeMulti()
 	setUprobeMulti(spec, c.multi)
 	var objs capObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return fmt.Errorf("load capture programs: %w", err)
+	if err := c.load(spec, &objs); err != nil {
+		return err
 	}
 	c.objs, c.stats = &objs, objs.AccumStats
 	if err := accum.Start(&ebpf.Collection{Programs: map[string]*ebpf.Program{"accum_start": objs.AccumStart}}); err != nil {
@@ -573,7 +576,8 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
 		"syscall_events_skipped": skipped, "socket_calls_unseen": c.unseen(),
-		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
+		"syscall_programs_preempt_off": b2u(c.preemptOff),
+		"libraries_attached":           c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 		"go_binaries_attached":   c.nGoBins.Load(),
 		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),
 		"hold_supervisors_continued": c.nSupervisors.Load(),
