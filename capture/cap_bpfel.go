@@ -217,6 +217,9 @@ const (
 	capProgCapSysEnter          = "cap_sys_enter"
 	capProgCapSysExit           = "cap_sys_exit"
 	capProgCapSysExitLast       = "cap_sys_exit_last"
+	capProgCapTpClose           = "cap_tp_close"
+	capProgCapTpEnter           = "cap_tp_enter"
+	capProgCapTpExit            = "cap_tp_exit"
 	capVarAccumFlushSize        = "accum_flush_size"
 	capVarAccumLatencyNs        = "accum_latency_ns"
 	capVarAccumWakeupBytes      = "accum_wakeup_bytes"
@@ -301,6 +304,9 @@ type capProgramSpecs struct {
 	CapSysEnter        *ebpf.ProgramSpec `ebpf:"cap_sys_enter"`
 	CapSysExit         *ebpf.ProgramSpec `ebpf:"cap_sys_exit"`
 	CapSysExitLast     *ebpf.ProgramSpec `ebpf:"cap_sys_exit_last"`
+	CapTpClose         *ebpf.ProgramSpec `ebpf:"cap_tp_close"`
+	CapTpEnter         *ebpf.ProgramSpec `ebpf:"cap_tp_enter"`
+	CapTpExit          *ebpf.ProgramSpec `ebpf:"cap_tp_exit"`
 }
 
 // capMapSpecs contains maps before they are loaded into the kernel.
@@ -505,6 +511,9 @@ type capPrograms struct {
 	CapSysEnter        *ebpf.Program `ebpf:"cap_sys_enter"`
 	CapSysExit         *ebpf.Program `ebpf:"cap_sys_exit"`
 	CapSysExitLast     *ebpf.Program `ebpf:"cap_sys_exit_last"`
+	CapTpClose         *ebpf.Program `ebpf:"cap_tp_close"`
+	CapTpEnter         *ebpf.Program `ebpf:"cap_tp_enter"`
+	CapTpExit          *ebpf.Program `ebpf:"cap_tp_exit"`
 }
 
 func (p *capPrograms) Close() error {
@@ -535,6 +544,9 @@ func (p *capPrograms) Close() error {
 		p.CapSysEnter,
 		p.CapSysExit,
 		p.CapSysExitLast,
+		p.CapTpClose,
+		p.CapTpEnter,
+		p.CapTpExit,
 	)
 }
 

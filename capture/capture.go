@@ -101,7 +101,10 @@ type Capture struct {
 	// preemptOff: the socket-call programs hold preemption off (7.x;
 	// preempt.go). Set by open.
 	preemptOff bool
-	conns      map[uint64]*connState
+	// rawPath: the socket calls are traced at the raw syscall
+	// tracepoints (7.x; syscalls.go), not the per-call ones. Set by open.
+	rawPath bool
+	conns   map[uint64]*connState
 	// Agent counters, atomic: Counters reads them from another goroutine.
 	nQueries, nGaps, nBad atomic.Uint64
 	cgroup                Cgroup
@@ -323,22 +326,8 @@ func (c *Capture) open() error {
 	// The uprobes come first: a TLS call that starts before the
 	// tracepoints are attached cannot have its ciphertext taken for
 	// plaintext then.
-	// The exits first: an entry recorded before its exit programs are
-	// attached would only linger until the thread's next call.
-	for _, a := range []struct {
-		name string
-		prog *ebpf.Program
-	}{
-		{"sys_exit", objs.CapSysExit},
-		{"sys_exit", objs.CapSysExitLast}, // after the first (plain.bpf.h, SKIPPED RUNS)
-		{"sys_enter", objs.CapSysEnter},
-	} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog})
-		if err != nil {
-			return fmt.Errorf("attach raw tracepoint %s: %w", a.name, err)
-		}
-		c.links = append(c.links, l)
-		c.tpProgs = append(c.tpProgs, a.prog)
+	if err := c.attachSyscalls(&objs); err != nil {
+		return err
 	}
 	return c.newReader(objs.AccumRing)
 }
@@ -576,8 +565,8 @@ func (c *Capture) Counters() (map[string]uint64, error) {
 		"lost_records": st.LostRecords, "lost_bytes": st.LostBytes, "busy_drops": st.BusyDrops,
 		"table_full_drops": st.NoConn, "faults": st.Faults, "timer_flushes": st.TimerFlushes,
 		"syscall_events_skipped": skipped, "socket_calls_unseen": c.unseen(),
-		"syscall_programs_preempt_off": b2u(c.preemptOff),
-		"libraries_attached":           c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
+		"syscall_programs_preempt_off": b2u(c.preemptOff), "syscall_raw_tracepoints": b2u(c.rawPath),
+		"libraries_attached": c.nLibs.Load(), "library_attach_errors": c.nLibErrors.Load(),
 		"go_binaries_attached":   c.nGoBins.Load(),
 		"tls_connections_unread": c.nUnread.Load(), "hold_timeouts": c.nHoldTimeouts.Load(),
 		"hold_supervisors_continued": c.nSupervisors.Load(),

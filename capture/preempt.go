@@ -11,11 +11,12 @@ import (
 // From 7.x the syscall tracepoints run their programs with preemption on,
 // and a task preempted inside one makes the kernel skip that program for
 // every other task on its CPU until it runs again (plain.bpf.h, SKIPPED
-// RUNS). The socket-call programs then hold preemption off themselves
-// (cap_preempt_off) where the kernel lets them: it has bpf_preempt_disable
-// and its verifier allows global functions under it. 6.10-6.12 have the
-// kfunc but refuse the calls; there, and before, the programs load
-// without it (and those kernels run them with preemption off anyway).
+// RUNS). The raw-tracepoint programs (syscalls.go) then hold preemption off
+// themselves (cap_preempt_off) where the kernel lets them: it has
+// bpf_preempt_disable and its verifier allows global functions under it
+// (7.2 and 6.18 do; 6.10-6.12 have the kfunc but refuse the calls, and the
+// programs are loaded again without). The per-call path, before 7.0, needs
+// none of it.
 
 // hasPreemptKfunc: the kernel's BTF has bpf_preempt_disable.
 func hasPreemptKfunc() bool {
@@ -31,7 +32,7 @@ func hasPreemptKfunc() bool {
 // socket-call programs if the kernel accepts it, else without
 // (c.preemptOff says which).
 func (c *Capture) load(spec *ebpf.CollectionSpec, objs *capObjects) error {
-	c.preemptOff = hasPreemptKfunc()
+	c.preemptOff = rawSyscallPath() && hasPreemptKfunc()
 	if err := spec.Variables["cap_preempt_off"].Set(u8of(c.preemptOff)); err != nil {
 		return fmt.Errorf("set cap_preempt_off: %w", err)
 	}

@@ -2,9 +2,11 @@
 /*
  * plain.bpf.h - plaintext socket capture (part of capture.bpf.c).
  *
- * The raw tracepoints sys_enter and sys_exit, for write, read, sendto,
- * recvfrom, sendmsg, recvmsg, writev, readv and close (libuv, so Node.js, writes
- * a corked stream's buffers with writev). At entry, a call of a captured process
+ * The syscall tracepoints of write, read, sendto, recvfrom, sendmsg,
+ * recvmsg, writev, readv and close (libuv, so Node.js, writes a corked
+ * stream's buffers with writev): syscalls/sys_{enter,exit}_<call> before
+ * 7.0, the raw sys_enter and sys_exit from 7.0 (PER-CALL PATH and SKIPPED
+ * RUNS below; capture/syscalls.go chooses). At entry, a call of a captured process
  * (select.bpf.h: the same selection as the TLS uprobes) is kept only if its
  * fd is an AF_INET/AF_INET6 stream or datagram socket (conn.bpf.h) that is
  * not marked TLS. The buffer (or the msghdr) is remembered per thread; at
@@ -510,13 +512,10 @@ static __always_inline int cap_close_fd(__u32 fd)
 
 /* The entry of socket call nr (arguments in regs). tie: whether a write of
  * a memory-BIO stack may be tied to its last libssl call (cap_tie_last). */
-static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot, int tie)
+static __always_inline int cap_enter_args(long nr, __u64 fd, __u64 buf, __u64 arg3, __u32 slot, int tie)
 {
-	__u64 fd = CAP_ARG1(regs), buf;
-
 	if (nr == CAP_NR_CLOSE)
 		return cap_close_fd((__u32)fd);
-	buf = CAP_ARG2(regs);
 	switch (nr) {
 	case CAP_NR_WRITE:
 	case CAP_NR_SENDTO:
@@ -529,11 +528,34 @@ static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 s
 	case CAP_NR_RECVMSG:
 		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_MSG, 0, slot, tie);
 	case CAP_NR_WRITEV:
-		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
+		return plain_enter(fd, buf, ACCUM_DIR_WRITE, PLAIN_IOV, arg3, slot, tie);
 	case CAP_NR_READV:
-		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, CAP_ARG3(regs), slot, tie);
+		return plain_enter(fd, buf, ACCUM_DIR_READ, PLAIN_IOV, arg3, slot, tie);
 	}
 	return 0;
+}
+
+static __always_inline int cap_enter_call(struct pt_regs *regs, long nr, __u32 slot, int tie)
+{
+	return cap_enter_args(nr, CAP_ARG1(regs), CAP_ARG2(regs), CAP_ARG3(regs), slot, tie);
+}
+
+/* An entry the thread's last call left: both its exits were skipped, so
+ * the bytes it moved are missing (counted), and it is not this call's. */
+static __always_inline void cap_stale_entry(__u32 tid)
+{
+	struct plain_args *a = bpf_map_lookup_elem(&plain_inflight, &tid);
+	__u32 zk = 0;
+	__u64 *n;
+
+	if (!a)
+		return;
+	if (!a->done && !a->tls) {
+		n = bpf_map_lookup_elem(&cap_unseen, &zk);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+	bpf_map_delete_elem(&plain_inflight, &tid);
 }
 
 /* cap_enter_call from an exit program, whose entry program was skipped: a
@@ -599,10 +621,7 @@ static __always_inline int cap_preempt_release(int ret)
 }
 static __always_inline int cap_sys_enter_body(struct pt_regs *regs, long nr)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zk = 0;
 	struct cap_exit_mark *m;
-	struct plain_args *a;
-	__u64 *n;
 
 	if (!cap_socket_nr(nr) || cap_compat_call())
 		return 0;
@@ -610,15 +629,7 @@ static __always_inline int cap_sys_enter_body(struct pt_regs *regs, long nr)
 	m = bpf_task_storage_get(&cap_exit_marks, bpf_get_current_task_btf(), 0, 0);
 	if (m)
 		m->first_ran = 0;
-	a = bpf_map_lookup_elem(&plain_inflight, &tid);
-	if (a) {
-		if (!a->done && !a->tls) {
-			n = bpf_map_lookup_elem(&cap_unseen, &zk);
-			if (n)
-				__sync_fetch_and_add(n, 1);
-		}
-		bpf_map_delete_elem(&plain_inflight, &tid);
-	}
+	cap_stale_entry((__u32)bpf_get_current_pid_tgid());
 	return cap_enter_call(regs, nr, CAP_SLOT_ENTER, 1);
 }
 
@@ -697,6 +708,43 @@ int BPF_PROG(cap_sys_exit_last, struct pt_regs *regs, long ret)
 		return 0;
 	cap_preempt_hold();
 	return cap_preempt_release(cap_sys_exit_last_body(regs, ret));
+}
+
+/*
+ * PER-CALL PATH. Where the kernel runs the syscall tracepoints' programs
+ * with preemption off (before 7.0: capture/syscalls.go), a run is skipped
+ * only when it would nest in another BPF program on its CPU, which a
+ * task's system call cannot: one program at the entry of the socket calls
+ * (syscalls/sys_enter_<call>) and one at their exit suffice, and every
+ * other system call runs no program at all. The raw sys_enter/sys_exit
+ * programs above run at every system call of every process (about 120 ns
+ * each for the three), so they are attached only where runs can be
+ * preempted and skipped (7.x). Both paths share the entry and exit code.
+ */
+SEC("tracepoint/syscalls/sys_enter_write")
+int cap_tp_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	long nr = (int)ctx->id; /* the record's int __syscall_nr; its padding is not zeroed */
+
+	if (!cap_socket_nr(nr))
+		return 0;
+	cap_stale_entry((__u32)bpf_get_current_pid_tgid());
+	return cap_enter_args(nr, ctx->args[0], ctx->args[1], ctx->args[2], CAP_SLOT_ENTER, 1);
+}
+
+/* close's record has one argument: a program that reads more is refused
+ * there (the record is shorter than the program's reads). */
+SEC("tracepoint/syscalls/sys_enter_close")
+int cap_tp_close(struct trace_event_raw_sys_enter *ctx)
+{
+	cap_stale_entry((__u32)bpf_get_current_pid_tgid());
+	return cap_close_fd((__u32)ctx->args[0]);
+}
+
+SEC("tracepoint/syscalls/sys_exit_write")
+int cap_tp_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return plain_exit(ctx->ret, 1);
 }
 
 #endif
