@@ -28,7 +28,18 @@ func matrixMain(args []string) int {
 	fromJSON := fs.String("from-json", "", "render --docs/--readme from a saved --json FILE instead of running")
 	took := fs.Duration("took", 0, "with --from-json: how long that run took")
 	merge := fs.Bool("merge", os.Getenv("MERGE") == "1", "with --docs/--readme: replace only these kernels' rows, keep the others (MERGE=1)")
+	steps := fs.String("steps", "", "run only these comma-separated steps (loadall, pool, kv, ..., replay for the replay checks), e.g. the ones a run failed")
+	update := fs.String("update", "", "with --steps: the saved --json FILE of an earlier run whose results for these kernels the steps replace")
 	fs.Parse(args)
+	if *steps != "" {
+		if only = parseSteps(*steps); only == nil {
+			return 2
+		}
+	}
+	if *update != "" && *steps == "" {
+		fmt.Fprintln(os.Stderr, "kernel-matrix: --update needs --steps (a whole run replaces nothing)")
+		return 2
+	}
 	if *fromJSON != "" {
 		return render(*fromJSON, *full, *merge, *took, *docs, *readme)
 	}
@@ -66,10 +77,12 @@ func matrixMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	host, err := hostReplay(root, bin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	var host map[string]string
+	if only == nil || only["replay"] {
+		if host, err = hostReplay(root, bin); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 
 	// Kernels boot side by side: each guest's TCG is one host thread.
@@ -83,6 +96,12 @@ func matrixMain(args []string) int {
 		}()
 	}
 	wg.Wait()
+	if *update != "" {
+		if results, err = updateResults(*update, results); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	failed := false
 	for i, n := range names {
 		r := results[i]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,5 +115,43 @@ func TestTrafficStepsShareALane(t *testing.T) {
 	}
 	if len(lanes) != 1 {
 		t.Errorf("steps taking testenv.Traffic by lane: %v, want one lane", lanes)
+	}
+}
+
+// A step run again with --steps and --update replaces that step's result
+// in the earlier run's, and the cells are decided again: a pagecache step
+// that failed and then passed alone leaves the row "works", and a step
+// that is no step is refused.
+func TestUpdateReplacesOnlyTheStepsRun(t *testing.T) {
+	defer func() { only = nil }()
+	oldRun := []*kernelResult{{Kernel: "7.2", Release: "7.2.13", Objects: map[string]string{"pagecache/track_bpfel.o": "ok"},
+		Steps:   map[string]stepResult{"pagecache": {Exit: 1, Failed: []string{"TestX"}}, "pool": {Exit: 0, Passed: 3}},
+		Systems: map[string]cell{}, Replay: map[string]string{"lru/10000": "equal (0.5)"}}}
+	decide(oldRun[0])
+	if oldRun[0].Systems["pagecache"].Status != "FAIL" {
+		t.Fatalf("before: %+v", oldRun[0].Systems["pagecache"])
+	}
+	path := filepath.Join(t.TempDir(), "m.json")
+	b, _ := json.Marshal(oldRun)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if only = parseSteps("pagecache,nosuch"); only != nil {
+		t.Fatal("an unknown step was accepted")
+	}
+	only = parseSteps("pagecache")
+	fresh := []*kernelResult{{Kernel: "7.2", Release: "7.2.13", Objects: map[string]string{},
+		Steps: map[string]stepResult{"pagecache": {Exit: 0, Passed: 20}}, Systems: map[string]cell{}, Replay: map[string]string{}}}
+	got, err := updateResults(path, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got[0]
+	if r.Systems["pagecache"].Status != "works" || r.Steps["pool"].Passed != 3 || r.Objects["pagecache/track_bpfel.o"] != "ok" || r.Replay["lru/10000"] == "" {
+		t.Fatalf("after: %+v", r)
+	}
+	fresh[0].Release = "7.2.14"
+	if _, err := updateResults(path, fresh); err == nil {
+		t.Fatal("a result of another release was merged")
 	}
 }

@@ -79,8 +79,16 @@ var plan = []step{
 	{Name: "query", System: "query", Pkg: "query", Run: "RandomValid|RandomInvalid|Exit|Limit", Lane: 1, FullSwap: true, Timeout: 20 * time.Minute},
 }
 
-// runs tells whether the step is in the fast (full false) or FULL=1 matrix.
+// only, when not nil, names the steps --steps asks for ("replay": the
+// replay checks); the others do not run.
+var only map[string]bool
+
+// runs tells whether the step is in the fast (full false) or FULL=1 matrix
+// (and in --steps, if given).
 func (s step) runs(full bool) bool {
+	if only != nil && !only[s.Name] {
+		return false
+	}
 	if full {
 		return !s.Servers
 	}
