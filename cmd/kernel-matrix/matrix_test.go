@@ -140,6 +140,10 @@ func TestUpdateReplacesOnlyTheStepsRun(t *testing.T) {
 		t.Fatal("an unknown step was accepted")
 	}
 	only = parseSteps("pagecache")
+	script := guestScript("/r", true, nil)
+	if strings.Contains(script, "(\n) &") || !strings.Contains(script, "pagecache.test") || strings.Contains(script, "pool.test") {
+		t.Fatalf("--steps pagecache's guest script:\n%s", script)
+	}
 	fresh := []*kernelResult{{Kernel: "7.2", Release: "7.2.13", Objects: map[string]string{},
 		Steps: map[string]stepResult{"pagecache": {Exit: 0, Passed: 20}}, Systems: map[string]cell{}, Replay: map[string]string{}}}
 	got, err := updateResults(path, fresh)
