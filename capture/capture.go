@@ -524,12 +524,14 @@ func (c *Capture) Stats() (accum.Stats, error) { return accum.ReadStats(c.stats)
 // SkippedEvents counts the system call events (socket calls, library
 // opens) whose capture program the kernel did not run because a BPF
 // program was marked running on the CPU (its recursion guard; the
-// programs' recursion_misses). The socket calls' raw tracepoints guard
-// only against themselves, which a task's system call cannot nest in, so
-// this stays 0 unless the kernel skips them after all; the library-open
+// programs' recursion_misses). Before 7.0 the socket calls' per-call
+// tracepoints run with preemption off and a task's system call cannot nest
+// in another BPF program, so this stays 0; from 7.0 the raw tracepoints
+// (syscalls.go) count the runs a preempted task made the kernel skip, of
+// any system call, mostly before the socket-call test. The library-open
 // tracepoints (perf's path) share the guard of every kprobe, tracepoint
-// and bpf() map call, and a skipped open is left to the
-// agent's rescans of the processes.
+// and bpf() map call, and a skipped open is left to the agent's rescans
+// of the processes.
 func (c *Capture) SkippedEvents() (uint64, error) {
 	var n uint64
 	for _, p := range c.tpProgs {
