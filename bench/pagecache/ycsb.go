@@ -112,6 +112,7 @@ func ycsbPrepare(ctx context.Context, rep *benchkit.Report, opt Options) (*ycsbS
 	rep.SetConfig("ycsb_records", s.db.Records)
 	rep.SetConfig("ycsb_cgroup_limit_bytes", s.limit)
 	rep.SetConfig("ycsb_block_cache_bytes", 8<<20)
+	rep.SetConfig("ycsb_write_buffer_bytes", servers.YCSBWriteBuffer)
 	rep.SetConfig("ycsb_threads", rdbThreads)
 	rep.SetConfig("ycsb_warm_threads", rdbWarmThreads)
 	rep.SetConfig("ycsb_warm_seconds", s.warm.Seconds())
@@ -356,7 +357,7 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 			[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
 	}
 	rep.Note(fmt.Sprintf("ycsb: go-ycsb v1.0.3 (YCSB's core workload and generators; zipfian = YCSB's scrambled zipfian, constant 0.99) against RocksDB (Debian's librocksdb 7.8, go-ycsb's binding: "+
-		"block cache RocksDB's default 8 MiB, reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+
+		"block cache RocksDB's default 8 MiB, memtable 8 MiB (the binding's 64 MiB is anonymous memory charged to the cgroup), reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+
 		"Each round clones the database (table files hard-linked: what A, B, D, F write stays in the clone), drops its pages, runs a warm-up go-ycsb (%d threads, %.0f s), then the measured one (%d threads, %.0f s, stopped by SIGINT). "+
 		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_reads: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations (here every *_per_1k_reads is per 1000 go-ycsb operations); cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
 		"traced: the default with the access-trace recorder on; its trace replayed at the cache size the run held (warm-up excluded) gives sim_* (OPT, the kernel model, each policy), on which the headroom targets are judged (winTargets).",

@@ -175,6 +175,10 @@ func copyFile(src, dst string) error {
 	return errors.Join(err, out.Close())
 }
 
+// YCSBWriteBuffer is the memtable size of every run (RocksDB's
+// write_buffer_size), in bytes.
+const YCSBWriteBuffer = 8 << 20
+
 // YCSBRun is one `go-ycsb run rocksdb` on a database directory.
 type YCSBRun struct {
 	Dir     string            // the database (a clone: runs may write)
@@ -189,7 +193,11 @@ type YCSBRun struct {
 // which it prints its measurements and exits 0. RocksDB reads through pread
 // (rocksdb.allow_mmap_reads and rocksdb.use_direct_reads false, the
 // binding's defaults, set here so that they stay so) and its block cache is
-// RocksDB's default 8 MiB (the binding sets none).
+// RocksDB's default 8 MiB (the binding sets none). Its memtable is capped at
+// YCSBWriteBuffer: the binding's 64 MiB (two of them while one flushes) is
+// anonymous memory charged to the run's cgroup, and grew past a 64 MiB
+// cgroup's limit within two seconds of workload A (the OOM killer ended
+// go-ycsb in CI).
 func (r YCSBRun) Command(ctx context.Context) (*exec.Cmd, error) {
 	bin, err := GoYCSBPath()
 	if err != nil {
@@ -202,7 +210,8 @@ func (r YCSBRun) Command(ctx context.Context) (*exec.Cmd, error) {
 	args = append(args, "--threads", strconv.Itoa(r.Threads),
 		"-p", "recordcount="+strconv.FormatInt(r.Records, 10),
 		"-p", "operationcount=1000000000000", // stopped by SIGINT, never by the count
-		"-p", "rocksdb.allow_mmap_reads=false", "-p", "rocksdb.use_direct_reads=false")
+		"-p", "rocksdb.allow_mmap_reads=false", "-p", "rocksdb.use_direct_reads=false",
+		"-p", "rocksdb.write_buffer_size="+strconv.Itoa(YCSBWriteBuffer))
 	keys := make([]string, 0, len(r.Props))
 	for k := range r.Props {
 		keys = append(keys, k)
