@@ -114,11 +114,21 @@ type Auto struct {
 	proposed    string
 	confirm     autoRecord
 	confirmNeed int // the fresh samples that confirm it
-	// ready: the proposed policy's agent, started (objects loaded, seeded,
-	// tracking) but not evicting while the proposal waits: the start is
-	// most of a switch (0.5-0.9 s, mostly the verifier), and on a short
-	// loop (the quick search's 0.5 s passes) it cost a pass.
-	ready *Agent
+	// ready: the proposed policy's agent, started in the background
+	// (objects loaded, tracking, the cgroup's cached pages seeded) but not
+	// evicting while the proposal waits: the start is most of a switch
+	// (the full search's tree: 0.9 s to load, 0.6 s to register its 78k
+	// files, 1.8 s to seed 246k cached pages), and made in line it held
+	// the sampler and the decisions 3 s, so that the switch proposed early
+	// in the loop's second pass landed in its third.
+	ready *prepared
+	// held: a confirmed decision waiting for its agent's start to end; it
+	// takes effect as soon as the agent is ready (Run).
+	held *Decision
+	bg   sync.WaitGroup // the background starts and closes of agents
+	// dry: decisions only, no agent started (a recorded trace replayed
+	// through auto's decisions).
+	dry bool
 	// counted: sampled reads counted since the start; fewer than Window,
 	// the window is still filling.
 	counted uint64
@@ -148,6 +158,23 @@ type Auto struct {
 	shadowNS atomic.Uint64
 }
 
+// prepared is a proposed policy's agent, started in the background.
+type prepared struct {
+	policy string
+	done   chan struct{} // closed once ag, err are set
+	ag     *Agent
+	err    error
+}
+
+func (p *prepared) started() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // autoRecord is one interval of the sample: its reads, the pages really
 // loaded, each shadow's misses, and what ran.
 type autoRecord struct {
@@ -157,15 +184,14 @@ type autoRecord struct {
 	fresh                 bool // the first interval after a switch
 }
 
-// StartAuto validates cfg, opens the cgroup, loads the shadow caches and
-// attaches the sampler.
-func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
+// setDefaults checks the candidates and fills in the defaults.
+func (cfg *AutoConfig) setDefaults() error {
 	if len(cfg.Candidates) == 0 {
 		cfg.Candidates = SimPolicies()
 	}
 	for _, c := range cfg.Candidates {
 		if !slices.Contains(SimPolicies(), c) {
-			return nil, fmt.Errorf("auto: candidate %q: want some of %s", c, strings.Join(SimPolicies(), ", "))
+			return fmt.Errorf("auto: candidate %q: want some of %s", c, strings.Join(SimPolicies(), ", "))
 		}
 	}
 	if cfg.Interval <= 0 {
@@ -176,6 +202,15 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 	}
 	if cfg.MarginPct <= 0 {
 		cfg.MarginPct = DefaultAutoMarginPct
+	}
+	return nil
+}
+
+// StartAuto validates cfg, opens the cgroup, loads the shadow caches and
+// attaches the sampler.
+func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
@@ -193,24 +228,34 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 	if err != nil || limit <= 0 {
 		return nil, fmt.Errorf("auto: cgroup %s has no memory limit: a policy has nothing to choose between without one", a.cg.Path)
 	}
-	limitPages := int(limit / pageSize)
-	a.bits = cfg.SampleBits
-	if a.bits == 0 && limitPages > 2048 {
-		a.bits = uint(bits.Len(uint(limitPages/2048))) - 1
-	}
-	a.pages = max(limitPages>>a.bits, 1)
-	a.polPages = max(int(float64(a.pages)*Occupancy(limit, cfg.Headroom)), 1)
-	a.kern = sim.NewKernelModel(a.pages)
-	for _, c := range cfg.Candidates {
-		if a.shadows[c], err = evict.Open(evict.Config{Policy: c, Capacity: uint32(a.polPages)}); err != nil {
-			return nil, fmt.Errorf("auto: shadow %s: %w", c, err)
-		}
+	if err = a.openShadows(limit); err != nil {
+		return nil, err
 	}
 	if a.sampler, err = openTrackerOpts(cfg.Dir, a.cg.ID, true, 1, a.bits); err != nil {
 		return nil, err
 	}
 	a.last = Decision{At: time.Now(), Reason: "no decision yet: the kernel's default runs while the sample fills"}
 	return a, nil
+}
+
+// openShadows sizes the sample for a cgroup limit of limit bytes and
+// loads the shadow caches.
+func (a *Auto) openShadows(limit int64) error {
+	limitPages := int(limit / pageSize)
+	a.bits = a.cfg.SampleBits
+	if a.bits == 0 && limitPages > 2048 {
+		a.bits = uint(bits.Len(uint(limitPages/2048))) - 1
+	}
+	a.pages = max(limitPages>>a.bits, 1)
+	a.polPages = max(int(float64(a.pages)*Occupancy(limit, a.cfg.Headroom)), 1)
+	a.kern = sim.NewKernelModel(a.pages)
+	for _, c := range a.cfg.Candidates {
+		var err error
+		if a.shadows[c], err = evict.Open(evict.Config{Policy: c, Capacity: uint32(a.polPages)}); err != nil {
+			return fmt.Errorf("auto: shadow %s: %w", c, err)
+		}
+	}
+	return nil
 }
 
 // Cgroup is the cgroup auto manages.
@@ -287,6 +332,11 @@ func (a *Auto) Run(ctx context.Context) error {
 		// first seconds: S3-FIFO 6.9 % ahead, then W-TinyLFU 23 % once the
 		// frequencies showed) otherwise held for an interval (10 s), longer
 		// than a short run.
+		if a.held != nil && a.ready != nil && a.ready.started() {
+			if err := a.takeHeld(); err != nil {
+				return err
+			}
+		}
 		early := (a.decisions.Load() == 0 || a.awaiting() || a.counted < uint64(a.cfg.Window)) && len(a.pending) >= stepSamples
 		if early || time.Now().After(next) {
 			if err := a.decide(); err != nil {
@@ -443,6 +493,13 @@ func (a *Auto) decide() error {
 	if err != nil {
 		return err
 	}
+	return a.decideOn(r)
+}
+
+// decideOn decides on the shadows' record r of the reads since the last
+// decision.
+func (a *Auto) decideOn(r autoRecord) error {
+	a.held = nil // decided again below
 	a.mu.Lock()
 	cur := a.last.Policy
 	a.mu.Unlock()
@@ -452,7 +509,9 @@ func (a *Auto) decide() error {
 	if r.reads == 0 {
 		return nil
 	}
-	a.measureLive(r)
+	if !a.dry { // a replay's loads are the trace's, not the policy's
+		a.measureLive(r)
+	}
 	a.recs = append(a.recs, r)
 	// The newest records within Window sampled reads (at least one).
 	n, keep := 0, len(a.recs)
@@ -470,12 +529,21 @@ func (a *Auto) decide() error {
 	// where every policy misses alike (zipf: W-TinyLFU's 21-25 % showed as
 	// 15 % over the whole window 15 s into the run; the search's loop:
 	// the first pass's tail, cold to every policy, held its second pass's
-	// 65 % under 60 %). How many samples a decision needs is counted on
-	// the whole window (samplesFor).
+	// 65 % under 60 %). While a policy runs, at least minSamples of the
+	// window: leaving a policy loses its history, and half a young window
+	// can be shorter than the workload's cycle (the search's loop: each
+	// pass's ends favour the kernel's recency, its middle MRU; weighed on
+	// the end of one pass and the start of the next, LHD beat the MRU
+	// running and replaced it, and the next pass ran 2.2x slower). How
+	// many samples a decision needs is counted on the whole window
+	// (samplesFor).
 	var kern uint64
 	pol := map[string]uint64{}
-	w := 0
-	for i := len(a.recs) - 1; i >= 0 && (w < n/2 || w < stepSamples); i-- {
+	w, least := 0, stepSamples
+	if cur != "" {
+		least = max(least, min(n, a.minSamples()))
+	}
+	for i := len(a.recs) - 1; i >= 0 && (w < n/2 || w < least); i-- {
 		r := a.recs[i]
 		w += int(r.reads)
 		kern += r.kernel
@@ -486,7 +554,9 @@ func (a *Auto) decide() error {
 	if a.proposed != "" {
 		a.confirm.reads += r.reads
 		a.confirm.kernel += r.kernel
-		a.confirm.misses[a.proposed] += r.misses[a.proposed]
+		for name, m := range r.misses { // every candidate's: a better one may replace the proposal
+			a.confirm.misses[name] += m
+		}
 	}
 	if n == 0 || n < stepSamples {
 		return nil // not enough to tell: what runs keeps running
@@ -537,19 +607,21 @@ func (a *Auto) decide() error {
 	// mislead (6.1 and 6.12 guests' first decisions on zipf saw W-TinyLFU
 	// 57-68 % ahead, their next ones -9 %). Stepping aside needs no
 	// confirmation.
-	// A proposal still ahead by the margin is confirmed, not replaced by
-	// each new best of a growing window (the search: MRU proposed at
-	// 100 % early in the loop's second pass, W-TinyLFU best a moment
-	// later, each restarting the confirmation).
-	if a.proposed != "" && d.Policy != "" && d.Policy != a.proposed && eff(a.proposed) >= a.cfg.MarginPct {
+	// A proposal still ahead by the margin is kept, not replaced by each
+	// new best of a growing window (the search: MRU proposed at 100 %
+	// early in the loop's second pass, W-TinyLFU best a moment later),
+	// unless the new best beats it by half the margin, as a running policy
+	// is kept; the new best is then confirmed on the same samples since
+	// the proposal (every candidate's misses are counted on them), so
+	// that the confirmation does not start again.
+	if a.proposed != "" && d.Policy != "" && d.Policy != cur && d.Policy != a.proposed && eff(a.proposed) >= a.cfg.MarginPct && eff(d.Policy)-eff(a.proposed) < a.cfg.MarginPct/2 {
 		d.Reason = fmt.Sprintf("%s misses %.1f%% less than the kernel's default in the shadow simulation%s (margin %.0f%%; proposed before %s, now best at %.1f%%)",
 			a.proposed, gain[a.proposed], lossNote(a.proposed), a.cfg.MarginPct, d.Policy, gain[d.Policy])
 		d.Policy = a.proposed
 	}
 	proposed, lastProposed := d.Policy, a.proposed
 	if d.Policy != cur && d.Policy != "" {
-		switch {
-		case a.proposed != proposed:
+		if a.proposed == "" {
 			a.proposed, a.confirm = proposed, autoRecord{misses: map[string]uint64{}}
 			a.confirmNeed = confirmSamples
 			if eff(proposed) >= 4*a.cfg.MarginPct {
@@ -558,25 +630,40 @@ func (a *Auto) decide() error {
 			a.prepare(proposed)
 			d.Policy = cur
 			d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], a.confirmNeed, policyName(cur))
-		case a.confirm.reads < uint64(a.confirmNeed):
-			d.Policy = cur
-			d.Reason = fmt.Sprintf("%s proposed, %d of the %d sampled reads that confirm it seen; %s runs meanwhile", proposed, a.confirm.reads, a.confirmNeed, policyName(cur))
-		case a.confirm.kernel == 0 || 100*(1-float64(a.confirm.misses[proposed])/float64(a.confirm.kernel))-a.loss[proposed] < a.cfg.MarginPct:
+		} else {
+			if a.proposed != proposed { // a better one replaces it
+				a.proposed = proposed
+				a.prepare(proposed)
+			}
 			fg := 0.0
 			if a.confirm.kernel > 0 {
 				fg = 100 * (1 - float64(a.confirm.misses[proposed])/float64(a.confirm.kernel))
 			}
-			d.Policy = cur
-			d.Reason = fmt.Sprintf("%s proposed but not confirmed: %.1f%% fewer simulated misses than the kernel's default on the %d sampled reads since, under the %.0f%% margin; %s runs", proposed, fg, a.confirm.reads, a.cfg.MarginPct, policyName(cur))
-			proposed = ""
+			switch {
+			case a.confirm.reads < uint64(a.confirmNeed):
+				d.Policy = cur
+				d.Reason = fmt.Sprintf("%s proposed, %d of the %d sampled reads that confirm it seen; %s runs meanwhile", proposed, a.confirm.reads, a.confirmNeed, policyName(cur))
+			case a.confirm.kernel == 0 || fg-a.loss[proposed] < a.cfg.MarginPct:
+				d.Policy = cur
+				d.Reason = fmt.Sprintf("%s proposed but not confirmed: %.1f%% fewer simulated misses than the kernel's default on the %d sampled reads since, under the %.0f%% margin; %s runs", proposed, fg, a.confirm.reads, a.cfg.MarginPct, policyName(cur))
+				proposed = ""
+			}
 		}
 	}
 	if proposed == "" || proposed == d.Policy {
 		a.proposed = ""
 	}
-	if a.ready != nil && a.ready.cfg.Policy != a.proposed && a.ready.cfg.Policy != d.Policy {
-		a.ready.Close() // its proposal went
-		a.ready = nil
+	if a.ready != nil && a.ready.policy != a.proposed && a.ready.policy != d.Policy {
+		a.dropReady() // its proposal went
+	}
+	if d.Policy != cur && d.Policy != "" && a.ready != nil && a.ready.policy == d.Policy && !a.ready.started() {
+		// Confirmed, its agent still starting: what runs keeps running
+		// until it is ready, and the sample keeps being read meanwhile.
+		held := d
+		a.held = &held
+		a.proposed = d.Policy
+		d.Policy = cur
+		d.Reason = fmt.Sprintf("%s confirmed (%.1f%% fewer simulated misses than the kernel's default); it runs once its agent has started (loaded, the cgroup's cached pages seeded); %s runs meanwhile", held.Policy, gain[held.Policy], policyName(cur))
 	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
@@ -591,6 +678,26 @@ func (a *Auto) decide() error {
 	a.last = d
 	a.mu.Unlock()
 	if changed && a.cfg.OnDecision != nil {
+		a.cfg.OnDecision(d)
+	}
+	return nil
+}
+
+// takeHeld runs the held decision's policy, its agent now started.
+func (a *Auto) takeHeld() error {
+	d := *a.held
+	a.held = nil
+	if err := a.switchTo(d.Policy); err != nil {
+		return err
+	}
+	a.switches.Add(1)
+	a.run, a.runRecs = autoRecord{}, 0
+	a.proposed = ""
+	d.At = time.Now()
+	a.mu.Lock()
+	a.last = d
+	a.mu.Unlock()
+	if a.cfg.OnDecision != nil {
 		a.cfg.OnDecision(d)
 	}
 	return nil
@@ -640,15 +747,18 @@ func (a *Auto) measureLive(r autoRecord) {
 // none: the kernel's default).
 func (a *Auto) switchTo(policy string) error {
 	a.stopAgent()
-	if policy == "" {
+	if policy == "" || a.dry {
 		return nil
 	}
-	ag := a.ready
-	a.ready = nil
-	if ag == nil || ag.cfg.Policy != policy {
-		if ag != nil {
-			ag.Close()
-		}
+	var ag *Agent
+	if p := a.ready; p != nil && p.policy == policy {
+		a.ready = nil
+		<-p.done
+		ag = p.ag // nil if its start failed: started again below, to report why
+	} else {
+		a.dropReady()
+	}
+	if ag == nil {
 		var err error
 		if ag, err = a.startAgent(policy); err != nil {
 			return err
@@ -679,19 +789,38 @@ func (a *Auto) startAgent(policy string) (*Agent, error) {
 	return ag, nil
 }
 
-// prepare starts the proposed policy's agent without running it; a start
-// that fails is left to the switch, which reports it.
+// prepare starts the proposed policy's agent in the background, without
+// running it; a start that fails is left to the switch, which reports it.
 func (a *Auto) prepare(policy string) {
-	if a.ready != nil {
-		if a.ready.cfg.Policy == policy {
-			return
+	if a.dry || (a.ready != nil && a.ready.policy == policy) {
+		return
+	}
+	a.dropReady()
+	p := &prepared{policy: policy, done: make(chan struct{})}
+	a.ready = p
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		p.ag, p.err = a.startAgent(policy)
+		close(p.done)
+	}()
+}
+
+// dropReady closes the prepared agent, once its start ends.
+func (a *Auto) dropReady() {
+	p := a.ready
+	if p == nil {
+		return
+	}
+	a.ready = nil
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		<-p.done
+		if p.ag != nil {
+			p.ag.Close()
 		}
-		a.ready.Close()
-		a.ready = nil
-	}
-	if ag, err := a.startAgent(policy); err == nil {
-		a.ready = ag
-	}
+	}()
 }
 
 func (a *Auto) stopAgent() {
@@ -793,10 +922,8 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 func (a *Auto) Close() error {
 	a.stopAgent()
 	var errs []error
-	if a.ready != nil {
-		errs = append(errs, a.ready.Close())
-		a.ready = nil
-	}
+	a.dropReady()
+	a.bg.Wait()
 	if a.sampler != nil {
 		errs = append(errs, a.sampler.Close())
 		a.sampler = nil

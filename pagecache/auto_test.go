@@ -171,3 +171,52 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 		t.Fatalf("counters say %d switches, auto_policy_%s %d", st["auto_switches"], d.Policy, st["auto_policy_"+d.Policy])
 	}
 }
+
+// TestAutoKeepsItsPolicyThroughALoop feeds auto's decisions the shadows'
+// records of a loop as the full search's showed them (no agent runs):
+// every pass a cold-ish start and end where the kernel's recency wins and
+// MRU misses most, and a middle where MRU hits everything; LHD in
+// between. Over whole passes MRU is best, and auto must start it and keep
+// it: weighed on the newest half of a young window (the end of one pass
+// and the start of the next), LHD looked better and replaced the MRU
+// running, and the search ran its next pass 2.2x slower.
+func TestAutoKeepsItsPolicyThroughALoop(t *testing.T) {
+	cfg := AutoConfig{Candidates: []string{"mru", "lhd"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	var changes []Decision
+	cfg.OnDecision = func(d Decision) {
+		t.Logf("decision: policy %q (best %s, %.1f%%, %d samples): %s", d.Policy, d.Best, d.GainPct, d.Samples, d.Reason)
+		changes = append(changes, d)
+	}
+	a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
+	rec := func(kernel, mru, lhd uint64) autoRecord {
+		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru, "lhd": lhd}}
+	}
+	var recs []autoRecord
+	// The first pass's tail: most of it only warmed the kernel model.
+	recs = append(recs, rec(1024, 1024, 1024), rec(1024, 1024, 1024))
+	for range 12 {
+		recs = append(recs, rec(300, 700, 300)) // a pass's start
+		for range 5 {
+			recs = append(recs, rec(800, 0, 300)) // its middle
+		}
+		recs = append(recs, rec(200, 700, 200), rec(200, 700, 200)) // its end
+	}
+	for i, r := range recs {
+		if err := a.decideOn(r); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2+2*8 && a.Decision().Policy != "mru" { // the end of the third pass
+			t.Fatalf("runs %q after the loop's third pass, want mru", a.Decision().Policy)
+		}
+	}
+	started := false
+	for _, d := range changes {
+		started = started || d.Policy == "mru"
+		if started && d.Policy != "mru" {
+			t.Fatalf("auto left mru for %q: %s", d.Policy, d.Reason)
+		}
+	}
+}

@@ -280,12 +280,19 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 // last tens of seconds, so it decides a few times in each.
 const autoInterval = 3 * time.Second
 
-// startAuto runs --policy auto over dir in a new cgroup name of limit;
-// stop ends its loop, Close removes everything.
-func startAuto(ctx context.Context, dir, name string, limit int64) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
+// startAuto runs --policy auto over dir in a new cgroup name of limit,
+// each of its changes shown with progress; stop ends its loop, Close
+// removes everything.
+func startAuto(ctx context.Context, dir, name string, limit int64, progress func(string)) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
+	t0 := time.Now()
 	a, err := pagecache.StartAuto(pagecache.AutoConfig{
 		Config:   pagecache.Config{Dir: dir, Cgroup: name, Limit: limit},
 		Interval: autoInterval,
+		OnDecision: func(d pagecache.Decision) {
+			if progress != nil {
+				progress(fmt.Sprintf("auto at %.1f s: %s", d.At.Sub(t0).Seconds(), d.Reason))
+			}
+		},
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -462,9 +469,9 @@ type modeRun struct {
 
 // startMode starts policy (a registry name, pagecache.AutoPolicy or "")
 // over dir in a new cgroup name of limit.
-func startMode(ctx context.Context, dir, name string, limit int64, policy string) (m modeRun, err error) {
+func startMode(ctx context.Context, dir, name string, limit int64, policy string, progress func(string)) (m modeRun, err error) {
 	if policy == pagecache.AutoPolicy {
-		m.auto, m.cg, m.stop, err = startAuto(ctx, dir, name, limit)
+		m.auto, m.cg, m.stop, err = startAuto(ctx, dir, name, limit, progress)
 	} else {
 		m.a, m.cg, m.stop, err = rdbAgent(ctx, dir, name, limit, policy, 1)
 	}

@@ -93,7 +93,7 @@ func (s *rdbSetup) readRun(cg string, warm bool) servers.DBBenchRun {
 
 // readWarmMeasured runs the warm-up, then the measured readrandom, with
 // agents' CPU taken over the measured one.
-func (s *rdbSetup) readWarmMeasured(ctx context.Context, cg string, agents []*pagecache.Agent, progress func(string)) (rdbResult, error) {
+func (s *rdbSetup) readWarmMeasured(ctx context.Context, cg string, agents []*pagecache.Agent, progress func(string), measured func()) (rdbResult, error) {
 	cmd, err := s.db.Command(ctx, s.readRun(cg, true))
 	if err != nil {
 		return rdbResult{}, err
@@ -116,6 +116,9 @@ func (s *rdbSetup) readWarmMeasured(ctx context.Context, cg string, agents []*pa
 		return rdbResult{}, err
 	}
 	in0, ok0 := memStat(cg, "pgpgin")
+	if measured != nil {
+		measured()
+	}
 	if wait, err = rdbStart(cmd, "readrandom", agents); err != nil {
 		return rdbResult{}, err
 	}
@@ -270,7 +273,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode])
+		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode], func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) })
 		if err != nil {
 			return err
 		}
@@ -282,11 +285,26 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 				return err
 			}
 		}
+		m := "rocksdb_reads/" + mode
 		r, err := func() (rdbResult, error) {
 			defer stop()
-			return s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) })
+			// auto's cost over the measured run: where it stands aside in
+			// every round it is judged by it (autoTargets).
+			var cost *autoCost
+			var costErr error
+			r, err := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) }, func() {
+				if mr.auto != nil {
+					cost, costErr = startAutoCost(mr.auto)
+				}
+			})
+			if cost != nil {
+				err = cost.finish(rep, m, err)
+			}
+			if err == nil {
+				err = costErr
+			}
+			return r, err
 		}()
-		m := "rocksdb_reads/" + mode
 		if tr != nil {
 			evs, terr := tr.finish()
 			if err == nil && terr == nil && r.Ops > 0 {
@@ -502,7 +520,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 					return rdbResult{}, rdbResult{}, err
 				}
 			}
-			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb getscan: " + mode + ": " + p) })
+			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb getscan: " + mode + ": " + p) }, nil)
 			if gerr != nil {
 				scmd.Process.Kill()
 			}
@@ -638,7 +656,7 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 				}
 				sdone <- nil
 			}()
-			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) })
+			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, nil)
 			// At least two searches (the first reads the tree from disk):
 			// on a loaded machine they may need longer than db_bench ran.
 			for deadline := time.Now().Add(2 * time.Minute); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -210,7 +210,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if !strings.HasPrefix(mode, "agent_") {
 			policy = ""
 		}
-		mr, err := startMode(ctx, dir, name, limit, policy)
+		mr, err := startMode(ctx, dir, name, limit, policy, func(p string) { opt.Progress("zipf: " + mode + ": " + p) })
 		if err != nil {
 			return err
 		}
