@@ -203,7 +203,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		return err
 	}
 	err = benchkit.Interleave(ctx, rounds, zipfModes, func(s string) { opt.Progress("zipf: " + s) }, func(ctx context.Context, _ int, mode string) error {
-		if err := pagecache.DropFile(path); err != nil {
+		if err := pcDropWarm([]string{path}); err != nil {
 			return err
 		}
 		policy := strings.TrimPrefix(mode, "agent_")
