@@ -61,6 +61,7 @@ func Run(ctx context.Context, opt Options) (*benchkit.Report, error) {
 	// The kernel's own reclaim is the "default" every policy is compared with.
 	reclaim := kernel.PageReclaim()
 	rep.SetConfig("kernel_mglru", reclaim.MGLRU)
+	rep.SetConfig("kernel_proactive_reclaim", len(reclaim.Proactive))
 	rep.Note("kernel reclaim: " + reclaim.Detail)
 	rep.SetConfig("cache_dir", opt.CacheDir)
 	if opt.Workload == "ycsb" {
