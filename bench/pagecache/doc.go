@@ -24,7 +24,8 @@
 // headroom targets (headroom.go, winTargets) on their traced mode's replay;
 // every part with an agent_auto mode: autoTargets (auto against the
 // default: by its measured cost where it stood aside in every round, in
-// zipf and ycsb; else by ops/s).
+// zipf, ycsb and rocksdb reads; else by ops/s). Each round reads its files
+// once from the device after dropping them (pcDropWarm).
 //
 // Plot: every part's metrics relative to its default mode (pcPlot; rocksdb,
 // its own bars in rocksdb.go).

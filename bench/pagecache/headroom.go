@@ -284,7 +284,7 @@ const autoInterval = 3 * time.Second
 // each of its changes shown with progress; stop ends its loop, Close
 // removes everything.
 func startAuto(ctx context.Context, dir, name string, limit int64, progress func(string)) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
-	t0 := time.Now()
+	var t0 time.Time // from its start: loading the shadows takes seconds
 	a, err := pagecache.StartAuto(pagecache.AutoConfig{
 		Config:   pagecache.Config{Dir: dir, Cgroup: name, Limit: limit},
 		Interval: autoInterval,
@@ -299,6 +299,7 @@ func startAuto(ctx context.Context, dir, name string, limit int64, progress func
 	}
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	t0 = time.Now()
 	go func() {
 		defer close(done)
 		if err := a.Run(actx); err != nil {
