@@ -74,7 +74,7 @@ func TestAgentSeedsWarmCache(t *testing.T) {
 // learns from the kernel's page flags which pages were read again: 8 MiB
 // of files read three times in the cgroup (active) and 8 MiB read once
 // (referenced), the hot ones first in the directory's order. An LRU agent
-// queues them in the kernel's order: when 12 MiB of new files are read,
+// queues them in the kernel's order: when 14 MiB of new files are read,
 // the once-read pages go first. Seeded in file order, as before, the hot
 // pages went first.
 func TestAgentSeedsTheKernelsHistory(t *testing.T) {
@@ -82,7 +82,11 @@ func TestAgentSeedsTheKernelsHistory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "h")
 	hot := writeFiles(t, filepath.Join(dir, "a-hot"), 8, 1<<20)
 	cold := writeFiles(t, filepath.Join(dir, "b-cold"), 8, 1<<20)
-	fresh := writeFiles(t, filepath.Join(dir, "c-new"), 12, 1<<20)
+	// 14 MiB: 6 MiB over the agent's high watermark (24 MiB), so that it
+	// evicts well over the 4 MiB of once-read pages' half and well under
+	// all of them and the hot ones (with 12 MiB the overflow was 992-1277
+	// pages from run to run, around the 1,024 the test needs).
+	fresh := writeFiles(t, filepath.Join(dir, "c-new"), 14, 1<<20)
 	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-heat-%d", os.Getpid()), 32<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +128,7 @@ func TestAgentSeedsTheKernelsHistory(t *testing.T) {
 		coldAfter += cached(t, f)
 	}
 	st, _ = a.Stats()
-	t.Logf("after 12 MiB of new files: hot pages cached %d of 2048, once-read %d; evicted by the agent %d, limit reclaims %d", hotAfter, coldAfter, st["pages_evicted"], st["cgroup_limit_hits"])
+	t.Logf("after 14 MiB of new files: hot pages cached %d of 2048, once-read %d; evicted by the agent %d, limit reclaims %d", hotAfter, coldAfter, st["pages_evicted"], st["cgroup_limit_hits"])
 	if st["pages_evicted"] < 1024 {
 		t.Fatalf("the agent evicted %d pages: the test did not fill the cgroup", st["pages_evicted"])
 	}
