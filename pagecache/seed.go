@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -114,10 +113,7 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg, kpf *os.
 		}
 		i = j
 	}
-	// The frames' cgroups and flags are read a run of consecutive frames
-	// at a time: a large folio's pages are one run (the full search's
-	// tree: 246k pages took two reads each, most of the seed's 1.8 s).
-	var pidx, pfns []uint64
+	var cg [8]byte
 	for i := int64(0); i < n; i++ {
 		if vec[i]&1 == 0 {
 			continue
@@ -130,44 +126,26 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg, kpf *os.
 		if pfn == 0 {
 			return nil, nil, 0, fmt.Errorf("/proc/self/pagemap shows no frame numbers (CAP_SYS_ADMIN needed)")
 		}
-		pidx, pfns = append(pidx, uint64(i)), append(pfns, pfn)
-	}
-	var cgs, fls []byte
-	for r := 0; r < len(pfns); {
-		q := r + 1
-		for q < len(pfns) && pfns[q] == pfns[q-1]+1 {
-			q++
-		}
-		cgs = slices.Grow(cgs[:0], 8*(q-r))[:8*(q-r)]
-		if _, err := kpcg.ReadAt(cgs, int64(pfns[r])*8); err != nil {
+		if _, err := kpcg.ReadAt(cg[:], int64(pfn)*8); err != nil {
 			return nil, nil, 0, fmt.Errorf("read /proc/kpagecgroup: %w", err)
 		}
-		var flsOK bool
+		if binary.LittleEndian.Uint64(cg[:]) != memcg {
+			foreign++
+			continue
+		}
+		idx = append(idx, uint64(i))
 		if kpf != nil {
-			fls = slices.Grow(fls[:0], 8*(q-r))[:8*(q-r)]
-			_, err := kpf.ReadAt(fls, int64(pfns[r])*8)
-			flsOK = err == nil
-		}
-		for k := r; k < q; k++ {
-			if binary.LittleEndian.Uint64(cgs[8*(k-r):]) != memcg {
-				foreign++
-				continue
-			}
-			idx = append(idx, pidx[k])
-			if kpf != nil {
-				h := uint8(heatCold)
-				if flsOK {
-					switch fl := binary.LittleEndian.Uint64(fls[8*(k-r):]); {
-					case fl&kpfActive != 0:
-						h = heatActive
-					case fl&kpfReferenced != 0:
-						h = heatReferenced
-					}
+			h := uint8(heatCold)
+			if _, err := kpf.ReadAt(cg[:], int64(pfn)*8); err == nil {
+				switch fl := binary.LittleEndian.Uint64(cg[:]); {
+				case fl&kpfActive != 0:
+					h = heatActive
+				case fl&kpfReferenced != 0:
+					h = heatReferenced
 				}
-				heat = append(heat, h)
 			}
+			heat = append(heat, h)
 		}
-		r = q
 	}
 	return idx, heat, foreign, nil
 }
