@@ -370,11 +370,15 @@ func (a *Agent) step() (time.Duration, error) {
 		// Pages, not victims: one folio of a scan can be 512 pages.
 		want := int(max(min(need, 4096), 0))
 		nb := min(len(a.back), batchSize)
-		back := a.back[:nb:nb]
-		a.back = a.back[nb:]
-		vs, err := a.pol.run(back, want)
+		vs, taken, err := a.pol.run(a.back[:nb:nb], want)
 		if err != nil {
 			return 0, err
+		}
+		// What the policy's queue did not take (full of the workload's
+		// events) goes again with the next run.
+		a.back = a.back[taken:]
+		if taken == 0 && nb > 0 && len(vs) == 0 && need <= 0 {
+			break // the queue is full or the lock busy: the next step
 		}
 		if len(vs) == 0 {
 			if need > 0 { // the kernel reclaims at the limit, as without an agent

@@ -78,10 +78,10 @@ type policy struct {
 }
 
 type runArgs struct {
-	Ret  int32
-	Want uint32
-	Got  uint32
-	Pad  uint32
+	Ret   int32
+	Want  uint32
+	Got   uint32
+	Taken uint32
 }
 
 // trackConfig is how the tracepoint programs filter: the memory cgroup
@@ -193,47 +193,44 @@ func (p *policy) setSizeHint(pages uint64) error {
 const maxBusy = 100 * time.Millisecond
 
 // run queues evs (at most batchSize) for the policy, then asks for victims
-// covering want pages (at most maxVictims of them). While a tracepoint
-// program holds the policy's lock it tries again (counted), and after
-// maxBusy gives up for this time (counted): no victims.
-func (p *policy) run(evs []Event, want int) ([]Victim, error) {
+// covering want pages (at most maxVictims of them); it returns how many of
+// evs the policy's queue took (the rest: run them again). While a
+// tracepoint program holds the policy's lock it tries again (counted), and
+// after maxBusy gives up for this time (counted): no victims, nothing
+// taken.
+func (p *policy) run(evs []Event, want int) ([]Victim, int, error) {
 	le := binary.LittleEndian
 	if len(evs) > batchSize {
-		return nil, fmt.Errorf("%d events: at most %d per run", len(evs), batchSize)
+		return nil, 0, fmt.Errorf("%d events: at most %d per run", len(evs), batchSize)
 	}
 	if err := p.writeBatch(evs); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	a := runArgs{Want: uint32(min(want, 1<<30))}
 	for t0 := time.Now(); ; {
 		if err := kernel.Call(p.apply, &a); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if a.Ret != -pcEBUSY {
+		if a.Ret != -pcEBUSY { // busy: nothing of the batch was taken
 			break
 		}
 		p.busy.Add(1)
-		if len(evs) > 0 { // queued by the first call: not again
-			evs = nil
-			if err := p.writeBatch(nil); err != nil {
-				return nil, err
-			}
-		}
 		if time.Since(t0) > maxBusy {
 			p.busyGaveUp.Add(1)
-			return nil, nil
+			return nil, 0, nil
 		}
 		time.Sleep(20 * time.Microsecond)
 		a = runArgs{Want: a.Want}
 	}
 	if a.Ret != 0 {
-		return nil, fmt.Errorf("pc_apply: error %d", a.Ret)
+		return nil, 0, fmt.Errorf("pc_apply: error %d", a.Ret)
 	}
+	taken := int(min(a.Taken, uint32(len(evs))))
 	if a.Got == 0 {
-		return nil, nil
+		return nil, taken, nil
 	}
 	if err := p.out.Lookup(uint32(0), p.obuf); err != nil {
-		return nil, fmt.Errorf("read victims: %w", err)
+		return nil, taken, fmt.Errorf("read victims: %w", err)
 	}
 	vs := make([]Victim, 0, a.Got)
 	for i := range int(min(a.Got, maxVictims)) {
@@ -241,7 +238,7 @@ func (p *policy) run(evs []Event, want int) ([]Victim, error) {
 		key := le.Uint64(o)
 		vs = append(vs, Victim{File: uint32(key >> 32), Index: uint32(key), Pages: le.Uint32(o[8:])})
 	}
-	return vs, nil
+	return vs, taken, nil
 }
 
 // writeBatch puts evs in pc_batches; an empty batch is written only when

@@ -36,7 +36,7 @@ func TestApplyCountsEachReadOnce(t *testing.T) {
 			}
 			step := func(want map[string]uint64, evs ...Event) {
 				t.Helper()
-				if _, err := p.run(evs, 0); err != nil {
+				if _, _, err := p.run(evs, 0); err != nil {
 					t.Fatal(err)
 				}
 				st, err := p.stats()

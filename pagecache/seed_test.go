@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/kernel"
@@ -134,5 +135,40 @@ func TestAgentSeedsTheKernelsHistory(t *testing.T) {
 	}
 	if hotAfter < 2048*9/10 || coldAfter > hotAfter/2 {
 		t.Fatalf("LRU kept %d of the 2048 pages read three times and %d of the 2048 read once: the seed lost the kernel's order", hotAfter, coldAfter)
+	}
+}
+
+// TestAgentSeedsEveryPage: a seed larger than the policy's event queue
+// (48k pages of 8 MiB files, the queue 8192 events) reaches the policy
+// whole. pc_apply queued the agent's batch of 4096 and applied 3072 a
+// call, and dropped what no longer fit: a third of the search's 240k
+// seeded pages never reached the policy, and stayed cached for good.
+func TestAgentSeedsEveryPage(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	warm := writeFiles(t, dir, 24, 8<<20)
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-seedall-%d", os.Getpid()), 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	readInCgroup(t, cg, warm...)
+	a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "fifo"})
+	defer stop()
+	var st map[string]uint64
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st, err = a.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if st["added"] >= st["seeded_pages"] || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("seeded %d pages; the policy added %d, events dropped %d", st["seeded_pages"], st["added"], st["events_dropped"])
+	if a.SeedError() != nil || st["seeded_pages"] < 40000 {
+		t.Fatalf("seeded %d pages of 49152 read (error %v)", st["seeded_pages"], a.SeedError())
+	}
+	if st["events_dropped"] != 0 || st["added"] < st["seeded_pages"] {
+		t.Fatalf("the policy added %d of %d seeded pages, %d events dropped", st["added"], st["seeded_pages"], st["events_dropped"])
 	}
 }

@@ -63,14 +63,14 @@ struct pc_victims {
 };
 
 /* Context of pc_apply: apply the queue and the batch (the agent's victims
- * that stayed cached, added back), then propose victims until they cover
- * want pages (at most PC_MAX_VICTIMS of them). ret -PC_EBUSY: the lock was
- * held, nothing done. */
+ * that stayed cached, added back; the seed) as far as the queue takes it
+ * (taken), then propose victims until they cover want pages (at most
+ * PC_MAX_VICTIMS of them). ret -PC_EBUSY: the lock was held, nothing done. */
 struct pc_run_args {
 	__s32 ret;
 	__u32 want;    /* pages */
 	__u32 got;     /* out: victims written */
-	__u32 pad;
+	__u32 taken;   /* out: the batch's events queued (the rest: call again) */
 };
 
 /* pc_track_stats (per CPU) */
