@@ -74,6 +74,10 @@ type Agent struct {
 	// are its wakeups (each may preempt a workload thread).
 	wakeups, preempted atomic.Uint64
 	tid                atomic.Int32 // Run's thread, while it runs
+	// The start's steps, from Start's call: the policy loaded (the
+	// verifier), the tree walked (beside the load), the files registered
+	// and the programs attached; and the seed, after them.
+	startLoad, startWalk, startTrack, startSeed time.Duration
 
 	// Victims still cached after fadvise (under I/O, locked, dirty): tried
 	// again at the next step, up to maxTries, before they count as not
@@ -133,18 +137,45 @@ func Start(cfg Config) (_ *Agent, err error) {
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
 	tc := trackConfig{memcg: a.cg.ID, sample: cfg.AccessSample}
-	if a.pol, err = openPolicy(row, uint32(capacity), tc); err != nil {
+	// The tree is walked while the policy loads (the verifier): neither
+	// needs the other until the files are registered.
+	t0 := time.Now()
+	type scanned struct {
+		t   *tracker
+		err error
+		d   time.Duration
+	}
+	scan := make(chan scanned, 1)
+	go func() {
+		t, err := scanTracker(cfg.Dir)
+		scan <- scanned{t, err, time.Since(t0)}
+	}()
+	a.pol, err = openPolicy(row, uint32(capacity), tc)
+	a.startLoad = time.Since(t0)
+	sc := <-scan
+	a.startWalk = sc.d
+	if err != nil {
+		if sc.t != nil {
+			sc.t.Close()
+		}
 		return nil, err
 	}
-	if a.tr, err = newTracker(a.pol.coll, cfg.Dir, row.Accesses, false); err != nil {
+	if sc.err != nil {
+		return nil, sc.err
+	}
+	a.tr = sc.t
+	if err = a.tr.bind(a.pol.coll, row.Accesses, false); err != nil {
 		return nil, err
 	}
+	a.startTrack = time.Since(t0)
 	for _, pid := range cfg.ScanPIDs {
 		if err := a.AddScanPID(pid); err != nil {
 			return nil, err
 		}
 	}
+	t1 := time.Now()
 	a.seeded = a.seed()
+	a.startSeed = time.Since(t1)
 	return a, nil
 }
 
@@ -590,6 +621,8 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	}
 	st["headroom_grown"] = a.headGrown.Load()
 	st["headroom_shrunk"] = a.headShrunk.Load()
+	st["start_load_ms"], st["start_walk_ms"] = uint64(a.startLoad.Milliseconds()), uint64(a.startWalk.Milliseconds())
+	st["start_track_ms"], st["start_seed_ms"] = uint64(a.startTrack.Milliseconds()), uint64(a.startSeed.Milliseconds())
 	return st, nil
 }
 
