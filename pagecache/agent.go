@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,9 @@ type Config struct {
 	// AccessSample reports one read in AccessSample (a power of 2; 0 or 1:
 	// every read) to policies that use accesses.
 	AccessSample uint32
+	// seedLater: Start returns before the seed, which Run applies when it
+	// ends (auto's switches; see Agent.seedDone).
+	seedLater bool
 }
 
 // Agent runs a policy over the page cache of one directory in one cgroup.
@@ -55,7 +59,13 @@ type Agent struct {
 	headGrown, headShrunk  atomic.Uint64
 	headNow                atomic.Int64
 	// What was cached before the start, told to the policy (seed.go).
-	seeded seedStats
+	// seedMu guards seeded once the seed runs in the background; seedDone
+	// then brings its events to Run, and seedStop ends it early (Close).
+	seedMu   sync.Mutex
+	seeded   seedStats
+	seedDone chan seedResult
+	seedStop atomic.Bool
+	seedWG   sync.WaitGroup
 
 	// Counters (read by Stats from other goroutines).
 	evictRuns, victims, pagesEvicted     atomic.Uint64
@@ -173,10 +183,40 @@ func Start(cfg Config) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
-	t1 := time.Now()
-	a.seeded = a.seed()
-	a.startSeed = time.Since(t1)
+	if !cfg.seedLater {
+		r := a.seed()
+		a.seeded, a.startSeed = r.stats, r.took
+		a.back = append(a.back, r.events...)
+		return a, nil
+	}
+	// auto's switch: the agent runs as soon as it tracks, and the pages
+	// cached before it reach the policy when the seed ends (1.5-3.7 s on
+	// the search's tree beside ripgrep, most of what held the switch).
+	// Until then the policy chooses among the pages added since the
+	// start; the seed's come after them either way.
+	a.seedDone = make(chan seedResult, 1)
+	a.seedWG.Add(1)
+	go func() {
+		defer a.seedWG.Done()
+		a.seedDone <- a.seed()
+	}()
 	return a, nil
+}
+
+// takeSeed queues the background seed's events once it has ended.
+func (a *Agent) takeSeed() {
+	if a.seedDone == nil {
+		return
+	}
+	select {
+	case r := <-a.seedDone:
+		a.seedDone = nil
+		a.seedMu.Lock()
+		a.seeded, a.startSeed = r.stats, r.took
+		a.seedMu.Unlock()
+		a.back = append(a.back, r.events...)
+	default:
+	}
 }
 
 // setWatermarks: the agent evicts from high down to low. The policy wakes
@@ -283,7 +323,11 @@ func dirPages(dir string) (int64, error) {
 
 // SeedError says why the pages cached before the start could not be told
 // to the policy (nil: they were; they are then left to the kernel).
-func (a *Agent) SeedError() error { return a.seeded.err }
+func (a *Agent) SeedError() error {
+	a.seedMu.Lock()
+	defer a.seedMu.Unlock()
+	return a.seeded.err
+}
 
 // Cgroup is the agent's memory cgroup (put the workload in it).
 func (a *Agent) Cgroup() *Cgroup { return a.cg }
@@ -374,6 +418,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // to the low one, then sets the pages at which the policy wakes the agent;
 // it returns how long to sleep unless woken.
 func (a *Agent) step() (time.Duration, error) {
+	a.takeSeed()
 	if a.limit <= 0 {
 		return pollFar, nil
 	}
@@ -613,16 +658,19 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
 	st["cgroup_limit_hits"] = a.cg.LimitHits() - a.limitHits0 // since the start
 	st["headroom_bytes"] = uint64(a.headNow.Load())
-	st["seeded_pages"], st["seed_foreign_pages"], st["seeded_files"] = a.seeded.pages, a.seeded.foreign, a.seeded.files
-	st["seeded_active_pages"], st["seeded_referenced_pages"] = a.seeded.byHeat[heatActive], a.seeded.byHeat[heatReferenced]
+	a.seedMu.Lock()
+	sd, seedTook := a.seeded, a.startSeed
+	a.seedMu.Unlock()
+	st["seeded_pages"], st["seed_foreign_pages"], st["seeded_files"] = sd.pages, sd.foreign, sd.files
+	st["seeded_active_pages"], st["seeded_referenced_pages"] = sd.byHeat[heatActive], sd.byHeat[heatReferenced]
 	st["seed_failed"] = 0
-	if a.seeded.err != nil {
+	if sd.err != nil {
 		st["seed_failed"] = 1
 	}
 	st["headroom_grown"] = a.headGrown.Load()
 	st["headroom_shrunk"] = a.headShrunk.Load()
 	st["start_load_ms"], st["start_walk_ms"] = uint64(a.startLoad.Milliseconds()), uint64(a.startWalk.Milliseconds())
-	st["start_track_ms"], st["start_seed_ms"] = uint64(a.startTrack.Milliseconds()), uint64(a.startSeed.Milliseconds())
+	st["start_track_ms"], st["start_seed_ms"] = uint64(a.startTrack.Milliseconds()), uint64(seedTook.Milliseconds())
 	return st, nil
 }
 
@@ -630,6 +678,8 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 // if the agent created it.
 func (a *Agent) Close() error {
 	var errs []error
+	a.seedStop.Store(true) // a background seed ends at its next file
+	a.seedWG.Wait()
 	for id, f := range a.fds {
 		f.Close()
 		delete(a.fds, id)

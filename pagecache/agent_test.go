@@ -76,6 +76,19 @@ func cached(t *testing.T, path string) uint64 {
 	return cs.Cache
 }
 
+// dropCached drops path's pages from the page cache.
+func dropCached(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readInCgroup reads files in order with cat, from inside cgroup cg.
 func readInCgroup(t *testing.T, cg *Cgroup, files ...string) {
 	t.Helper()

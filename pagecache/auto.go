@@ -115,12 +115,13 @@ type Auto struct {
 	confirm     autoRecord
 	confirmNeed int // the fresh samples that confirm it
 	// ready: the proposed policy's agent, started in the background
-	// (objects loaded, tracking, the cgroup's cached pages seeded) but not
-	// evicting while the proposal waits: the start is most of a switch
-	// (the full search's tree: 0.9 s to load, 0.6 s to register its 78k
-	// files, 1.8 s to seed 246k cached pages), and made in line it held
-	// the sampler and the decisions 3 s, so that the switch proposed early
-	// in the loop's second pass landed in its third.
+	// (objects loaded, tracking) but not evicting while the proposal
+	// waits: the start is most of a switch (the full search's tree: 0.9 s
+	// to load, 0.6 s to register its 78k files, 1.8 s to seed 246k cached
+	// pages), and made in line it held the sampler and the decisions 3 s,
+	// so that the switch proposed early in the loop's second pass landed
+	// in its third. The tree is now walked while the policy loads, and
+	// the seed ends after the switch (Config.seedLater).
 	ready *prepared
 	// held: a confirmed decision waiting for its agent's start to end; it
 	// takes effect as soon as the agent is ready (Run).
@@ -676,7 +677,7 @@ func (a *Auto) decideOn(r autoRecord) error {
 		a.held = &held
 		a.proposed = d.Policy
 		d.Policy = cur
-		d.Reason = fmt.Sprintf("%s confirmed (%.1f%% fewer simulated misses than the kernel's default); it runs once its agent has started (loaded, the cgroup's cached pages seeded); %s runs meanwhile", held.Policy, gain[held.Policy], policyName(cur))
+		d.Reason = fmt.Sprintf("%s confirmed (%.1f%% fewer simulated misses than the kernel's default); it runs once its agent has started (loaded, tracking; the cgroup's cached pages follow); %s runs meanwhile", held.Policy, gain[held.Policy], policyName(cur))
 	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
@@ -795,6 +796,7 @@ func (a *Auto) switchTo(policy string) error {
 func (a *Auto) startAgent(policy string) (*Agent, error) {
 	cfg := a.cfg.Config
 	cfg.Policy, cfg.Cgroup, cfg.Limit = policy, a.cg.Path, 0
+	cfg.seedLater = true // the switch does not wait for the seed
 	ag, err := Start(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("auto: start %s: %w", policy, err)

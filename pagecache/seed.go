@@ -2,11 +2,13 @@ package pagecache
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +55,13 @@ const (
 
 // touchSink keeps the compiler from dropping the seed's touches.
 var touchSink byte
+
+// seedResult is a seed's count, its events for the policy and its time.
+type seedResult struct {
+	stats  seedStats
+	events []Event
+	took   time.Duration
+}
 
 // seedStats counts what seeding found.
 type seedStats struct {
@@ -153,22 +162,23 @@ func residentPages(f *os.File, size int64, memcg uint64, pagemap, kpcg, kpf *os.
 	return idx, heat, foreign, nil
 }
 
-// seed queues an add for every cached page of the watched files charged
-// to the agent's cgroup (applied with the next pc_apply runs), coldest
-// first, and for a policy that takes accesses the reads its heat stands
-// for.
-func (a *Agent) seed() seedStats {
-	var s seedStats
+// seed returns an add for every cached page of the watched files charged
+// to the agent's cgroup, coldest first, and for a policy that takes
+// accesses the reads its heat stands for (the agent queues them).
+func (a *Agent) seed() (r seedResult) {
+	t0 := time.Now()
+	defer func() { r.took = time.Since(t0) }()
+	s := &r.stats
 	pagemap, err := os.Open("/proc/self/pagemap")
 	if err != nil {
 		s.err = err
-		return s
+		return r
 	}
 	defer pagemap.Close()
 	kpcg, err := os.Open("/proc/kpagecgroup")
 	if err != nil {
 		s.err = err
-		return s
+		return r
 	}
 	defer kpcg.Close()
 	var kpf *os.File
@@ -184,6 +194,10 @@ func (a *Agent) seed() seedStats {
 	dirs := dirOpener{}
 	defer dirs.close()
 	for _, id := range ids {
+		if a.seedStop.Load() {
+			s.err = errors.New("the agent closed")
+			return r
+		}
 		path := files[id]
 		f, err := dirs.open(path)
 		if err != nil {
@@ -227,14 +241,14 @@ func (a *Agent) seed() seedStats {
 	// hit when the policy skips it, as live).
 	for h, evs := range byHeat { // a heat's adds and reads before the next's
 		s.byHeat[h] = uint64(len(evs))
-		a.back = append(a.back, evs...)
-		for r := 0; a.pol.accesses && r < h; r++ {
+		r.events = append(r.events, evs...)
+		for n := 0; a.pol.accesses && n < h; n++ {
 			for _, e := range evs {
-				a.back = append(a.back, Event{Op: opAcc, File: e.File, Index: e.Index, Nr: 1})
+				r.events = append(r.events, Event{Op: opAcc, File: e.File, Index: e.Index, Nr: 1})
 			}
 		}
 	}
-	return s
+	return r
 }
 
 // dirOpener opens files relative to the directory of the last one opened.

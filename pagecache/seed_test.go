@@ -140,35 +140,43 @@ func TestAgentSeedsTheKernelsHistory(t *testing.T) {
 
 // TestAgentSeedsEveryPage: a seed larger than the policy's event queue
 // (48k pages of 8 MiB files, the queue 8192 events) reaches the policy
-// whole. pc_apply queued the agent's batch of 4096 and applied 3072 a
+// whole, made in Start or in the background while the agent runs (auto's
+// switches). pc_apply queued the agent's batch of 4096 and applied 3072 a
 // call, and dropped what no longer fit: a third of the search's 240k
 // seeded pages never reached the policy, and stayed cached for good.
 func TestAgentSeedsEveryPage(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "w")
 	warm := writeFiles(t, dir, 24, 8<<20)
-	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-seedall-%d", os.Getpid()), 512<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	readInCgroup(t, cg, warm...)
-	a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "fifo"})
-	defer stop()
-	var st map[string]uint64
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if st, err = a.Stats(); err != nil {
-			t.Fatal(err)
-		}
-		if st["added"] >= st["seeded_pages"] || time.Now().After(deadline) {
-			break
-		}
-	}
-	t.Logf("seeded %d pages; the policy added %d, events dropped %d", st["seeded_pages"], st["added"], st["events_dropped"])
-	if a.SeedError() != nil || st["seeded_pages"] < 40000 {
-		t.Fatalf("seeded %d pages of 49152 read (error %v)", st["seeded_pages"], a.SeedError())
-	}
-	if st["events_dropped"] != 0 || st["added"] < st["seeded_pages"] {
-		t.Fatalf("the policy added %d of %d seeded pages, %d events dropped", st["added"], st["seeded_pages"], st["events_dropped"])
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("later=%v", later), func(t *testing.T) {
+			for _, f := range warm { // charged anew to this run's cgroup
+				dropCached(t, f)
+			}
+			cg, err := OpenCgroup(fmt.Sprintf("cistern-test-seedall-%d", os.Getpid()), 512<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cg.Close()
+			readInCgroup(t, cg, warm...)
+			a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "fifo", seedLater: later})
+			defer stop()
+			var st map[string]uint64
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if st, err = a.Stats(); err != nil {
+					t.Fatal(err)
+				}
+				if (st["seeded_pages"] > 0 && st["added"] >= st["seeded_pages"]) || time.Now().After(deadline) {
+					break
+				}
+			}
+			t.Logf("seeded %d pages in %d ms; the policy added %d, events dropped %d", st["seeded_pages"], st["start_seed_ms"], st["added"], st["events_dropped"])
+			if a.SeedError() != nil || st["seeded_pages"] < 40000 {
+				t.Fatalf("seeded %d pages of 49152 read (error %v)", st["seeded_pages"], a.SeedError())
+			}
+			if st["events_dropped"] != 0 || st["added"] < st["seeded_pages"] {
+				t.Fatalf("the policy added %d of %d seeded pages, %d events dropped", st["added"], st["seeded_pages"], st["events_dropped"])
+			}
+		})
 	}
 }
