@@ -166,9 +166,10 @@ type Auto struct {
 // prepared is a proposed policy's agent, started in the background.
 type prepared struct {
 	policy string
-	done   chan struct{} // closed once ag, err are set
+	done   chan struct{} // closed once ag, err, took are set
 	ag     *Agent
 	err    error
+	took   time.Duration // the start's time
 }
 
 func (p *prepared) started() bool {
@@ -701,6 +702,9 @@ func (a *Auto) decideOn(r autoRecord) error {
 func (a *Auto) takeHeld() error {
 	d := *a.held
 	a.held = nil
+	if p := a.ready; p != nil && p.policy == d.Policy {
+		d.Reason += fmt.Sprintf("; its agent started in %.1f s", p.took.Seconds())
+	}
 	if err := a.switchTo(d.Policy); err != nil {
 		return err
 	}
@@ -816,7 +820,9 @@ func (a *Auto) prepare(policy string) {
 	a.bg.Add(1)
 	go func() {
 		defer a.bg.Done()
+		t0 := time.Now()
 		p.ag, p.err = a.startAgent(policy)
+		p.took = time.Since(t0)
 		close(p.done)
 	}()
 }

@@ -345,6 +345,7 @@ func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, f
 		stop = runAgent(ctx, a)
 	}
 	defer stop()
+	start := time.Now()
 	for i := range searches {
 		t0 := time.Now()
 		cmd := exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$0/cgroup.procs" && exec rg -c -j2 --no-ignore --hidden --no-messages "$1" "$2" > /dev/null`,
@@ -361,6 +362,9 @@ func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, f
 			}
 		}
 		each = append(each, time.Since(t0).Seconds())
+		if mode == "agent_auto" && progress != nil { // beside auto's decisions, timed from the same start
+			progress(fmt.Sprintf("search %d ends at %.1f s (%.1f s)", i+1, time.Since(start).Seconds(), each[i]))
+		}
 	}
 	return each, a, nil
 }
