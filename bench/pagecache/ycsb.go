@@ -313,7 +313,11 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		}()
 		if err == nil {
 			t, rd := r.res.Ops["TOTAL"], r.res.Ops["READ"]
-			opt.Progress(fmt.Sprintf("ycsb %s: %s: %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops", w.Name, mode, t.OpsPerSec, rd.P99, r.loadsPer1k))
+			own := ""
+			if !math.IsNaN(r.ownAddsPer1k) {
+				own = fmt.Sprintf(" (pgpgin), %.0f added (the agent's count)", r.ownAddsPer1k)
+			}
+			opt.Progress(fmt.Sprintf("ycsb %s: %s: %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops%s", w.Name, mode, t.OpsPerSec, rd.P99, r.loadsPer1k, own))
 			rep.Sample(m, "ops_per_sec", t.OpsPerSec)
 			rep.Sample(m, "p99_us", rd.P99)
 			rep.Sample(m, "p50_us", rd.P50)
