@@ -22,7 +22,7 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued", "pages_added"}
 
 // tracker is the policy object's tracepoint programs, attached, and the
 // directory watch (dirwatch.go) whose goroutine registers files created

@@ -27,6 +27,19 @@
 // zipf, ycsb and rocksdb reads; else by ops/s). Each round reads its files
 // once from the device after dropping them (pcDropWarm).
 //
+// live_vs_sim (headroomVerdicts, target <= 1.05): in ycsb the live side is
+// the agent's own count of pages added to the watched files in the
+// measured run (the tracker's pages_added, as the trace counts an add:
+// 1 << order pages per folio charged to the cgroup), and the simulated
+// side the same policy replayed at the agent's cache size on the round's
+// trace with every page added outside a read (writes, readahead) put in
+// as an access where it was added, from the exact trace event the
+// measured run began at (roundTrace.withAdds, pctrace.AccessesAt): both
+// count what entered the page cache, where memory.stat's pgpgin also
+// counts go-ycsb's and the memtables' anonymous pages. pgpgin's figure
+// stays beside it as PART_pgpgin_vs_sim_<policy>; zipf (fio's reads, no
+// writes) still judges pgpgin's.
+//
 // Plot: every part's metrics relative to its default mode (pcPlot; rocksdb,
 // its own bars in rocksdb.go).
 package pagecachebench

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,6 +45,19 @@ func (t *tracer) reads() uint64 {
 		return 0
 	}
 	return st["events_read"]
+}
+
+// events is how many events the recorder has put in the trace so far
+// (every add, delete and read batch it reported, less those it dropped).
+// Taken while nothing runs in the cgroup, it is the exact index in the
+// trace where what follows begins (pctrace.AccessesAt).
+func (t *tracer) events() uint64 {
+	st, err := t.rec.Stats()
+	if err != nil {
+		return 0
+	}
+	n := st["events_add"] + st["events_del"] + st["events_read"] + st["events_read_more"]
+	return n - min(n, st["events_dropped"])
 }
 
 // warmFraction is the share of the finished trace's read calls that
@@ -126,31 +140,81 @@ type roundTrace struct {
 	// (pgpgin also counts anonymous pages charged: go-ycsb's heap, RocksDB's
 	// memtables), taken off the agents' pgpgin figure of the same round.
 	otherPer1k float64
+	// addKeys, addFrom: the accesses with every page added outside a read
+	// put in where it was added, measured from the exact event the
+	// measured run began at (pctrace.AccessesAt; nil where the part takes
+	// none): replayed, a policy's misses are the pages it would have added,
+	// what the agent's own count (tracker pages_added) gives live.
+	addKeys []uint64
+	addFrom int
+}
+
+// withAdds keeps the round's accesses with its adds outside reads from
+// event at on (pctrace.AccessesAt) and samples, under the traced mode m,
+// what the agents' own count is judged against: trace_adds_per_1k_reads
+// (every page the trace saw added in that window: the count an agent
+// makes live, here under the kernel's default),
+// trace_adds_outside_reads_per_1k_reads (of them, a write's or
+// readahead's) and sim_kernel_adds_per_1k_reads (the kernel model on that
+// sequence at the traced run's cache: like with like, it should land on
+// trace_adds_per_1k_reads).
+func (t *roundTrace) withAdds(rep *benchkit.Report, m string, evs []pctrace.Event, at uint64) {
+	if t == nil {
+		return
+	}
+	keys, from, s := pctrace.AccessesAt(evs, int(min(at, uint64(len(evs)))), true)
+	t.addKeys, t.addFrom = keys, from
+	per := func(n uint64) float64 { return 1000 * float64(n) / t.ops }
+	rep.Sample(m, "trace_adds_per_1k_reads", per(s.PagesLoaded))
+	rep.Sample(m, "trace_adds_outside_reads_per_1k_reads", per(s.PagesAddedOutsideReads))
+	rep.Sample(m, "sim_kernel_adds_per_1k_reads", per(sim.Kernel(keys, t.pages, from)))
 }
 
 // ownSim samples, under agent mode m, sim_own_loads_per_1k_reads: policy's
 // simulated pages loaded on the round's trace at the cache the agent's run
 // held (cacheMiB, against the traced run's), and cache_loads_per_1k_reads:
 // the agent run's pgpgin figure (loadsPer1k) less what pgpgin counted
-// beyond the page cache in the traced run. Nothing without a trace.
-func (t *roundTrace) ownSim(rep *benchkit.Report, m, policy string, cacheMiB, loadsPer1k float64) error {
+// beyond the page cache in the traced run. Where the round kept its adds
+// (withAdds) and the agent counted its own (ownAddsPer1k, not NaN), also
+// own_adds_per_1k_reads, the pages the agent's tracker saw added to the
+// watched files in the measured run, and sim_own_adds_per_1k_reads, the
+// policy replayed at the same size on the accesses with the adds outside
+// reads put in (the same count, simulated): PART_live_vs_sim judges those.
+// Nothing without a trace.
+func (t *roundTrace) ownSim(rep *benchkit.Report, m, policy string, cacheMiB, loadsPer1k, ownAddsPer1k float64) error {
 	if t == nil || t.cacheMiB <= 0 || cacheMiB <= 0 {
 		return nil
 	}
 	size := max(int(float64(t.pages)*cacheMiB/t.cacheMiB), 1)
 	// Compare, not Headroom: the agent's figure needs no OPT, the costliest
 	// replay of the trace.
-	_, pols, err := sim.Compare(t.keys, t.from, size, []string{policy})
-	if err != nil {
-		return fmt.Errorf("%s: simulate %s at %d pages: %w", m, policy, size, err)
-	}
-	for _, p := range pols {
-		if p.Name == policy {
-			rep.Sample(m, "sim_own_loads_per_1k_reads", 1000*float64(p.Misses)/t.ops)
-			rep.Sample(m, "cache_loads_per_1k_reads", max(loadsPer1k-t.otherPer1k, 0))
-			rep.Sample(m, "sim_own_cache_pages", float64(size))
+	misses := func(keys []uint64, from int) (float64, error) {
+		_, pols, err := sim.Compare(keys, from, size, []string{policy})
+		if err != nil {
+			return 0, fmt.Errorf("%s: simulate %s at %d pages: %w", m, policy, size, err)
 		}
+		for _, p := range pols {
+			if p.Name == policy {
+				return 1000 * float64(p.Misses) / t.ops, nil
+			}
+		}
+		return 0, fmt.Errorf("%s: the simulation gave no figure for %s", m, policy)
 	}
+	v, err := misses(t.keys, t.from)
+	if err != nil {
+		return err
+	}
+	rep.Sample(m, "sim_own_loads_per_1k_reads", v)
+	rep.Sample(m, "cache_loads_per_1k_reads", max(loadsPer1k-t.otherPer1k, 0))
+	rep.Sample(m, "sim_own_cache_pages", float64(size))
+	if t.addKeys == nil || math.IsNaN(ownAddsPer1k) {
+		return nil
+	}
+	if v, err = misses(t.addKeys, t.addFrom); err != nil {
+		return err
+	}
+	rep.Sample(m, "sim_own_adds_per_1k_reads", v)
+	rep.Sample(m, "own_adds_per_1k_reads", ownAddsPer1k)
 	return nil
 }
 
@@ -199,10 +263,18 @@ func sampleHeadroomKeep(rep *benchkit.Report, m string, evs []pctrace.Event, war
 //     the bench notes that the target is beyond a counting policy;
 //   - PART_kernel_model_vs_live: the model against the traced run's own
 //     pages loaded (the model is trusted within 10 %);
+//   - PART_kernel_model_vs_adds, where the part kept its adds (withAdds):
+//     the model on the accesses with the adds outside reads put in,
+//     against every page the trace saw added (the count live_vs_sim's
+//     live side makes);
 //   - PART_live_vs_sim_<policy>: each agent mode's live pages loaded over
 //     the same policy's simulated figure (what the mechanism loses), at
 //     the agent's own cache size where the part sampled it (ownSim; target
-//     <= 1.05, the kernel-path issue's), else at the traced run's;
+//     <= 1.05, the kernel-path issue's), else at the traced run's. Live is
+//     the agent's own count of pages added (own_adds_per_1k_reads) against
+//     the policy's simulated adds where the part has both (ycsb), with
+//     pgpgin's figure against the simulated misses beside it as
+//     PART_pgpgin_vs_sim_<policy> (no target); else pgpgin's;
 //   - PART_traced_vs_default: the traced run's operations per second over
 //     the default's (paired by round), and PART_probe_effect_pct, 100 ×
 //     (1 − its median): what recording cost the workload.
@@ -239,11 +311,22 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 			rep.Ratio(part+"_probe_effect_pct", 100*(1-med))
 		}
 	}
+	if _, _, _, ok := rep.Spread(tm, "sim_kernel_adds_per_1k_reads"); ok {
+		rep.PairedRatio(part+"_kernel_model_vs_adds", tm, "sim_kernel_adds_per_1k_reads", tm, "trace_adds_per_1k_reads")
+	}
 	for _, mode := range agentModes {
 		p := mode[len("agent_"):]
-		// At the agent's own cache size where the part simulated it
-		// (ownSim), else at the traced run's.
-		if _, _, _, ok := rep.Spread(part+"/"+mode, "sim_own_loads_per_1k_reads"); ok {
+		// The agent's own count of pages added against the policy's
+		// simulated adds where the part has both (ownSim: at the agent's
+		// own cache size; pgpgin's figure beside it, no target), else
+		// pgpgin against the simulated misses at the agent's own cache
+		// size (ownSim), else at the traced run's.
+		if _, _, _, ok := rep.Spread(part+"/"+mode, "sim_own_adds_per_1k_reads"); ok {
+			rep.PairedRatio(part+"_live_vs_sim_"+p, part+"/"+mode, "own_adds_per_1k_reads", part+"/"+mode, "sim_own_adds_per_1k_reads")
+			med, lo, hi, _ := rep.RatioSpread(part + "_live_vs_sim_" + p)
+			rep.TargetSpread(part+"_live_vs_sim_"+p, med, lo, hi, "<=", 1.05)
+			rep.PairedRatio(part+"_pgpgin_vs_sim_"+p, part+"/"+mode, "cache_loads_per_1k_reads", part+"/"+mode, "sim_own_loads_per_1k_reads")
+		} else if _, _, _, ok := rep.Spread(part+"/"+mode, "sim_own_loads_per_1k_reads"); ok {
 			rep.PairedRatio(part+"_live_vs_sim_"+p, part+"/"+mode, "cache_loads_per_1k_reads", part+"/"+mode, "sim_own_loads_per_1k_reads")
 			med, lo, hi, _ := rep.RatioSpread(part + "_live_vs_sim_" + p)
 			rep.TargetSpread(part+"_live_vs_sim_"+p, med, lo, hi, "<=", 1.05)

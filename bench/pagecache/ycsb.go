@@ -129,6 +129,11 @@ type ycsbRunResult struct {
 	// 1000 operations (go-ycsb's TOTAL: every database call) of the
 	// measured run, as the rocksdb part counts them.
 	loadsPer1k float64
+	// ownAddsPer1k: the pages the agent's tracker saw added to the
+	// watched files, charged to the cgroup, in the measured run (its
+	// pages_added: the count the access trace makes), per 1000 operations;
+	// NaN without an agent. pgpgin cannot tell these from anonymous pages.
+	ownAddsPer1k float64
 	// cacheMiB, rssMiB: the cgroup's page cache and anonymous memory
 	// (memory.stat cache, rss; v1) just before the run was stopped: the
 	// room the policy had, beside go-ycsb's and RocksDB's own memory.
@@ -137,9 +142,10 @@ type ycsbRunResult struct {
 
 // ycsbRun runs go-ycsb for d in cgroup cg and stops it with SIGINT (it
 // has no time limit of its own), then parses what it printed; a is the
-// agent whose thread CPU is taken over the run (nil: none).
+// agent whose thread CPU and pages added are taken over the run (nil:
+// none).
 func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecache.Agent) (ycsbRunResult, error) {
-	var out ycsbRunResult
+	out := ycsbRunResult{ownAddsPer1k: math.NaN()}
 	cmd, err := r.Command(ctx)
 	if err != nil {
 		return out, err
@@ -152,8 +158,13 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 	cmd.Stderr = &stderr
 	in0, ok0 := memStat(r.Cgroup, "pgpgin")
 	var cpu0 time.Duration
+	var added0 uint64
+	addedOK := false
 	if a != nil {
 		cpu0 = a.ThreadCPU()
+		if st, err := a.Stats(); err == nil {
+			added0, addedOK = st["pages_added"], true
+		}
 	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -185,8 +196,12 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 	<-done
 	werr := cmd.Wait()
 	out.wall = time.Since(t0)
+	var added1 uint64
 	if a != nil {
 		out.agentCPU = a.ThreadCPU() - cpu0
+		st, err := a.Stats()
+		addedOK = addedOK && err == nil
+		added1 = st["pages_added"]
 	}
 	if err := ctx.Err(); err != nil {
 		return out, err
@@ -208,6 +223,9 @@ func ycsbRun(ctx context.Context, r servers.YCSBRun, d time.Duration, a *pagecac
 		out.loadsPer1k = float64(in1-in0) / float64(total.Count) * 1000
 	} else {
 		out.loadsPer1k = math.NaN()
+	}
+	if addedOK {
+		out.ownAddsPer1k = float64(added1-added0) / float64(total.Count) * 1000
 	}
 	return out, nil
 }
@@ -259,6 +277,13 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			}
 			opt.Progress(fmt.Sprintf("ycsb %s: %s: warm-up's end: page cache %.0f MiB, anonymous %.0f MiB, limit %d MiB", w.Name, mode, wr.cacheMiB, wr.rssMiB, s.limit>>20))
 			run.Threads = rdbThreads
+			// Where the measured run begins in the trace: nothing runs in
+			// the cgroup between the two go-ycsb processes, so the
+			// recorder's counts now are exact.
+			var warmReads, warmEvents uint64
+			if tr != nil {
+				warmReads, warmEvents = tr.reads(), tr.events()
+			}
 			var cost *autoCost
 			if mr.auto != nil {
 				if cost, err = startAutoCost(mr.auto); err != nil {
@@ -276,8 +301,9 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			if err != nil || terr != nil {
 				return r, errors.Join(err, terr)
 			}
-			warmOps, ops := float64(wr.res.Ops["TOTAL"].Count), float64(r.res.Ops["TOTAL"].Count)
-			h, rt, err := sampleHeadroomKeep(rep, m, evs, warmOps/(warmOps+ops), ops, r.cacheMiB, r.loadsPer1k)
+			ops := float64(r.res.Ops["TOTAL"].Count)
+			h, rt, err := sampleHeadroomKeep(rep, m, evs, tr.warmFraction(warmReads), ops, r.cacheMiB, r.loadsPer1k)
+			rt.withAdds(rep, m, evs, warmEvents)
 			round = rt
 			if err == nil {
 				opt.Progress(fmt.Sprintf("ycsb %s: traced: kernel model %.0f, OPT %.0f pages per 1000 ops; best %s, %.1f %% fewer misses than the model (cache %d pages)",
@@ -287,7 +313,11 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		}()
 		if err == nil {
 			t, rd := r.res.Ops["TOTAL"], r.res.Ops["READ"]
-			opt.Progress(fmt.Sprintf("ycsb %s: %s: %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops", w.Name, mode, t.OpsPerSec, rd.P99, r.loadsPer1k))
+			own := ""
+			if !math.IsNaN(r.ownAddsPer1k) {
+				own = fmt.Sprintf(" (pgpgin), %.0f added (the agent's count)", r.ownAddsPer1k)
+			}
+			opt.Progress(fmt.Sprintf("ycsb %s: %s: %.0f ops/s, read P99 %.0f µs, %.0f pages loaded per 1000 ops%s", w.Name, mode, t.OpsPerSec, rd.P99, r.loadsPer1k, own))
 			rep.Sample(m, "ops_per_sec", t.OpsPerSec)
 			rep.Sample(m, "p99_us", rd.P99)
 			rep.Sample(m, "p50_us", rd.P50)
@@ -298,7 +328,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_ops", agentPctPer10k(r.agentCPU, r.wall, t.OpsPerSec))
 				pcAgentStats(rep, m, a)
-				err = round.ownSim(rep, m, policies[mode], r.cacheMiB, r.loadsPer1k)
+				err = round.ownSim(rep, m, policies[mode], r.cacheMiB, r.loadsPer1k, r.ownAddsPer1k)
 			}
 		}
 		return mr.finish(rep, m, err)
@@ -352,14 +382,15 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 		}
 		w := YCSBWorkloads[i]
 		rep.Section(fmt.Sprintf("ycsb %s: %s", w.Name, ycsbDescribe(w)), rows("ycsb_"+w.Name, ycsbModes),
-			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_ops"})
+			[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "own_adds_per_1k_reads", "sim_own_adds_per_1k_reads", "cache_mib", "agent_cpu_pct_per_10k_ops"})
 		rep.Section("ycsb "+w.Name+" headroom: the traced run replayed, pages loaded per 1000 operations", []string{"ycsb_" + w.Name + "/traced"},
-			[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
+			[]string{"trace_page_loads_per_1k_reads", "trace_adds_per_1k_reads", "trace_adds_outside_reads_per_1k_reads", "sim_kernel_adds_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lhd_loads_per_1k_reads"})
 	}
 	rep.Note(fmt.Sprintf("ycsb: go-ycsb v1.0.3 (YCSB's core workload and generators; zipfian = YCSB's scrambled zipfian, constant 0.99) against RocksDB (Debian's librocksdb 7.8, go-ycsb's binding: "+
 		"block cache RocksDB's default 8 MiB, memtable 8 MiB (the binding's 64 MiB is anonymous memory charged to the cgroup), reads by pread: no mmap, no direct I/O), %d records of 10×100 B loaded once and compacted (%d MiB), cgroup %d MiB (a quarter). "+
 		"Each round clones the database (table files hard-linked: what A, B, D, F write stays in the clone), drops its pages, runs a warm-up go-ycsb (%d threads, %.0f s), then the measured one (%d threads, %.0f s, stopped by SIGINT). "+
 		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_reads: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations (here every *_per_1k_reads is per 1000 go-ycsb operations); cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
+		"own_adds_per_1k_reads: the agent's own count of pages added to the watched files in the measured run (its tracker's pages_added, as the trace counts adds), live_vs_sim's live side; sim_own_adds_per_1k_reads: the same policy replayed at the agent's cache size on the round's trace with the pages added outside reads (writes, readahead) put in, from the event the measured run began at (pgpgin's figure against the reads-only replay: PART_pgpgin_vs_sim_<policy>). "+
 		"traced: the default with the access-trace recorder on; its trace replayed at the cache size the run held (warm-up excluded) gives sim_* (OPT, the kernel model, each policy), on which the headroom targets are judged (winTargets).",
 		s.db.Records, s.dbBytes>>20, s.limit>>20, rdbWarmThreads, s.warm.Seconds(), rdbThreads, s.measure.Seconds()))
 	if opt.PlotPath != "" {

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cistern-ebpf/cistern/evict/sim"
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
 	"github.com/cistern-ebpf/cistern/internal/servers"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/pagecache"
+	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
 )
 
 // TestYCSBRun: go-ycsb loads a tiny database (20k records), then runs
@@ -97,5 +99,90 @@ func TestYCSBRun(t *testing.T) {
 	after, size2, err := db.Files()
 	if err != nil || !slices.Equal(after, files) || size2 != size {
 		t.Fatalf("the loaded database changed: %d files of %d bytes, was %d of %d (%v)", len(after), size2, len(files), size, err)
+	}
+}
+
+// TestYCSBAgentCountsAddsAsTheTrace runs workload A (half updates: WAL
+// appends and memtable flushes add pages no read asked for) under an LFU
+// agent, with the access-trace recorder on the same cgroup and files, as
+// the bench's warm-up and measured go-ycsb processes: the agent's own
+// count of pages added over the measured run (what ycsb_W_live_vs_sim
+// takes as live) is the count of pages the trace saw added from the event
+// the measured run began at, and the trace's accesses with those adds put
+// in (pctrace.AccessesAt) hold each of those pages once.
+func TestYCSBAgentCountsAddsAsTheTrace(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := servers.GoYCSBPath(); err != nil {
+		testenv.Missing(t, "go-ycsb", fmt.Sprint(err))
+	}
+	testenv.NeedTool(t, "ldb", "rocksdb-tools")
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := servers.PrepareYCSB(ctx, servers.YCSBDBOptions{CacheDir: dir, Records: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _, err := db.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := filepath.Join(dir, "clone")
+	if err := db.Clone(clone); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcDrop(files); err != nil {
+		t.Fatal(err)
+	}
+	// 64 MiB, as TestYCSBRun: go-ycsb's own memory is charged there too.
+	a, cg, stop, err := rdbAgent(ctx, clone, fmt.Sprintf("cistern-test-ycsb-adds-%d", os.Getpid()), 64<<20, "lfu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); pcClose(a, cg) }()
+	tr, err := startTrace(ctx, dir, clone, cg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := YCSBWorkloads[slices.IndexFunc(YCSBWorkloads, func(w YCSBWorkload) bool { return w.Name == "a" })]
+	run := servers.YCSBRun{Dir: clone, Records: db.Records, Props: w.Props, Threads: 2, Cgroup: cg.Path}
+	if _, err := ycsbRun(ctx, run, time.Second*testenv.TimeScale(), nil); err != nil {
+		tr.finish()
+		t.Fatalf("warm-up: %v", err)
+	}
+	at := tr.events()
+	r, err := ycsbRun(ctx, run, 2*time.Second*testenv.TimeScale(), a)
+	evs, terr := tr.finish()
+	if err != nil || terr != nil {
+		t.Fatalf("measured run: %v; trace: %v", err, terr)
+	}
+	ops := float64(r.res.Ops["TOTAL"].Count)
+	own := math.Round(r.ownAddsPer1k * ops / 1000)
+	keys, from, s := pctrace.AccessesAt(evs, int(at), true)
+	kernel := sim.Kernel(keys, int(s.MaxResident), from)
+	t.Logf("%.0f ops: the agent counted %.0f pages added, the trace %d (%d outside reads) from event %d of %d; the kernel model on the trace with its adds: %d misses",
+		ops, own, s.PagesLoaded, s.PagesAddedOutsideReads, at, len(evs), kernel)
+	if math.IsNaN(own) || own <= 0 || s.PagesLoaded == 0 {
+		t.Fatalf("nothing counted: agent %v, trace %+v", own, s)
+	}
+	// The agent's tracker and the recorder register the files RocksDB
+	// creates (its new WAL, flushed tables) each from its own inotify
+	// watch: a page added in the moment between a file's creation and one
+	// watch's registration is the other's alone.
+	if d := math.Abs(own/float64(s.PagesLoaded) - 1); d > 0.02 {
+		t.Errorf("the agent counted %.0f pages added, the trace %d: %.1f%% apart (want within 2%%)", own, s.PagesLoaded, 100*d)
+	}
+	if s.PagesAddedOutsideReads == 0 {
+		t.Errorf("workload A's writes added no page outside a read: %+v", s)
+	}
+	// The adds outside reads are in the sequence, each page once, beside
+	// the same reads. (The model's misses are not bounded below by them:
+	// a page written again after the agent evicted it, or read ahead after
+	// it was read, can still be in the simulated cache.)
+	rkeys, rfrom, _ := pctrace.AccessesAt(evs, int(at), false)
+	if got := uint64(len(keys)-from) - uint64(len(rkeys)-rfrom); got != s.PagesAddedOutsideReads {
+		t.Errorf("the sequence with adds holds %d measured accesses more than the reads', want the %d pages added outside reads", got, s.PagesAddedOutsideReads)
+	}
+	if kernel == 0 || kernel > uint64(len(keys)-from) {
+		t.Errorf("the kernel model missed %d of %d measured accesses", kernel, len(keys)-from)
 	}
 }

@@ -263,7 +263,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if a != nil {
 			rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPct)
 			pcAgentStats(rep, m, a)
-			if err := round.ownSim(rep, m, policy, r.cacheMiB, r.loadsPer1k); err != nil {
+			if err := round.ownSim(rep, m, policy, r.cacheMiB, r.loadsPer1k, math.NaN()); err != nil {
 				return err
 			}
 		}

@@ -62,12 +62,17 @@ struct {
 	__type(value, __u64);
 } pc_track_stats SEC(".maps");
 
-static __always_inline void stat(__u32 s)
+static __always_inline void statn(__u32 s, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&pc_track_stats, &s);
 
 	if (v)
-		*v += 1;
+		*v += n;
+}
+
+static __always_inline void stat(__u32 s)
+{
+	statn(s, 1);
 }
 
 /* Read with BPF_CORE_READ, not dereferenced: pc_read is a raw_tp
@@ -225,6 +230,10 @@ int BPF_PROG(pc_add, struct folio *folio)
 	if (pc_shards_threshold && !pc_sampled(file, folio->index, folio->index + (1ULL << (folio_order_of(folio) & 15)) - 1))
 		return 0; /* auto's sampler: only sampled pages' loads */
 	stat(PC_T_ADD);
+	/* Pages, as the trace counts an add (pctrace.Summary.PagesLoaded):
+	 * the bench's live page loads of an agent run, which memory.stat's
+	 * pgpgin cannot give (it counts anonymous pages too). */
+	statn(PC_T_ADD_PAGES, 1ULL << (folio_order_of(folio) & 15));
 	emit(PC_ADD, folio_order_of(folio), file, folio->index, 0, 0);
 	return 0;
 }

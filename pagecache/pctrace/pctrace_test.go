@@ -62,6 +62,41 @@ func TestRoundTripAndAccesses(t *testing.T) {
 	}
 }
 
+// TestAccessesAtPutsInAddsOutsideReads: an add its thread's next read
+// holds is that read's; a write's add (another file next, or no read
+// after) and readahead past the read's range go into the sequence where
+// they were added; the measured part starts at the event given.
+func TestAccessesAtPutsInAddsOutsideReads(t *testing.T) {
+	evs := []Event{
+		{Op: OpAdd, File: 1, Index: 0, TID: 7},                  // 0: read 1's miss (warm-up)
+		{Op: OpRead, File: 1, Index: 0, Nr: 1, TID: 7, Read: 1}, // 1
+		{Op: OpAdd, Order: 1, File: 2, Index: 4, TID: 7},        // 2: a write of file 2 (next read is of file 1)
+		{Op: OpAdd, File: 1, Index: 5, TID: 7},                  // 3: read 2's miss
+		{Op: OpAdd, File: 1, Index: 9, TID: 7},                  // 4: readahead past read 2's range
+		{Op: OpDel, File: 1, Index: 0, TID: 8},                  // 5: another thread between
+		{Op: OpRead, File: 1, Index: 5, Nr: 2, TID: 7, Read: 2}, // 6: pages 5, 6
+		{Op: OpAdd, File: 3, Index: 0, TID: 9},                  // 7: a thread that never reads (a flush)
+	}
+	keys, from, s := AccessesAt(evs, 2, true)
+	want := []uint64{Key(1, 0), Key(2, 4), Key(2, 5), Key(1, 9), Key(1, 5), Key(1, 6), Key(3, 0)}
+	if len(keys) != len(want) {
+		t.Fatalf("accesses %v, want %v", keys, want)
+	}
+	for i := range want {
+		if keys[i] != want[i] {
+			t.Fatalf("accesses %v, want %v", keys, want)
+		}
+	}
+	if from != 1 || s.WarmupReads != 1 || s.Reads != 1 || s.PagesLoaded != 5 || s.PagesAddedOutsideReads != 4 || s.PagesGone != 1 {
+		t.Fatalf("from %d, summary %+v", from, s)
+	}
+	// Without adds: the reads alone, measured from the same event.
+	keys, from, s = AccessesAt(evs, 2, false)
+	if len(keys) != 3 || from != 1 || s.PagesAddedOutsideReads != 0 || s.PagesLoaded != 5 {
+		t.Fatalf("reads only: %v from %d, %+v", keys, from, s)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf)

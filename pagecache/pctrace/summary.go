@@ -9,6 +9,9 @@ type Summary struct {
 	PageReads   uint64 `json:"page_reads"`   // pages those reads were served from
 	PagesLoaded uint64 `json:"pages_loaded"` // pages added to the cache
 	PagesGone   uint64 `json:"pages_gone"`   // pages deleted from it (reclaim, eviction, truncation)
+	// PagesAddedOutsideReads: of PagesLoaded, the pages no read's range
+	// holds (writes, readahead past the read): AccessesAt with adds only.
+	PagesAddedOutsideReads uint64 `json:"pages_added_outside_reads,omitempty"`
 	// MaxResident is the most pages of watched files the cgroup held at
 	// once (added minus deleted since the trace began; the pages cached
 	// before it began are not counted): the cache size the run had.
@@ -40,10 +43,62 @@ const maxReadPages = 1 << 16
 // the summary counts reads and pages loaded from there on (a cold start
 // is every policy's misses alike).
 func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
-	total := countReads(evs)
-	s.WarmupReads = uint64(float64(total) * min(max(warm, 0), 0.99))
+	warmReads := uint64(float64(countReads(evs)) * min(max(warm, 0), 0.99))
+	return accesses(evs, warmReads, -1, nil)
+}
+
+// AccessesAt is Accesses with the measured part from event at on (the
+// events before it were the warm-up: a boundary taken from the recorder's
+// counters while nothing ran is exact, where a share of the reads is
+// not), and, with adds, the pages added outside a read put in the
+// sequence as accesses where they were added: a write's pages (RocksDB's
+// WAL, its flushes' and compactions' new files), readahead beyond the
+// range a read asked for. Replayed, a policy's misses are then the pages
+// it would have added to the cache, reads' and writes' alike (a new page
+// misses under any policy): the count the tracker gives live
+// (pages_added), where the reads alone give only the reads' misses.
+// Summary.PagesAddedOutsideReads counts the measured part's.
+//
+// An add is a read's when the next read event of the same thread is of
+// the same file and its range holds the added folio: mm_filemap_get_pages
+// fires after the read's folios were added. Where the read signal is the
+// read(2)/pread64(2) syscalls (kernels before 6.10) the read comes first
+// and its adds count as outside it: the same misses, the page accessed
+// twice.
+func AccessesAt(evs []Event, at int, adds bool) (keys []uint64, from int, s Summary) {
+	var outside []bool
+	if adds {
+		outside = addsOutsideReads(evs)
+	}
+	return accesses(evs, 0, max(at, 0), outside)
+}
+
+// addsOutsideReads marks each add event that no read of its thread
+// claims (AccessesAt).
+func addsOutsideReads(evs []Event) []bool {
+	out := make([]bool, len(evs))
+	next := map[uint32]Event{} // per thread: its next read event
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		switch e.Op {
+		case OpRead:
+			next[e.TID] = e
+		case OpAdd:
+			r, ok := next[e.TID]
+			last := e.Index + 1<<(e.Order&15) - 1
+			out[i] = !ok || r.File != e.File || last < r.Index || e.Index >= r.Index+uint64(max(r.Nr, 1))
+		}
+	}
+	return out
+}
+
+// accesses is Accesses (at < 0: the measured part from read call
+// warmReads+1 on) and AccessesAt (at >= 0: from event at on; outside, when
+// not nil, marks the adds to put in the sequence).
+func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uint64, from int, s Summary) {
+	s.WarmupReads = warmReads
 	var calls uint64
-	measuring := s.WarmupReads == 0
+	measuring := at == 0 || at < 0 && s.WarmupReads == 0
 	// Per thread: its current read and the pages it touched (reads of
 	// other threads interleave with a read's batches).
 	type readState struct {
@@ -53,7 +108,12 @@ func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
 	reads := map[uint32]*readState{}
 	files := map[uint32]struct{}{}
 	var resident int64
-	for _, e := range evs {
+	for i, e := range evs {
+		if at > 0 && i == at && !measuring {
+			measuring = true
+			from = len(keys)
+			s.WarmupReads = calls
+		}
 		s.Events++
 		files[e.File] = struct{}{}
 		switch e.Op {
@@ -65,6 +125,14 @@ func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
 			resident += int64(n)
 			if resident > 0 && uint64(resident) > s.MaxResident {
 				s.MaxResident = uint64(resident)
+			}
+			if outside != nil && outside[i] {
+				if measuring {
+					s.PagesAddedOutsideReads += n
+				}
+				for p := uint64(0); p < n; p++ {
+					keys = append(keys, Key(e.File, e.Index+p))
+				}
 			}
 		case OpDel:
 			n := uint64(1) << (e.Order & 15)
@@ -80,7 +148,7 @@ func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
 			}
 			if e.Read == 0 || e.Read != st.read {
 				calls++
-				if !measuring && calls > s.WarmupReads {
+				if !measuring && at < 0 && calls > s.WarmupReads {
 					measuring = true
 					from = len(keys)
 				}
@@ -109,6 +177,9 @@ func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
 	s.Files = len(files)
 	if !measuring {
 		from = len(keys)
+		if at > 0 {
+			s.WarmupReads = calls
+		}
 	}
 	return keys, from, s
 }

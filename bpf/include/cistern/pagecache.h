@@ -83,6 +83,8 @@ enum pc_track_stat {
 	PC_T_DEL_SELF,   /* deletes by the agent's own evictions (not reported) */
 	PC_T_ACC_MORE,   /* later page batches of a read already reported */
 	PC_T_QUEUED,     /* events left in the queue for the lock's holder */
+	PC_T_ADD_PAGES,  /* pages PC_T_ADD's folios span (1 << order each): the
+			  * loads the access trace counts, the agent's own */
 	PC_T_MAX,
 };
 
