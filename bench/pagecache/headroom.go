@@ -333,6 +333,9 @@ func sampleAuto(rep *benchkit.Report, m, key string, a *pagecache.Auto) pagecach
 
 // autoEnd says what auto ran at a run's end, for progress.
 func autoEnd(d pagecache.Decision) string {
+	if d.Policy == "" && d.Best == "" {
+		return "auto at the end: stood aside, no decision made: " + d.Reason
+	}
 	if d.Policy == "" {
 		return fmt.Sprintf("auto at the end: stood aside (best candidate %s, %.1f %% gain): %s", d.Best, d.GainPct, d.Reason)
 	}
