@@ -355,6 +355,25 @@ type autoCost struct {
 	cpu0  time.Duration
 	bpf0  time.Duration
 	t0    time.Time
+	// keys: with several autos, each one's key (sampleAuto); finish then
+	// records each one's own parts beside the shared figure.
+	keys []string
+	own0 []autoOwn
+}
+
+// autoOwn is what can be told apart of one auto's CPU in one process:
+// its BPF run time, its shadows' time and its running agent's thread
+// (the sample reader, its decisions and agent starts cannot).
+type autoOwn struct{ bpf, shadow, agent time.Duration }
+
+func ownCost(a *pagecache.Auto) autoOwn {
+	var o autoOwn
+	o.bpf, _ = a.ProgramRuntime()
+	if st, err := a.Stats(); err == nil {
+		o.shadow = time.Duration(st["auto_shadow_us"]) * time.Microsecond
+		o.agent = time.Duration(st["agent_cpu_us"]) * time.Microsecond
+	}
+	return o
 }
 
 func startAutoCost(autos ...*pagecache.Auto) (*autoCost, error) {
@@ -366,6 +385,9 @@ func startAutoCost(autos ...*pagecache.Auto) (*autoCost, error) {
 	if c.bpf0, err = c.runtime(); err != nil {
 		st.Close()
 		return nil, err
+	}
+	for _, a := range autos {
+		c.own0 = append(c.own0, ownCost(a))
 	}
 	return c, nil
 }
@@ -399,6 +421,17 @@ func (c *autoCost) finish(rep *benchkit.Report, m string, err error) error {
 	rep.Sample(m, "auto_cpu_share_pct", pct)
 	rep.Sample(m, "auto_bpf_share_pct", bpfPct)
 	rep.Sample(m, "auto_cost_bound", 1-pct/100)
+	if len(c.keys) == len(c.autos) && len(c.autos) > 1 {
+		// Each auto's own parts (not judged: the rest of the process's
+		// CPU cannot be told apart, and the shared figure bounds both).
+		wall := float64(max(time.Since(c.t0), time.Millisecond))
+		for i, a := range c.autos {
+			o := ownCost(a)
+			rep.Sample(m, c.keys[i]+"auto_bpf_share_pct", 100*float64(o.bpf-c.own0[i].bpf)/wall)
+			rep.Sample(m, c.keys[i]+"auto_shadow_share_pct", 100*float64(o.shadow-c.own0[i].shadow)/wall)
+			rep.Sample(m, c.keys[i]+"auto_agent_share_pct", 100*float64(max(o.agent-c.own0[i].agent, 0))/wall)
+		}
+	}
 	return nil
 }
 

@@ -685,7 +685,9 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 			var costErr error
 			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, func() {
 				if rm.auto != nil && sm.auto != nil {
-					cost, costErr = startAutoCost(rm.auto, sm.auto)
+					if cost, costErr = startAutoCost(rm.auto, sm.auto); cost != nil {
+						cost.keys = []string{rm.key, sm.key}
+					}
 				}
 			})
 			if cost != nil {
