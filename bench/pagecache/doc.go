@@ -22,10 +22,19 @@
 // scan_vs_default >= 0.7; cpu_per_io_overhead_pct <= 3; rocksdb: the
 // rocksdb_* and percgroup_* targets in rocksdb.go; ycsb and zipf: the
 // headroom targets (headroom.go, winTargets) on their traced mode's replay;
-// every part with an agent_auto mode: autoTargets (auto against the
-// default: by its measured cost where it stood aside in every round, in
-// zipf, ycsb and rocksdb reads; else by ops/s). Each round reads its files
-// once from the device after dropping them (pcDropWarm).
+// every part but overhead has an agent_auto mode, judged by autoTargets
+// (auto against the default: by its measured cost where it stood aside
+// in every round, in every part but search; else on the part's own
+// measure, the one its fixed policies are judged on: search's seconds,
+// zipf's, ycsb's and rocksdb reads' ops/s, both GET-SCAN parts' GET
+// ops/s; and against the best fixed policy of the part, GET-SCAN's agent
+// in the GET-SCAN parts, where the fadvise modes are the application's
+// advice, not policies). Per-cgroup runs an auto in each cgroup and
+// judges each on its own workload's measure against that workload's best
+// fixed configuration (autoTargetsOn). Where auto runs between two
+// defaults (default, agent_auto, default_after: getscan, rocksdb getscan
+// and percgroup, zipf, ycsb), it is judged against their mean. Each round
+// reads its files once from the device after dropping them (pcDropWarm).
 //
 // live_vs_sim (headroomVerdicts, target <= 1.05): in ycsb the live side is
 // the agent's own count of pages added to the watched files in the

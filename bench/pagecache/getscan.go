@@ -158,23 +158,48 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			return err
 		}
 		name := fmt.Sprintf("cistern-bench-pagecache-%d", os.Getpid())
-		var cg *pagecache.Cgroup
-		var a *pagecache.Agent
-		stop := func() {}
-		if mode == "agent_get_scan" {
+		progress := func(p string) { opt.Progress("getscan: " + mode + ": " + p) }
+		mr := modeRun{stop: func() {}, progress: progress}
+		switch mode {
+		case "agent_get_scan":
 			// One read in 16 is reported: GETs are too many to report
 			// each, and LFU needs proportions, not every count.
-			if a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, Policy: "get-scan", AccessSample: 16, Headroom: limit / 4}); err != nil {
+			if mr.a, err = pagecache.Start(pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, Policy: "get-scan", AccessSample: 16, Headroom: limit / 4}); err != nil {
 				return err
 			}
-			cg = a.Cgroup()
-			stop = runAgent(ctx, a)
-		} else if cg, err = pagecache.OpenCgroup(name, limit); err != nil {
-			return err
+			mr.cg = mr.a.Cgroup()
+			mr.stop = runAgent(ctx, mr.a)
+		case "agent_auto":
+			// The policy it runs has the get-scan agent's settings. Its
+			// candidates have no scan list (a scanner is registered by
+			// pid, which a shadow simulation of sampled pages cannot
+			// know): it judges the reads as they come.
+			if mr.auto, mr.cg, mr.stop, err = startAuto(ctx, pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, AccessSample: 16, Headroom: limit / 4}, progress); err != nil {
+				return err
+			}
+		default:
+			if mr.cg, err = pagecache.OpenCgroup(name, limit); err != nil {
+				return err
+			}
 		}
-		r, err := runGetScan(ctx, mode, a, cg.Path, hotPath, scanPath, getThreads, dur)
-		stop()
+		a := mr.a
 		m := "getscan/" + mode
+		// auto's cost over the measured run: where it stands aside in
+		// every round it is judged by it (autoTargets).
+		var cost *autoCost
+		var costErr error
+		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() {
+			if mr.auto != nil {
+				cost, costErr = startAutoCost(mr.auto)
+			}
+		})
+		if cost != nil {
+			err = cost.finish(rep, m, err)
+		}
+		if err == nil {
+			err = costErr
+		}
+		mr.stop()
 		if err == nil {
 			rep.Sample(m, "get_ops_per_sec", r[0])
 			rep.Sample(m, "get_p99_us", r[1])
@@ -192,11 +217,9 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 					rep.Sample(m, "agent_wakeups_per_1k_gets", float64(st["agent_wakeups"]+st["agent_preempted"])/(r[0]*dur.Seconds())*1000)
 				}
 			}
+			progress(fmt.Sprintf("GETs %.0f ops/s (P99 %.0f µs), scan %.0f MB/s", r[0], r[1], r[2]))
 		}
-		if cerr := pcClose(a, cg); err == nil {
-			err = cerr
-		}
-		return err
+		return mr.finish(rep, m, err)
 	})
 	if err != nil {
 		return err
@@ -205,6 +228,10 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	rep.PairedRatio("scan_vs_default", "getscan/agent_get_scan", "scan_mb_per_sec", "getscan/default", "scan_mb_per_sec")
 	rep.TargetRatio("get_speedup", ">=", 1.3)
 	rep.TargetRatio("scan_vs_default", ">=", 0.7)
+	// auto on the GETs, the part's measure (get_speedup's); the scan's
+	// ratio beside it, without a target (scan_vs_default's is GET-SCAN's).
+	autoTargets(rep, "getscan", "get_ops_per_sec", false, []string{"agent_get_scan"})
+	rep.PairedRatio("getscan_auto_scan_vs_default", "getscan/agent_auto", "scan_mb_per_sec", "getscan/default", "scan_mb_per_sec")
 	rep.Note("getscan: one GET thread (it and the scanner a core each); the hot file is 9/16 of the limit (just over the half the kernel LRU's active list may hold) and is read twice (warm, on the active list) by the GET process before the run; the scanner is its own process, " +
 		"registered with the agent by pid; the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed); " +
 		"GET latencies: a uniform sample of 65536 per thread, so the GET process's memory (charged to the cgroup) does not grow with its GET rate; " +
@@ -215,8 +242,9 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 }
 
 // runGetScan returns GET ops/s, GET p99 (µs), scan MB/s, the mean GET (µs)
-// and the GET process's CPU (cores).
-func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration) ([7]float64, error) {
+// and the GET process's CPU (cores); measured (if not nil) is called as
+// the measured run starts, after the children's warm-up.
+func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration, measured func()) ([7]float64, error) {
 	var out [7]float64
 	advice := map[string]string{"fadvise_noreuse": "noreuse", "fadvise_dontneed": "dontneed"}[mode]
 	get, err := startPCChild(ctx, pcChildSpec{Role: "get", Cgroup: cgPath, File: hotPath, Threads: threads, Duration: dur, Seed: 42})
@@ -233,6 +261,9 @@ func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, ho
 		if err := a.AddScanPID(scan.cmd.Process.Pid); err != nil {
 			return out, err
 		}
+	}
+	if measured != nil {
+		measured()
 	}
 	get.start()
 	scan.start()

@@ -363,13 +363,14 @@ func headroomVerdicts(rep *benchkit.Report, part, opsMetric string, agentModes [
 // last tens of seconds, so it decides a few times in each.
 const autoInterval = 3 * time.Second
 
-// startAuto runs --policy auto over dir in a new cgroup name of limit,
-// each of its changes shown with progress; stop ends its loop, Close
-// removes everything.
-func startAuto(ctx context.Context, dir, name string, limit int64, progress func(string)) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
+// startAuto runs --policy auto with cfg (Dir, Cgroup, Limit, and the
+// Headroom and AccessSample of the agent it runs, as the part's fixed
+// agents have them) in a new cgroup, each of its changes shown with
+// progress; stop ends its loop, Close removes everything.
+func startAuto(ctx context.Context, cfg pagecache.Config, progress func(string)) (*pagecache.Auto, *pagecache.Cgroup, func(), error) {
 	var t0 time.Time // from its start: loading the shadows takes seconds
 	a, err := pagecache.StartAuto(pagecache.AutoConfig{
-		Config:   pagecache.Config{Dir: dir, Cgroup: name, Limit: limit},
+		Config:   cfg,
 		Interval: autoInterval,
 		OnDecision: func(d pagecache.Decision) {
 			if progress != nil {
@@ -392,47 +393,99 @@ func startAuto(ctx context.Context, dir, name string, limit int64, progress func
 	return a, a.Cgroup(), func() { cancel(); <-done }, nil
 }
 
-// sampleAuto records what auto chose in a run: auto_ran_policy is 1 when a
-// policy ran at the end (0: it stood aside), and its counters.
-func sampleAuto(rep *benchkit.Report, m string, a *pagecache.Auto) {
+// sampleAuto records what auto chose in a run, under mode m with its
+// keys prefixed by key ("" where one auto runs in the mode; per-cgroup
+// runs two, "rocksdb_" and "search_"): auto_ran_policy is 1 when a policy
+// ran at the end (0: it stood aside), and its counters. It returns the
+// end's decision, which the parts show with their progress.
+func sampleAuto(rep *benchkit.Report, m, key string, a *pagecache.Auto) pagecache.Decision {
 	d := a.Decision()
 	ran := 0.0
 	if d.Policy != "" {
 		ran = 1
 	}
-	rep.Sample(m, "auto_ran_policy", ran)
-	rep.Sample(m, "auto_gain_pct", d.GainPct)
+	rep.Sample(m, key+"auto_ran_policy", ran)
+	rep.Sample(m, key+"auto_gain_pct", d.GainPct)
 	if st, err := a.Stats(); err == nil {
-		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped"} {
-			rep.Set(m, k, st[k])
+		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals"} {
+			rep.Set(m, key+k, st[k])
 		}
 	}
+	return d
+}
+
+// autoEnd says what auto ran at a run's end, for progress.
+func autoEnd(d pagecache.Decision) string {
+	if d.Policy == "" && d.Best == "" {
+		return "auto at the end: stood aside, no decision made: " + d.Reason
+	}
+	if d.Policy == "" {
+		return fmt.Sprintf("auto at the end: stood aside (best candidate %s, %.1f %% gain): %s", d.Best, d.GainPct, d.Reason)
+	}
+	return fmt.Sprintf("auto at the end: ran %s (%.1f %% gain): %s", d.Policy, d.GainPct, d.Reason)
 }
 
 // autoCost measures what auto costs while a mode's measured part runs:
 // the bench process's CPU (auto's goroutines: the sample reader, the
 // shadow caches, its decisions; the bench's own few timers are counted
 // too) and the run time of auto's BPF programs in the workload's threads,
-// as a share of one core over the part's wall time.
+// as a share of one core over the part's wall time. A mode with an auto
+// per cgroup (per-cgroup) measures them together: they share the bench
+// process, whose CPU counts both.
 type autoCost struct {
-	a     *pagecache.Auto
+	autos []*pagecache.Auto
 	stats io.Closer
 	cpu0  time.Duration
 	bpf0  time.Duration
 	t0    time.Time
+	// keys: with several autos, each one's key (sampleAuto); finish then
+	// records each one's own parts beside the shared figure.
+	keys []string
+	own0 []autoOwn
 }
 
-func startAutoCost(a *pagecache.Auto) (*autoCost, error) {
+// autoOwn is what can be told apart of one auto's CPU in one process:
+// its BPF run time, its shadows' time and its running agent's thread
+// (the sample reader, its decisions and agent starts cannot).
+type autoOwn struct{ bpf, shadow, agent time.Duration }
+
+func ownCost(a *pagecache.Auto) autoOwn {
+	var o autoOwn
+	o.bpf, _ = a.ProgramRuntime()
+	if st, err := a.Stats(); err == nil {
+		o.shadow = time.Duration(st["auto_shadow_us"]) * time.Microsecond
+		o.agent = time.Duration(st["agent_cpu_us"]) * time.Microsecond
+	}
+	return o
+}
+
+func startAutoCost(autos ...*pagecache.Auto) (*autoCost, error) {
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
 	}
-	c := &autoCost{a: a, stats: st, cpu0: benchkit.SelfCPU(), t0: time.Now()}
-	if c.bpf0, err = a.ProgramRuntime(); err != nil {
+	c := &autoCost{autos: autos, stats: st, cpu0: benchkit.SelfCPU(), t0: time.Now()}
+	if c.bpf0, err = c.runtime(); err != nil {
 		st.Close()
 		return nil, err
 	}
+	for _, a := range autos {
+		c.own0 = append(c.own0, ownCost(a))
+	}
 	return c, nil
+}
+
+// runtime is the autos' BPF run time so far.
+func (c *autoCost) runtime() (time.Duration, error) {
+	var total time.Duration
+	for _, a := range c.autos {
+		d, err := a.ProgramRuntime()
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
 }
 
 // finish ends the measurement and, when the run went well (err nil),
@@ -451,6 +504,17 @@ func (c *autoCost) finish(rep *benchkit.Report, m string, err error) error {
 	rep.Sample(m, "auto_cpu_share_pct", pct)
 	rep.Sample(m, "auto_bpf_share_pct", bpfPct)
 	rep.Sample(m, "auto_cost_bound", 1-pct/100)
+	if len(c.keys) == len(c.autos) && len(c.autos) > 1 {
+		// Each auto's own parts (not judged: the rest of the process's
+		// CPU cannot be told apart, and the shared figure bounds both).
+		wall := float64(max(time.Since(c.t0), time.Millisecond))
+		for i, a := range c.autos {
+			o := ownCost(a)
+			rep.Sample(m, c.keys[i]+"auto_bpf_share_pct", 100*float64(o.bpf-c.own0[i].bpf)/wall)
+			rep.Sample(m, c.keys[i]+"auto_shadow_share_pct", 100*float64(o.shadow-c.own0[i].shadow)/wall)
+			rep.Sample(m, c.keys[i]+"auto_agent_share_pct", 100*float64(max(o.agent-c.own0[i].agent, 0))/wall)
+		}
+	}
 	return nil
 }
 
@@ -459,7 +523,7 @@ func (c *autoCost) finish(rep *benchkit.Report, m string, err error) error {
 func (c *autoCost) sharePct() (all, bpfPct float64, err error) {
 	defer c.stats.Close()
 	wall := float64(max(time.Since(c.t0), time.Millisecond))
-	bpf, err := c.a.ProgramRuntime()
+	bpf, err := c.runtime()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -470,6 +534,14 @@ func (c *autoCost) sharePct() (all, bpfPct float64, err error) {
 // of the part (medians of per-round ratios on metric; inverse: lower is
 // better, as for seconds).
 func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed []string) {
+	autoTargetsOn(rep, part, part, "", metric, inverse, fixed)
+}
+
+// autoTargetsOn is autoTargets for the rows PART/MODE named name in the
+// targets (NAME_auto_vs_default, ...), with auto's own samples under key
+// (sampleAuto): per-cgroup judges each cgroup's auto on its workload's
+// metric, in the same rows.
+func autoTargetsOn(rep *benchkit.Report, name, part, key, metric string, inverse bool, fixed []string) {
 	am := part + "/agent_auto"
 	ratio := func(name, a, b string) {
 		if inverse {
@@ -481,17 +553,17 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 	// Against the mean of the default runs either side of auto where the
 	// part runs one after it (PART/default_after): the device's drift
 	// between runs a minute apart cancels, and the two defaults' own ratio
-	// (PART_default_repeat) is the noise floor the verdict is read against.
+	// (NAME_default_repeat) is the noise floor the verdict is read against.
 	base := part + "/default"
 	if d0, d1 := rep.Samples(base, metric), rep.Samples(part+"/default_after", metric); len(d1) > 0 {
-		rep.PairedRatio(part+"_default_repeat", part+"/default_after", metric, base, metric)
+		ratio(name+"_default_repeat", part+"/default_after", base)
 		base = part + "/default_bracket"
 		for i := range min(len(d0), len(d1)) {
 			rep.Sample(base, metric, (d0[i]+d1[i])/2)
 		}
 	}
-	ratio(part+"_auto_vs_default", am, base)
-	med, lo, hi, ok := rep.RatioSpread(part + "_auto_vs_default")
+	ratio(name+"_auto_vs_default", am, base)
+	med, lo, hi, ok := rep.RatioSpread(name + "_auto_vs_default")
 	if !ok {
 		return
 	}
@@ -505,20 +577,20 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 	// the A/A ratio of two defaults (PART_default_repeat) and cannot
 	// resolve 3 % (session 21: 0.93-1.14). There the bound is judged and
 	// the ops/s ratio is reported beside it.
-	ran := rep.Samples(am, "auto_ran_policy")
+	ran := rep.Samples(am, key+"auto_ran_policy")
 	aside := len(ran) > 0 && len(rep.Samples(am, "auto_cost_bound")) == len(ran)
 	for _, v := range ran {
 		aside = aside && v == 0
 	}
 	if aside {
 		b, blo, bhi, _ := rep.Spread(am, "auto_cost_bound")
-		rep.Ratio(part+"_auto_cost_bound", b)
-		rep.Ratio(part+"_auto_cost_bound_min", blo)
-		rep.Ratio(part+"_auto_cost_bound_max", bhi)
-		rep.TargetSpread(part+"_auto_cost_bound", b, blo, bhi, ">=", 0.97)
-		rep.Note(fmt.Sprintf("%s: auto stood aside in every round: judged by its cost, %.2f %% of a core [%.2f–%.2f] (auto_cost_bound %.3f >= 0.97); its ops/s against the two defaults, %.3f [%.3f–%.3f], moves with the device as the defaults' own A/A ratio does", part, 100*(1-b), 100*(1-bhi), 100*(1-blo), b, med, lo, hi))
+		rep.Ratio(name+"_auto_cost_bound", b)
+		rep.Ratio(name+"_auto_cost_bound_min", blo)
+		rep.Ratio(name+"_auto_cost_bound_max", bhi)
+		rep.TargetSpread(name+"_auto_cost_bound", b, blo, bhi, ">=", 0.97)
+		rep.Note(fmt.Sprintf("%s: auto stood aside in every round: judged by its cost, %.2f %% of a core [%.2f–%.2f] (auto_cost_bound %.3f >= 0.97); its %s against the default, %.3f [%.3f–%.3f], moves with the device as the defaults' own A/A ratio does", name, 100*(1-b), 100*(1-bhi), 100*(1-blo), b, metric, med, lo, hi))
 	} else {
-		rep.TargetSpread(part+"_auto_vs_default", med, lo, hi, ">=", 0.97)
+		rep.TargetSpread(name+"_auto_vs_default", med, lo, hi, ">=", 0.97)
 	}
 	best, bestV := "", 0.0
 	for _, f := range fixed {
@@ -536,10 +608,10 @@ func autoTargets(rep *benchkit.Report, part, metric string, inverse bool, fixed 
 	if best == "" {
 		return
 	}
-	ratio(part+"_auto_vs_best_fixed", am, part+"/"+best)
-	rep.SetConfig(part+"_best_fixed_policy", best)
-	med, lo, hi, _ = rep.RatioSpread(part + "_auto_vs_best_fixed")
-	rep.TargetSpread(part+"_auto_vs_best_fixed", med, lo, hi, ">=", 0.8)
+	ratio(name+"_auto_vs_best_fixed", am, part+"/"+best)
+	rep.SetConfig(name+"_best_fixed_policy", best)
+	med, lo, hi, _ = rep.RatioSpread(name + "_auto_vs_best_fixed")
+	rep.TargetSpread(name+"_auto_vs_best_fixed", med, lo, hi, ">=", 0.8)
 }
 
 // modeRun is what a mode runs over its cgroup: only the cgroup (policy
@@ -549,16 +621,22 @@ type modeRun struct {
 	auto *pagecache.Auto
 	cg   *pagecache.Cgroup
 	stop func() // ends the agent's or auto's loop
+	// key prefixes auto's samples (sampleAuto); progress shows what auto
+	// ran at the end.
+	key      string
+	progress func(string)
 }
 
 // startMode starts policy (a registry name, pagecache.AutoPolicy or "")
-// over dir in a new cgroup name of limit.
-func startMode(ctx context.Context, dir, name string, limit int64, policy string, progress func(string)) (m modeRun, err error) {
+// over dir in a new cgroup name of limit; the agent (auto's, when it runs
+// one) reports one read in sample (0 or 1: every read).
+func startMode(ctx context.Context, dir, name string, limit int64, policy string, sample uint32, progress func(string)) (m modeRun, err error) {
 	if policy == pagecache.AutoPolicy {
-		m.auto, m.cg, m.stop, err = startAuto(ctx, dir, name, limit, progress)
+		m.auto, m.cg, m.stop, err = startAuto(ctx, pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, AccessSample: sample}, progress)
 	} else {
-		m.a, m.cg, m.stop, err = rdbAgent(ctx, dir, name, limit, policy, 1)
+		m.a, m.cg, m.stop, err = rdbAgent(ctx, dir, name, limit, policy, sample)
 	}
+	m.progress = progress
 	return m, err
 }
 
@@ -566,7 +644,10 @@ func startMode(ctx context.Context, dir, name string, limit int64, policy string
 // nil), removes everything and returns err or the first cleanup error.
 func (r modeRun) finish(rep *benchkit.Report, m string, err error) error {
 	if r.auto != nil && err == nil {
-		sampleAuto(rep, m, r.auto)
+		d := sampleAuto(rep, m, r.key, r.auto)
+		if r.progress != nil {
+			r.progress(autoEnd(d))
+		}
 	}
 	if cerr := r.close(); err == nil {
 		err = cerr

@@ -91,3 +91,56 @@ func TestAutoAsideJudgedByItsCost(t *testing.T) {
 		t.Fatalf("a policy ran: the cost bound was judged: %v", got)
 	}
 }
+
+// TestAutoPerCgroupJudgedPerWorkload: per-cgroup runs an auto in each
+// cgroup in one mode; each workload's auto is judged on its own measure
+// (RocksDB's ops/s, the search's seconds, lower better) by its own
+// choice: the RocksDB auto stood aside in every round (its cost bound,
+// shared by both autos, is judged), the search's ran MRU (its time is).
+// The best fixed configuration is each workload's own.
+func TestAutoPerCgroupJudgedPerWorkload(t *testing.T) {
+	rep := benchkit.New("t", true)
+	for range 3 {
+		for m, v := range map[string][2]float64{
+			"default": {1000, 4}, "default_after": {1000, 4}, "agent_auto": {990, 2.5},
+			"global_lfu": {1100, 4.2}, "global_mru": {900, 2}, "tailored": {1080, 2.1},
+		} {
+			rep.Sample("percgroup/"+m, "rocksdb_ops_per_sec", v[0])
+			rep.Sample("percgroup/"+m, "search_seconds", v[1])
+		}
+		rep.Sample("percgroup/agent_auto", "rocksdb_auto_ran_policy", 0)
+		rep.Sample("percgroup/agent_auto", "search_auto_ran_policy", 1)
+		rep.Sample("percgroup/agent_auto", "auto_cost_bound", 0.99)
+	}
+	fixed := []string{"global_lfu", "global_mru", "tailored"}
+	autoTargetsOn(rep, "percgroup_rocksdb", "percgroup", "rocksdb_", "rocksdb_ops_per_sec", false, fixed)
+	autoTargetsOn(rep, "percgroup_search", "percgroup", "search_", "search_seconds", true, fixed)
+	got := map[string]bool{}
+	for _, tr := range rep.Targets() {
+		got[tr.Name] = tr.Pass
+	}
+	want := map[string]bool{
+		"percgroup_rocksdb_auto_cost_bound": true, "percgroup_rocksdb_auto_vs_best_fixed": true,
+		"percgroup_search_auto_vs_default": true, "percgroup_search_auto_vs_best_fixed": true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("targets %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if p, ok := got[k]; !ok || p != v {
+			t.Fatalf("targets %v, want %v", got, want)
+		}
+	}
+	// RocksDB's best fixed is global_lfu (1100 ops/s): 0.9x.
+	if med, _, _, _ := rep.RatioSpread("percgroup_rocksdb_auto_vs_best_fixed"); math.Abs(med-0.9) > 1e-9 {
+		t.Errorf("rocksdb auto vs best fixed %v, want 0.9", med)
+	}
+	// The search: 4 s under the defaults, 2.5 s under auto: 1.6x; the
+	// best fixed is global_mru (2 s): 0.8x.
+	if med, _, _, _ := rep.RatioSpread("percgroup_search_auto_vs_default"); math.Abs(med-1.6) > 1e-9 {
+		t.Errorf("search auto vs default %v, want 1.6", med)
+	}
+	if med, _, _, _ := rep.RatioSpread("percgroup_search_auto_vs_best_fixed"); math.Abs(med-0.8) > 1e-9 {
+		t.Errorf("search auto vs best fixed %v, want 0.8", med)
+	}
+}

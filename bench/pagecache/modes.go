@@ -9,13 +9,16 @@ var RocksDBParts = []string{"reads", "getscan", "percgroup"}
 // The modes of each part, in the order they interleave; the report's rows
 // are PART/MODE. "default" and "off" are the kernel's own LRU, untouched.
 var (
-	searchModes   = []string{"default", "traced", "agent_mru", "agent_auto"}
-	getScanModes  = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
+	searchModes = []string{"default", "traced", "agent_mru", "agent_auto"}
+	// (getscan, rocksdb getscan and percgroup: auto between two defaults,
+	// judged against their mean, as in zipf and ycsb: autoTargets)
+	getScanModes  = []string{"default", "agent_auto", "default_after", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
 	overheadModes = []string{"off", "agent_none", "agent_lru"}
 	// --workload rocksdb
 	rdbReadModes    = []string{"default", "traced", "agent_lfu", "agent_s3fifo", "agent_lhd", "agent_auto"}
-	rdbGetScanModes = []string{"default", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
-	rdbCgroupModes  = []string{"default", "global_lfu", "global_mru", "tailored"}
+	rdbGetScanModes = []string{"default", "agent_auto", "default_after", "agent_get_scan", "fadvise_noreuse", "fadvise_dontneed"}
+	// (percgroup's agent_auto: an auto in each cgroup)
+	rdbCgroupModes = []string{"default", "agent_auto", "default_after", "global_lfu", "global_mru", "tailored"}
 	// --workload ycsb: every workload (ycsb.go)
 	// (traced: the default with the access-trace recorder on, headroom.go;
 	// auto between two defaults, judged against their mean: autoTargets)

@@ -327,12 +327,12 @@ func pcSearchRun(ctx context.Context, rep *benchkit.Report, mode, root string, f
 	} else if mode == "agent_auto" {
 		var auto *pagecache.Auto
 		var stopAuto func()
-		if auto, cg, stopAuto, err = startAuto(ctx, root, name, limit, progress); err != nil {
+		if auto, cg, stopAuto, err = startAuto(ctx, pagecache.Config{Dir: root, Cgroup: name, Limit: limit}, progress); err != nil {
 			return nil, nil, err
 		}
 		defer func() {
 			stopAuto()
-			sampleAuto(rep, "search/agent_auto", auto)
+			sampleAuto(rep, "search/agent_auto", "", auto)
 			auto.Close()
 		}()
 	} else {

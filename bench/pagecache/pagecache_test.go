@@ -48,7 +48,7 @@ func TestGetScanWorkloadRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := runGetScan(context.Background(), mode, a, cg.Path, hot, scan, 1, 500*time.Millisecond)
+		r, err := runGetScan(context.Background(), mode, a, cg.Path, hot, scan, 1, 500*time.Millisecond, nil)
 		stop()
 		if cerr := pcClose(a, cg); cerr != nil {
 			t.Error(cerr)

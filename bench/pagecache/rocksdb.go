@@ -274,7 +274,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode], func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) })
+		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policies[mode], 1, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) })
 		if err != nil {
 			return err
 		}
@@ -491,14 +491,14 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 		if err := s.rdbDrop(); err != nil {
 			return err
 		}
-		policy := ""
-		if mode == "agent_get_scan" {
-			policy = "get-scan"
-		}
-		a, cg, stop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policy, rdbGetScanSample)
+		policy := map[string]string{"agent_get_scan": "get-scan", "agent_auto": pagecache.AutoPolicy}[mode]
+		progress := func(p string) { opt.Progress("rocksdb getscan: " + mode + ": " + p) }
+		mr, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, policy, rdbGetScanSample, progress)
 		if err != nil {
 			return err
 		}
+		a, cg, stop := mr.a, mr.cg, mr.stop
+		m := "rocksdb_getscan/" + mode
 		gets, scan, err := func() (rdbResult, rdbResult, error) {
 			defer stop()
 			// The scan runs for the GETs' warm-up and measured parts.
@@ -521,16 +521,29 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 					return rdbResult{}, rdbResult{}, err
 				}
 			}
-			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb getscan: " + mode + ": " + p) }, nil)
+			// auto's cost over the measured GETs: where it stands aside
+			// in every round it is judged by it (autoTargets).
+			var cost *autoCost
+			var costErr error
+			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, progress, func() {
+				if mr.auto != nil {
+					cost, costErr = startAutoCost(mr.auto)
+				}
+			})
+			if cost != nil {
+				gerr = cost.finish(rep, m, gerr)
+			}
+			if gerr == nil {
+				gerr = costErr
+			}
 			if gerr != nil {
 				scmd.Process.Kill()
 			}
 			sr, serr := swait()
 			return g, sr, errors.Join(gerr, serr)
 		}()
-		m := "rocksdb_getscan/" + mode
 		if err == nil {
-			opt.Progress(fmt.Sprintf("rocksdb getscan: %s: GETs %.0f ops/s (P99 %.0f µs), scan %.1f MB/s", mode, gets.OpsPerSec, gets.P99, scan.MBPerSec))
+			progress(fmt.Sprintf("GETs %.0f ops/s (P99 %.0f µs), scan %.1f MB/s", gets.OpsPerSec, gets.P99, scan.MBPerSec))
 			rep.Sample(m, "get_ops_per_sec", gets.OpsPerSec)
 			rep.Sample(m, "get_p99_us", gets.P99)
 			rep.Sample(m, "scan_mb_per_sec", scan.MBPerSec)
@@ -539,10 +552,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 				pcAgentStats(rep, m, a)
 			}
 		}
-		if cerr := pcClose(a, cg); err == nil {
-			err = cerr
-		}
-		return err
+		return mr.finish(rep, m, err)
 	})
 	if err != nil {
 		return err
@@ -555,6 +565,10 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 	}
 	rep.TargetRatio("rocksdb_get_speedup", ">=", 1.5)
 	rep.TargetRatio("rocksdb_scan_vs_default", ">=", 0.8)
+	// auto on the GETs, the part's measure (rocksdb_get_speedup's); the
+	// scan's ratio beside it, without a target.
+	autoTargets(rep, "rocksdb_getscan", "get_ops_per_sec", false, []string{"agent_get_scan"})
+	rep.PairedRatio("rocksdb_getscan_auto_scan_vs_default", "rocksdb_getscan/agent_auto", "scan_mb_per_sec", "rocksdb_getscan/default", "scan_mb_per_sec")
 	rep.Note(fmt.Sprintf("rocksdb getscan: GETs = db_bench readrandom (%d threads, --read_random_exp_range=%d, warm-up then measured, as in reads); "+
 		"scan = a second db_bench process, --readonly seekrandom --seek_nexts=%d, one thread, for the GETs' whole run, registered with GET-SCAN by pid (its threads by tgid); the agent sees one read in %d (1: every read); "+
 		"fadvise_*: the scan process runs with an LD_PRELOAD shim that advises its own reads (NOREUSE on each file before its first read, or DONTNEED on what it has read, by 512 KiB stretches behind the reader): db_bench has no such option. "+
@@ -600,7 +614,8 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 	rep.SetConfig("percgroup_search_tree", root)
 	rep.SetConfig("percgroup_search_cgroup_limit_bytes", slimit)
 	configs := map[string][2]string{ // rocksdb's policy, the search's
-		"default": {"", ""}, "global_lfu": {"lfu", "lfu"}, "global_mru": {"mru", "mru"}, "tailored": {"lfu", "mru"},
+		"default": {"", ""}, "default_after": {"", ""}, "global_lfu": {"lfu", "lfu"}, "global_mru": {"mru", "mru"}, "tailored": {"lfu", "mru"},
+		"agent_auto": {pagecache.AutoPolicy, pagecache.AutoPolicy}, // an auto in each cgroup
 	}
 	modes := rdbCgroupModes
 	rounds := benchkit.Rounds(opt.Quick)
@@ -617,17 +632,24 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 			return err
 		}
 		pol := configs[mode]
-		ra, rcg, rstop, err := rdbAgent(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, pol[0], 1)
+		rp := func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": rocksdb: " + p) }
+		rm, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, pol[0], 1, rp)
 		if err != nil {
 			return err
 		}
+		rm.key = "rocksdb_"
+		ra, rcg, rstop := rm.a, rm.cg, rm.stop
 		// The search's agent reports one read in 16, as the search part's.
-		sa, scg, sstop, err := rdbAgent(ctx, root, fmt.Sprintf("cistern-bench-search-%d", os.Getpid()), slimit, pol[1], 16)
+		sp := func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": search: " + p) }
+		sm, err := startMode(ctx, root, fmt.Sprintf("cistern-bench-search-%d", os.Getpid()), slimit, pol[1], 16, sp)
 		if err != nil {
 			rstop()
-			pcClose(ra, rcg)
+			rm.close()
 			return err
 		}
+		sm.key = "search_"
+		scg, sstop := sm.cg, sm.stop
+		m := "percgroup/" + mode
 		r, searches, err := func() (rdbResult, []float64, error) {
 			defer rstop()
 			defer sstop()
@@ -657,7 +679,23 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 				}
 				sdone <- nil
 			}()
-			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, nil)
+			// The autos' cost over RocksDB's measured run (the searches
+			// run through it): one figure for both, in one process.
+			var cost *autoCost
+			var costErr error
+			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, func() {
+				if rm.auto != nil && sm.auto != nil {
+					if cost, costErr = startAutoCost(rm.auto, sm.auto); cost != nil {
+						cost.keys = []string{rm.key, sm.key}
+					}
+				}
+			})
+			if cost != nil {
+				err = cost.finish(rep, m, err)
+			}
+			if err == nil {
+				err = costErr
+			}
 			// At least two searches (the first reads the tree from disk):
 			// on a loaded machine they may need longer than db_bench ran.
 			for deadline := time.Now().Add(2 * time.Minute); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -674,7 +712,6 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 			defer mu.Unlock()
 			return r, each, errors.Join(err, serr)
 		}()
-		m := "percgroup/" + mode
 		if err == nil {
 			if len(searches) < 2 {
 				err = fmt.Errorf("only %d searches finished beside db_bench", len(searches))
@@ -688,15 +725,17 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 				rep.Sample(m, "searches", float64(len(searches)))
 			}
 		}
-		if cerr := errors.Join(pcClose(sa, scg), pcClose(ra, rcg)); err == nil {
-			err = cerr
+		serr := sm.finish(rep, m, err)
+		if rerr := rm.finish(rep, m, err); err == nil {
+			err = errors.Join(serr, rerr)
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	for _, mode := range modes[1:] {
+	fixed := []string{"global_lfu", "global_mru", "tailored"}
+	for _, mode := range fixed {
 		rep.PairedRatio("percgroup_rocksdb_"+mode+"_vs_default", "percgroup/"+mode, "rocksdb_ops_per_sec", "percgroup/default", "rocksdb_ops_per_sec")
 		// Searches: time, so default over mode is the speedup.
 		rep.PairedRatio("percgroup_search_"+mode+"_vs_default", "percgroup/default", "search_seconds", "percgroup/"+mode, "search_seconds")
@@ -709,6 +748,11 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 		rep.TargetRatio("percgroup_rocksdb_tailored_vs_"+g, ">=", 1-rdbParityMargin)
 		rep.TargetRatio("percgroup_search_tailored_vs_"+g, ">=", 1-rdbParityMargin)
 	}
+	// auto in each cgroup, judged on each workload's measure against the
+	// defaults around it and the best fixed configuration for that
+	// workload (one global policy or the tailored pair).
+	autoTargetsOn(rep, "percgroup_rocksdb", "percgroup", "rocksdb_", "rocksdb_ops_per_sec", false, fixed)
+	autoTargetsOn(rep, "percgroup_search", "percgroup", "search_", "search_seconds", true, fixed)
 	rep.Note("percgroup: db_bench readrandom (as in reads, its cgroup 1/4 of the database) and ripgrep searches one after another in a second cgroup (70% of the tree), at once; " +
 		"search_seconds = median of the searches after the first that finished while db_bench ran (both start cold; when fewer than two had finished, the search goes on alone until two have); each agent runs on its own cgroup and directory only. " +
 		"The RocksDB agent sees every read; the search's reports one in 16. " +

@@ -252,7 +252,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 		if err := pcDrop(s.files); err != nil {
 			return err
 		}
-		mr, err := startMode(ctx, clone, fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid()), s.limit, policies[mode], func(p string) { opt.Progress("ycsb: " + mode + ": " + p) })
+		mr, err := startMode(ctx, clone, fmt.Sprintf("cistern-bench-ycsb-%d", os.Getpid()), s.limit, policies[mode], 1, func(p string) { opt.Progress("ycsb: " + mode + ": " + p) })
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		if !strings.HasPrefix(mode, "agent_") {
 			policy = ""
 		}
-		mr, err := startMode(ctx, dir, name, limit, policy, func(p string) { opt.Progress("zipf: " + mode + ": " + p) })
+		mr, err := startMode(ctx, dir, name, limit, policy, 1, func(p string) { opt.Progress("zipf: " + mode + ": " + p) })
 		if err != nil {
 			return err
 		}
@@ -268,7 +268,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			}
 		}
 		if auto != nil {
-			sampleAuto(rep, m, auto)
+			sampleAuto(rep, m, "", auto)
 		}
 		if tr != nil {
 			evs, err := tr.finish()

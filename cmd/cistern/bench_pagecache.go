@@ -61,6 +61,11 @@ s; --quick 6 s), then the measured one (4 threads, 15 s; --quick 4 s). --quick c
 in 60 s: 7 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
 plus the agent's start, take about 3 minutes (plus the load, once: ~1 min);
 the warm-up trains the policies (the cgroup is full within 3 s).
+Every part but overhead also runs agent_auto (--policy auto; per-cgroup:
+an auto in each cgroup), between two default runs in getscan, rocksdb's
+getscan and percgroup, zipf and ycsb: targets PART_auto_vs_default >= 0.97
+on the part's measure (PART_auto_cost_bound >= 0.97, its measured CPU,
+where it stood aside in every round) and PART_auto_vs_best_fixed >= 0.8.
 Files are dropped from the page cache (fadvise DONTNEED) before each mode.
 Modes run interleaved for 5 rounds (--quick 3); ratios are medians of the
 rounds' ratios. The overhead target is the agent's own cost (BPF run time
