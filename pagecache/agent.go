@@ -72,6 +72,10 @@ type Agent struct {
 	failOpen, failFadvise, stillDirty    atomic.Uint64
 	stillWriteback, stillBusy, pressured atomic.Uint64
 	retried, cpuMicros                   atomic.Uint64
+	// runCPU0: the Run thread's CPU clock when Run began (0: not running),
+	// so that Stats counts a running agent's CPU too (auto's agents are
+	// read while they run).
+	runCPU0 atomic.Int64
 	// Wakeups by the policy; runs where it proposed nothing while the
 	// cgroup was above high (the kernel's reclaim then does the work);
 	// pages of victims already gone when evicted.
@@ -384,7 +388,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	var ru0 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
 	v0, n0 := ru0.Nvcsw, ru0.Nivcsw
+	a.runCPU0.Store(int64(max(a.ThreadCPU(), 1)))
 	defer func() { // the agent's own CPU time, for the benches
+		a.runCPU0.Store(0) // before the total grows: Stats never counts twice
 		var ru unix.Rusage
 		if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
 			d := ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
@@ -653,6 +659,9 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		"woken_by_policy": &a.woken, "policy_declined": &a.declined, "victim_pages_gone": &a.gonePages,
 	} {
 		st[k] = v.Load()
+	}
+	if base := a.runCPU0.Load(); base > 0 { // read after agent_cpu_us (Run's defer)
+		st["agent_cpu_us"] += uint64(max(int64(a.ThreadCPU())-base, 0) / 1000)
 	}
 	st["fadvise_us"] = a.fadvNanos.Load() / 1000
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000

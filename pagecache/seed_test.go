@@ -177,6 +177,11 @@ func TestAgentSeedsEveryPage(t *testing.T) {
 			if st["events_dropped"] != 0 || st["added"] < st["seeded_pages"] {
 				t.Fatalf("the policy added %d of %d seeded pages, %d events dropped", st["added"], st["seeded_pages"], st["events_dropped"])
 			}
+			// Read while Run runs (it applied the seed): its thread's CPU
+			// so far, not only once Run has returned.
+			if st["agent_cpu_us"] == 0 {
+				t.Errorf("agent_cpu_us 0 while the agent runs, having applied %d events", st["applied"])
+			}
 		})
 	}
 }
