@@ -407,7 +407,7 @@ func sampleAuto(rep *benchkit.Report, m, key string, a *pagecache.Auto) pagecach
 	rep.Sample(m, key+"auto_ran_policy", ran)
 	rep.Sample(m, key+"auto_gain_pct", d.GainPct)
 	if st, err := a.Stats(); err == nil {
-		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals", "auto_agents_prepared"} {
+		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals"} {
 			rep.Set(m, key+k, st[k])
 		}
 	}
