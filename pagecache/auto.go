@@ -158,7 +158,6 @@ type Auto struct {
 	resting    atomic.Bool
 
 	samples, decisions, switches atomic.Uint64
-	prepares                     atomic.Uint64 // agents started ahead of a confirmation
 	// shadowNS: time spent feeding the shadows (CPU-bound: the kernel
 	// model in Go, the candidates in the kernel through test runs).
 	shadowNS atomic.Uint64
@@ -643,13 +642,13 @@ func (a *Auto) decideOn(r autoRecord) error {
 			if eff(proposed) >= 4*a.cfg.MarginPct {
 				a.confirmNeed = stepSamples
 			}
-			a.prepareIfClear(proposed, eff(proposed))
+			a.prepare(proposed)
 			d.Policy = cur
 			d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], a.confirmNeed, policyName(cur))
 		} else {
 			if a.proposed != proposed { // a better one replaces it
 				a.proposed = proposed
-				a.prepareIfClear(proposed, eff(proposed))
+				a.prepare(proposed)
 			}
 			fg := 0.0
 			if a.confirm.kernel > 0 {
@@ -809,29 +808,10 @@ func (a *Auto) startAgent(policy string) (*Agent, error) {
 	return ag, nil
 }
 
-// prepareIfClear prepares a proposal's agent ahead of its confirmation
-// only when the proposal is clear (twice the margin, the search's loop:
-// 40-75 %); one near the margin, which the confirmation often refuses
-// (the synthetic GET-SCAN: MRU and W-TinyLFU proposed in turn at 15-35 %),
-// is started when confirmed, in line (about a second: the seed follows in
-// the background). Agents started for proposals that went cost the
-// GET-SCAN part 13-76 % of a core.
-func (a *Auto) prepareIfClear(policy string, eff float64) {
-	if eff >= 2*a.cfg.MarginPct {
-		a.prepare(policy)
-	} else if a.ready != nil && a.ready.policy != policy {
-		a.dropReady()
-	}
-}
-
 // prepare starts the proposed policy's agent in the background, without
 // running it; a start that fails is left to the switch, which reports it.
 func (a *Auto) prepare(policy string) {
-	if a.ready != nil && a.ready.policy == policy {
-		return
-	}
-	a.prepares.Add(1)
-	if a.dry {
+	if a.dry || (a.ready != nil && a.ready.policy == policy) {
 		return
 	}
 	a.dropReady()
@@ -918,7 +898,7 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 	st := map[string]uint64{
 		"auto_samples": a.samples.Load(), "auto_decisions": a.decisions.Load(), "auto_switches": a.switches.Load(),
 		"auto_shadow_us":      a.shadowNS.Load() / 1000,
-		"auto_rest_intervals": a.rests.Load(), "auto_agents_prepared": a.prepares.Load(),
+		"auto_rest_intervals": a.rests.Load(),
 	}
 	if a.resting.Load() {
 		st["auto_resting"] = 1

@@ -220,36 +220,3 @@ func TestAutoKeepsItsPolicyThroughALoop(t *testing.T) {
 		}
 	}
 }
-
-// TestAutoPreparesOnlyClearProposals: a proposal near the margin (20 %
-// here, 15 % the margin) is not given an agent before its confirmation
-// (the synthetic GET-SCAN's proposals at 15-35 %, refused in turn, started
-// agents that cost 13-76 % of a core); a clear one (50 %) is.
-func TestAutoPreparesOnlyClearProposals(t *testing.T) {
-	for _, c := range []struct {
-		mru     uint64 // misses per 1000 against the kernel's 1000
-		prepare bool
-	}{{800, false}, {500, true}} {
-		cfg := AutoConfig{Candidates: []string{"mru", "lhd"}}
-		if err := cfg.setDefaults(); err != nil {
-			t.Fatal(err)
-		}
-		var reasons []string
-		cfg.OnDecision = func(d Decision) { reasons = append(reasons, d.Reason) }
-		a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
-		proposed := false
-		for range 24 {
-			if err := a.decideOn(autoRecord{reads: 1024, kernel: 1000, misses: map[string]uint64{"mru": c.mru, "lhd": 1000}}); err != nil {
-				t.Fatal(err)
-			}
-			proposed = proposed || a.proposed != "" || a.Decision().Policy != ""
-		}
-		t.Logf("mru %d of the kernel's 1000: %d agents prepared; %q", c.mru, a.prepares.Load(), reasons)
-		if !proposed {
-			t.Fatalf("mru at %d of the kernel's 1000 misses was never proposed", c.mru)
-		}
-		if got := a.prepares.Load() > 0; got != c.prepare {
-			t.Errorf("mru at %d of the kernel's 1000 misses: prepared ahead %v, want %v", c.mru, got, c.prepare)
-		}
-	}
-}
