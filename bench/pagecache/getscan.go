@@ -186,19 +186,9 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		m := "getscan/" + mode
 		// auto's cost over the measured run: where it stands aside in
 		// every round it is judged by it (autoTargets).
-		var cost *autoCost
-		var costErr error
-		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() {
-			if mr.auto != nil {
-				cost, costErr = startAutoCost(mr.auto)
-			}
-		})
-		if cost != nil {
-			err = cost.finish(rep, m, err)
-		}
-		if err == nil {
-			err = costErr
-		}
+		var cost autoCostRun
+		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() { cost.start(nil, mr.auto) })
+		err = cost.end(rep, m, err)
 		mr.stop()
 		if err == nil {
 			rep.Sample(m, "get_ops_per_sec", r[0])

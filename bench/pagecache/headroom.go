@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -457,6 +458,34 @@ func ownCost(a *pagecache.Auto) autoOwn {
 		o.agent = time.Duration(st["agent_cpu_us"]) * time.Microsecond
 	}
 	return o
+}
+
+// autoCostRun measures autos' cost over one run's measured part: start
+// is called from the run's hook when that part begins (nothing unless
+// every auto is there), end records it under a mode and returns the run's
+// error, or else the measurement's.
+type autoCostRun struct {
+	cost *autoCost
+	err  error
+}
+
+func (c *autoCostRun) start(keys []string, autos ...*pagecache.Auto) {
+	if len(autos) == 0 || slices.Contains(autos, nil) {
+		return
+	}
+	if c.cost, c.err = startAutoCost(autos...); c.cost != nil {
+		c.cost.keys = keys
+	}
+}
+
+func (c *autoCostRun) end(rep *benchkit.Report, m string, err error) error {
+	if c.cost != nil {
+		err = c.cost.finish(rep, m, err)
+	}
+	if err == nil {
+		err = c.err
+	}
+	return err
 }
 
 func startAutoCost(autos ...*pagecache.Auto) (*autoCost, error) {

@@ -291,20 +291,9 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 			defer stop()
 			// auto's cost over the measured run: where it stands aside in
 			// every round it is judged by it (autoTargets).
-			var cost *autoCost
-			var costErr error
-			r, err := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) }, func() {
-				if mr.auto != nil {
-					cost, costErr = startAutoCost(mr.auto)
-				}
-			})
-			if cost != nil {
-				err = cost.finish(rep, m, err)
-			}
-			if err == nil {
-				err = costErr
-			}
-			return r, err
+			var cost autoCostRun
+			r, err := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) }, func() { cost.start(nil, mr.auto) })
+			return r, cost.end(rep, m, err)
 		}()
 		if tr != nil {
 			evs, terr := tr.finish()
@@ -523,19 +512,9 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 			}
 			// auto's cost over the measured GETs: where it stands aside
 			// in every round it is judged by it (autoTargets).
-			var cost *autoCost
-			var costErr error
-			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, progress, func() {
-				if mr.auto != nil {
-					cost, costErr = startAutoCost(mr.auto)
-				}
-			})
-			if cost != nil {
-				gerr = cost.finish(rep, m, gerr)
-			}
-			if gerr == nil {
-				gerr = costErr
-			}
+			var cost autoCostRun
+			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, progress, func() { cost.start(nil, mr.auto) })
+			gerr = cost.end(rep, m, gerr)
 			if gerr != nil {
 				scmd.Process.Kill()
 			}
@@ -681,21 +660,11 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 			}()
 			// The autos' cost over RocksDB's measured run (the searches
 			// run through it): one figure for both, in one process.
-			var cost *autoCost
-			var costErr error
+			var cost autoCostRun
 			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, func() {
-				if rm.auto != nil && sm.auto != nil {
-					if cost, costErr = startAutoCost(rm.auto, sm.auto); cost != nil {
-						cost.keys = []string{rm.key, sm.key}
-					}
-				}
+				cost.start([]string{rm.key, sm.key}, rm.auto, sm.auto)
 			})
-			if cost != nil {
-				err = cost.finish(rep, m, err)
-			}
-			if err == nil {
-				err = costErr
-			}
+			err = cost.end(rep, m, err)
 			// At least two searches (the first reads the tree from disk):
 			// on a loaded machine they may need longer than db_bench ran.
 			for deadline := time.Now().Add(2 * time.Minute); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -25,17 +25,8 @@ import (
 // no worse than the kernel model), and the loaded database left as it was
 // (the updates went to the clone).
 func TestYCSBRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if _, err := servers.GoYCSBPath(); err != nil {
-		testenv.Missing(t, "go-ycsb", fmt.Sprint(err))
-	}
-	testenv.NeedTool(t, "ldb", "rocksdb-tools")
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := servers.PrepareYCSB(ctx, servers.YCSBDBOptions{CacheDir: dir, Records: 20000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, dir := ycsbTestDB(t, ctx)
 	files, size, err := db.Files()
 	if err != nil || len(files) == 0 || size < 10<<20 {
 		t.Fatalf("table files %v, %d bytes, %v: want about 20 MiB", files, size, err)
@@ -111,17 +102,8 @@ func TestYCSBRun(t *testing.T) {
 // the measured run began at, and the trace's accesses with those adds put
 // in (pctrace.AccessesAt) hold each of those pages once.
 func TestYCSBAgentCountsAddsAsTheTrace(t *testing.T) {
-	testenv.RequireRoot(t)
-	if _, err := servers.GoYCSBPath(); err != nil {
-		testenv.Missing(t, "go-ycsb", fmt.Sprint(err))
-	}
-	testenv.NeedTool(t, "ldb", "rocksdb-tools")
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := servers.PrepareYCSB(ctx, servers.YCSBDBOptions{CacheDir: dir, Records: 20000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, dir := ycsbTestDB(t, ctx)
 	files, _, err := db.Files()
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +167,21 @@ func TestYCSBAgentCountsAddsAsTheTrace(t *testing.T) {
 	if kernel == 0 || kernel > uint64(len(keys)-from) {
 		t.Errorf("the kernel model missed %d of %d measured accesses", kernel, len(keys)-from)
 	}
+}
+
+// ycsbTestDB loads the tests' tiny YCSB database (20k records) in a
+// temporary directory, which it returns too.
+func ycsbTestDB(t *testing.T, ctx context.Context) (*servers.YCSBDB, string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := servers.GoYCSBPath(); err != nil {
+		testenv.Missing(t, "go-ycsb", fmt.Sprint(err))
+	}
+	testenv.NeedTool(t, "ldb", "rocksdb-tools")
+	dir := t.TempDir()
+	db, err := servers.PrepareYCSB(ctx, servers.YCSBDBOptions{CacheDir: dir, Records: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, dir
 }

@@ -225,25 +225,19 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		}
 		var shadow0, warmReads uint64
 		var t0 time.Time
-		var cost *autoCost
-		var costErr error
+		var cost autoCostRun
 		r, err := zipfRun(ctx, cg.Path, path, size, warm, measure, a, func() {
 			t0 = time.Now()
 			if auto != nil {
 				st, _ := auto.Stats()
 				shadow0 = st["auto_shadow_us"]
-				cost, costErr = startAutoCost(auto)
+				cost.start(nil, auto)
 			}
 			if tr != nil {
 				warmReads = tr.reads()
 			}
 		})
-		if cost != nil {
-			err = cost.finish(rep, "zipf/"+mode, err)
-		}
-		if err == nil {
-			err = costErr
-		}
+		err = cost.end(rep, "zipf/"+mode, err)
 		if err != nil {
 			return err
 		}
