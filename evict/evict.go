@@ -20,7 +20,10 @@ const (
 	DefaultSlots  = 65536 // EVICT_DEFAULT_SLOTS: capacity the objects are compiled with
 	ReqSize       = 24    // sizeof(struct evict_req)
 	batchHeader   = 8     // n, pad
-	Nil           = ^uint32(0)
+	// evictReqUnseen is EVICT_REQ_UNSEEN, in struct evict_req's flags
+	// (offset 14).
+	evictReqUnseen = 1
+	Nil            = ^uint32(0)
 )
 
 // StatNames are the evict_stats counters, in enum evict_stat order.
@@ -91,6 +94,9 @@ func (c Config) Apply(spec *ebpf.CollectionSpec) error {
 type Request struct {
 	Key  uint64
 	Size uint32
+	// Unseen: on a hit the policy is not told (EVICT_REQ_UNSEEN): a read
+	// the page-cache agent's access sampling would not report.
+	Unseen bool
 }
 
 // Outcome is what replay wrote back for one request.
@@ -193,6 +199,10 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 			o := b[batchHeader+i*ReqSize:]
 			le.PutUint64(o[0:], r.Key)
 			le.PutUint32(o[8:], r.Size)
+			o[14] = 0
+			if r.Unseen {
+				o[14] = evictReqUnseen
+			}
 		}
 		// The map value is a whole struct evict_batch: records past n
 		// are left over from earlier batches and never read.

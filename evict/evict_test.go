@@ -224,3 +224,25 @@ func TestEveryPolicyLoads(t *testing.T) {
 		t.Errorf("unknown policy: %v", err)
 	}
 }
+
+// TestUnseenHitsAreNotTold: a hit with Unseen set is a hit, but the policy
+// is not told of it. LRU over a cache of 2: A B A C evicts B when the hit
+// on A is told (A moved to the head), and A when it is not.
+func TestUnseenHitsAreNotTold(t *testing.T) {
+	for _, unseen := range []bool{false, true} {
+		c := open(t, "lru", 2)
+		reqs := trace("ABAC")
+		reqs[2].Unseen = unseen
+		out := make([]Outcome, len(reqs))
+		if _, err := c.Replay(reqs, out); err != nil {
+			t.Fatal(err)
+		}
+		want := "M M H MB"
+		if unseen {
+			want = "M M H MA"
+		}
+		if got := outcomes(out); got != want {
+			t.Errorf("unseen %v: %s, want %s", unseen, got, want)
+		}
+	}
+}

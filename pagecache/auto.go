@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/bits"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -99,9 +100,18 @@ type Auto struct {
 	// replay objects, loaded once.
 	kern    *sim.KernelModel
 	shadows map[string]*evict.Cache
-	pending []uint64 // sampled page keys since the last decision
-	loaded  uint64   // sampled pages the kernel added since then
-	recs    []autoRecord
+	// pending: the sampled pages read since the last decision, in order.
+	// With AccessSample N, a read is Unseen (the policy is not told of a
+	// hit) unless it is one of the 1 in N the agent would report, drawn as
+	// the tracker draws them, per read (want_read): the candidates are
+	// simulated as they will run.
+	pending []evict.Request
+	rng     *rand.Rand
+	// reads: each thread's latest read, whose later batches (the same
+	// file and end, further on) continue it (readCont).
+	reads  map[uint32]readCont
+	loaded uint64 // sampled pages the kernel added since then
+	recs   []autoRecord
 	// Live check: the default's live misses over the kernel model's
 	// (defRatio, measured while auto stands aside), the running policy's
 	// since it started (run), and each policy's measured loss.
@@ -221,7 +231,7 @@ func StartAuto(cfg AutoConfig) (_ *Auto, err error) {
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("--dir %s: not a directory", cfg.Dir)
 	}
-	a := &Auto{cfg: cfg, shadows: map[string]*evict.Cache{}, loss: map[string]float64{}}
+	a := &Auto{cfg: cfg, shadows: map[string]*evict.Cache{}, loss: map[string]float64{}, rng: rand.New(rand.NewPCG(1, 2))}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -390,10 +400,26 @@ func (a *Auto) settle() error {
 func (a *Auto) add(e pctrace.Event) {
 	switch e.Op {
 	case pctrace.OpRead:
-		for p := uint64(0); p < uint64(min(max(e.Nr, 1), 64)); p++ {
-			k := pctrace.Key(e.File, e.Index+p)
+		from, to := e.Index, e.Index+uint64(min(max(e.Nr, 1), 64))
+		c, cont := a.reads[e.TID]
+		end := e.Index + uint64(max(e.Nr, 1))
+		if cont = cont && c.file == e.File && c.end == end && e.Index > c.first; cont {
+			from = max(from, c.covered)
+		} else {
+			c = readCont{file: e.File, end: end}
+			if s := a.cfg.AccessSample; s > 1 {
+				c.unseen = a.rng.Uint32()&(s-1) != 0
+			}
+		}
+		c.first, c.covered = e.Index, max(c.covered, to)
+		if a.reads == nil || len(a.reads) >= 1<<14 {
+			a.reads = map[uint32]readCont{} // threads come and go
+		}
+		a.reads[e.TID] = c
+		for p := from; p < to; p++ {
+			k := pctrace.Key(e.File, p)
 			if ShardsSampled(k, a.bits) {
-				a.pending = append(a.pending, k)
+				a.pending = append(a.pending, evict.Request{Key: k, Size: 1, Unseen: c.unseen})
 				a.samples.Add(1)
 			}
 		}
@@ -404,6 +430,24 @@ func (a *Auto) add(e pctrace.Event) {
 			}
 		}
 	}
+}
+
+// readCont is a thread's latest read as the sampler reported it. One
+// read(2) calls filemap_get_pages once per batch of folios, and each call
+// is reported as the rest of the read (pctrace.Event.Nr); the sampler,
+// which keeps no read state in the kernel, reports every batch that holds
+// a sampled page, so a cold 4 MiB read's sampled pages came twice
+// (TestAutoSamplerCountsAReadOnce: 992 sampled reads of 513 pages): hits
+// to every shadow, and a second touch that moves a page to the kernel
+// model's active list, which the kernel does not do. A later batch of the
+// same file and end, further on, continues the read: only its pages past
+// covered are new, and it shares the read's draw of the access sample, as
+// the agent's tracker does (pc_read).
+type readCont struct {
+	file       uint32
+	first, end uint64 // the latest batch's first page; the read's end (exclusive)
+	covered    uint64 // pages before this were sampled in this read
+	unseen     bool
 }
 
 // confirmSamples: the fresh sampled reads after a proposal that must show
@@ -462,29 +506,25 @@ func (a *Auto) minSamples() int { return min(max(4*a.pages, 16384), a.cfg.Window
 // fill cost auto a pass (94 MiB cgroup: its first decision in the 4th of
 // 10 searches). A transient still needs its confirmation.
 func (a *Auto) feed() (autoRecord, error) {
-	keys := a.pending
-	w := 0 // keys[:w] only warm
-	for i, k := range keys {
+	reqs := a.pending
+	w := 0 // reqs[:w] only warm
+	for i, rq := range reqs {
 		if a.kern.Misses < uint64(a.pages) {
-			a.kern.Access(k)
+			a.kern.Access(rq.Key)
 			w = i + 1
 			continue
 		}
 		break
 	}
-	r := autoRecord{reads: uint64(len(keys) - w), loaded: a.loaded, misses: map[string]uint64{}}
+	r := autoRecord{reads: uint64(len(reqs) - w), loaded: a.loaded, misses: map[string]uint64{}}
 	if w > 0 { // the loads of this record partly warmed: not a live measure
 		r.fresh = true
 	}
 	m0 := a.kern.Misses
-	for _, k := range keys[w:] {
-		a.kern.Access(k)
+	for _, rq := range reqs[w:] {
+		a.kern.Access(rq.Key) // the kernel sees every read
 	}
 	r.kernel = a.kern.Misses - m0
-	reqs := make([]evict.Request, len(keys))
-	for i, k := range keys {
-		reqs[i] = evict.Request{Key: k, Size: 1}
-	}
 	for name, c := range a.shadows {
 		if _, err := c.Replay(reqs[:w], nil); err != nil {
 			return r, fmt.Errorf("auto: shadow %s: %w", name, err)

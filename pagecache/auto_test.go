@@ -3,6 +3,7 @@ package pagecache
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
 	"github.com/cistern-ebpf/cistern/internal/testenv"
+	"github.com/cistern-ebpf/cistern/kernel"
+	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
 )
 
 // TestAutoFollowsTheWorkload runs --policy auto over a cgroup whose
@@ -218,5 +224,88 @@ func TestAutoKeepsItsPolicyThroughALoop(t *testing.T) {
 		if started && d.Policy != "mru" {
 			t.Fatalf("auto left mru for %q: %s", d.Policy, d.Reason)
 		}
+	}
+}
+
+// TestAutoSamplesReadsAsTheAgent: with AccessSample 16, one read in 16
+// reaches the shadows' policies (the agent's tracker reports as many), all
+// pages of a read alike; without it every read does.
+func TestAutoSamplesReadsAsTheAgent(t *testing.T) {
+	for _, sample := range []uint32{0, 16} {
+		a := &Auto{rng: rand.New(rand.NewPCG(1, 2))}
+		a.cfg.AccessSample = sample
+		for i := range 16000 {
+			a.add(pctrace.Event{Op: pctrace.OpRead, File: 1, Index: uint64(4 * i), Nr: 4})
+		}
+		seen := 0
+		for i, rq := range a.pending {
+			if rq.Unseen != a.pending[i-i%4].Unseen {
+				t.Fatalf("sample %d: the pages of read %d differ", sample, i/4)
+			}
+			if !rq.Unseen {
+				seen++
+			}
+		}
+		want := len(a.pending)
+		if sample == 16 {
+			want /= 16
+		}
+		if len(a.pending) != 64000 || seen < want*9/10 || seen > want*11/10 {
+			t.Errorf("sample %d: %d of %d sampled pages seen, want about %d", sample, seen, len(a.pending), want)
+		}
+	}
+}
+
+// TestAutoSamplerCountsAReadOnce: a cold 4 MiB read(2) is several
+// filemap_get_pages batches, each reported as the rest of the read; auto's
+// sample must hold each sampled page of it once, as the kernel touches it
+// once, not once per batch that reaches it.
+func TestAutoSamplerCountsAReadOnce(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := kernel.FilemapGetPages(); err != nil {
+		t.Skipf("read/pread64 only (one event per read): %v", err) // not a missing tool: a kernel before 6.10
+	}
+	dir := filepath.Join(t.TempDir(), "w")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
+	}
+	path := writeFiles(t, dir, 1, 4<<20)[0]
+	if err := DropFile(path); err != nil {
+		t.Fatal(err)
+	}
+	a, err := StartAuto(AutoConfig{Config: Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-auto-once-%d", os.Getpid()), Limit: 64 << 20}, SampleBits: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	out, err := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec dd if="$1" of=/dev/null bs=4M`, a.Cgroup().Path, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dd: %v: %s", err, out)
+	}
+	var rec ringbuf.Record
+	a.sampler.rd.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	for a.sampler.rd.ReadInto(&rec) == nil {
+		if len(rec.RawSample) >= pctrace.RecordSize {
+			a.add(pctrace.Decode(rec.RawSample))
+		}
+	}
+	if len(a.pending) == 0 {
+		t.Fatal("nothing sampled")
+	}
+	file := uint32(a.pending[0].Key >> 32)
+	want := 0
+	for p := range uint64(1024) {
+		if ShardsSampled(pctrace.Key(file, p), 1) {
+			want++
+		}
+	}
+	seen := map[uint64]int{}
+	for _, rq := range a.pending {
+		seen[rq.Key]++
+	}
+	t.Logf("%d sampled reads of %d distinct pages; %d of the file's 1024 pages are sampled", len(a.pending), len(seen), want)
+	if len(a.pending) != want || len(seen) != want {
+		t.Errorf("one read: %d sampled reads of %d pages, want each of the %d sampled pages once", len(a.pending), len(seen), want)
 	}
 }

@@ -62,9 +62,17 @@ struct evict_req {
 	__u32 size;
 	__u8 hit;
 	__u8 evicted;  /* how many entries this request evicted */
-	__u16 pad;
+	__u8 flags;    /* in: EVICT_REQ_* */
+	__u8 pad;
 	__u64 victim;  /* key of the last entry it evicted */
 };
+
+/* evict_req.flags: a hit the policy is not told of. The page-cache agent
+ * reports one read in N to its policy (pc_access_mask); auto's shadow
+ * caches replay the other reads with this flag, so that they simulate the
+ * policy as it will run: hits and misses alike, only accessed() is not
+ * called. A miss is always inserted (the kernel reports every add). */
+#define EVICT_REQ_UNSEEN 1
 
 struct evict_batch {
 	__u32 n;

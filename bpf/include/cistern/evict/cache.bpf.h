@@ -159,7 +159,8 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	struct evict_node *n;
 
 	if (sp) {
-		evict_policy_accessed(*sp);
+		if (!(r->flags & EVICT_REQ_UNSEEN))
+			evict_policy_accessed(*sp);
 		return 1;
 	}
 	if (evict_byte_capacity) {
