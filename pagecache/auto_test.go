@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -307,5 +308,48 @@ func TestAutoSamplerCountsAReadOnce(t *testing.T) {
 	t.Logf("%d sampled reads of %d distinct pages; %d of the file's 1024 pages are sampled", len(a.pending), len(seen), want)
 	if len(a.pending) != want || len(seen) != want {
 		t.Errorf("one read: %d sampled reads of %d pages, want each of the %d sampled pages once", len(a.pending), len(seen), want)
+	}
+}
+
+// TestAutoBacksOffUnconfirmedProposals: a candidate whose gain hovers at
+// the margin, ahead on the window and not on the reads after each
+// proposal, is proposed again only after more and more sampled reads:
+// each proposal starts an agent (on the quick GET-SCAN part, seven in 3 s
+// cost 3.3 s of CPU).
+func TestAutoBacksOffUnconfirmedProposals(t *testing.T) {
+	cfg := AutoConfig{Candidates: []string{"mru"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	proposals, refusals := 0, 0
+	cfg.OnDecision = func(d Decision) {
+		switch {
+		case strings.HasPrefix(d.Reason, "mru proposed ("):
+			proposals++
+		case strings.Contains(d.Reason, "proposals were not confirmed"):
+			refusals++
+		}
+	}
+	a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
+	rec := func(kernel, mru uint64) autoRecord {
+		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru}}
+	}
+	// 20 % ahead on the window; each proposal is followed by reads on
+	// which it is not ahead.
+	for i := range 400 {
+		r := rec(1000, 600)
+		if a.proposed != "" || i%8 >= 4 {
+			r = rec(1000, 1000)
+		}
+		if err := a.decideOn(r); err != nil {
+			t.Fatal(err)
+		}
+		if a.Decision().Policy != "" {
+			t.Fatalf("mru runs: %s", a.Decision().Reason)
+		}
+	}
+	t.Logf("%d proposals, %d backoff decisions shown, backoff %+v", proposals, refusals, a.backoff)
+	if proposals < 2 || proposals > 10 {
+		t.Errorf("%d proposals in 400 decisions: want a few, each after more reads (backoff)", proposals)
 	}
 }
