@@ -187,6 +187,10 @@ func Start(cfg Config) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	if row.NewestFirst {
+		a.seeded.skipped = true
+		return a, nil
+	}
 	if !cfg.seedLater {
 		r := a.seed()
 		a.seeded, a.startSeed = r.stats, r.took
@@ -672,9 +676,12 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 	a.seedMu.Unlock()
 	st["seeded_pages"], st["seed_foreign_pages"], st["seeded_files"] = sd.pages, sd.foreign, sd.files
 	st["seeded_active_pages"], st["seeded_referenced_pages"] = sd.byHeat[heatActive], sd.byHeat[heatReferenced]
-	st["seed_failed"] = 0
+	st["seed_failed"], st["seed_skipped"] = 0, 0
 	if sd.err != nil {
 		st["seed_failed"] = 1
+	}
+	if sd.skipped {
+		st["seed_skipped"] = 1
 	}
 	st["headroom_grown"] = a.headGrown.Load()
 	st["headroom_shrunk"] = a.headShrunk.Load()

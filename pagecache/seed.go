@@ -68,6 +68,10 @@ type seedStats struct {
 	pages, foreign, files uint64
 	byHeat                [heats]uint64
 	err                   error // why seeding did not run, if it did not
+	// skipped: the policy evicts its newest first (evict.Policy
+	// NewestFirst): what was cached before the start would be its last
+	// victims, seeded or not.
+	skipped bool
 }
 
 // residentPages returns the indexes of the pages of f (size bytes) that

@@ -1,6 +1,7 @@
 package pagecache
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -183,5 +184,63 @@ func TestAgentSeedsEveryPage(t *testing.T) {
 				t.Errorf("agent_cpu_us 0 while the agent runs, having applied %d events", st["applied"])
 			}
 		})
+	}
+}
+
+// TestMRUIsNotSeeded: MRU evicts its newest pages first, so the pages
+// cached before its start would be its last victims: the agent does not
+// seed it, and they stay. 16 MiB read in a 32 MiB cgroup, an MRU agent
+// started as auto starts one (its seed, if any, left for Run), 8 MiB of
+// new files read before it runs and 16 MiB after: the warm pages stay.
+// Seeded (as the newest: the seed reaches the policy after the pages added
+// since the start), the first eviction took 312 of 4,096 of them.
+func TestMRUIsNotSeeded(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "m")
+	warm := writeFiles(t, filepath.Join(dir, "a-warm"), 16, 1<<20)
+	fresh := writeFiles(t, filepath.Join(dir, "b-new"), 24, 1<<20)
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-mruseed-%d", os.Getpid()), 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	readInCgroup(t, cg, warm...)
+	var warmBefore uint64
+	for _, f := range warm {
+		warmBefore += cached(t, f)
+	}
+	a, err := Start(Config{Dir: dir, Cgroup: cg.Path, Policy: "mru", Headroom: 8 << 20, seedLater: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	readInCgroup(t, cg, fresh[:8]...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	readInCgroup(t, cg, fresh[8:]...)
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var warmAfter, freshAfter uint64
+	for _, f := range warm {
+		warmAfter += cached(t, f)
+	}
+	for _, f := range fresh {
+		freshAfter += cached(t, f)
+	}
+	st, _ := a.Stats()
+	t.Logf("seed skipped %d, seeded %d; warm pages cached %d before, %d after; new %d of %d; evicted by the agent %d, limit reclaims %d",
+		st["seed_skipped"], st["seeded_pages"], warmBefore, warmAfter, freshAfter, 24<<20/pageSize, st["pages_evicted"], st["cgroup_limit_hits"])
+	if st["seed_skipped"] != 1 || st["seeded_pages"] != 0 {
+		t.Fatalf("MRU seeded %d pages (skipped %d): want no seed", st["seeded_pages"], st["seed_skipped"])
+	}
+	if st["pages_evicted"] < 12<<20/pageSize {
+		t.Fatalf("the agent evicted %d pages: want most of the 16 MiB read after it ran", st["pages_evicted"])
+	}
+	if warmAfter < warmBefore*98/100 {
+		t.Fatalf("MRU left %d of %d pages cached before its start", warmAfter, warmBefore)
 	}
 }

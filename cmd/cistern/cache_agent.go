@@ -124,7 +124,9 @@ metrics (auto_policy_<name>).`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
-			if err := a.SeedError(); err != nil {
+			if st, err := a.Stats(); err == nil && st["seed_skipped"] == 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: the pages cached before the start are not given to %s, which evicts its newest first: they would be its last victims\n", cfg.Policy)
+			} else if err := a.SeedError(); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: the pages cached before the start stay the kernel's to reclaim: %v\n", err)
 			} else if st, err := a.Stats(); err == nil && st["seeded_pages"]+st["seed_foreign_pages"] > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: %d pages of %d files cached before the start given to the policy, %d of them active and %d referenced in the kernel's lists (%d charged to other cgroups left alone)\n",
