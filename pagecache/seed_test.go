@@ -189,17 +189,23 @@ func TestAgentSeedsEveryPage(t *testing.T) {
 
 // TestMRUIsNotSeeded: MRU evicts its newest pages first, so the pages
 // cached before its start would be its last victims: the agent does not
-// seed it, and they stay. 16 MiB read in a 32 MiB cgroup, an MRU agent
-// started as auto starts one (its seed, if any, left for Run), 8 MiB of
-// new files read before it runs and 16 MiB after: the warm pages stay.
+// seed it, and they stay. 16 MiB read in a 48 MiB cgroup, an MRU agent
+// started as auto starts one (its seed, if any, left for Run) that keeps
+// it under 32 MiB, 8 MiB of new files read before it runs and 24 MiB
+// after: the warm pages stay.
 // Seeded (as the newest: the seed reaches the policy after the pages added
 // since the start), the first eviction took 312 of 4,096 of them.
 func TestMRUIsNotSeeded(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "m")
 	warm := writeFiles(t, filepath.Join(dir, "a-warm"), 16, 1<<20)
-	fresh := writeFiles(t, filepath.Join(dir, "b-new"), 24, 1<<20)
-	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-mruseed-%d", os.Getpid()), 32<<20)
+	fresh := writeFiles(t, filepath.Join(dir, "b-new"), 32, 1<<20)
+	// The agent keeps the cgroup under 32 MiB, 16 MiB below the limit: the
+	// kernel's reclaim at the limit (which takes the oldest pages, the
+	// warm ones) is not reached while the agent keeps up, also in a TCG
+	// guest (with 8 MiB, a 6.1 guest's agent fell behind once and the
+	// kernel reclaimed 327 warm pages).
+	cg, err := OpenCgroup(fmt.Sprintf("cistern-test-mruseed-%d", os.Getpid()), 48<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +215,7 @@ func TestMRUIsNotSeeded(t *testing.T) {
 	for _, f := range warm {
 		warmBefore += cached(t, f)
 	}
-	a, err := Start(Config{Dir: dir, Cgroup: cg.Path, Policy: "mru", Headroom: 8 << 20, seedLater: true})
+	a, err := Start(Config{Dir: dir, Cgroup: cg.Path, Policy: "mru", Headroom: 16 << 20, seedLater: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,12 +239,12 @@ func TestMRUIsNotSeeded(t *testing.T) {
 	}
 	st, _ := a.Stats()
 	t.Logf("seed skipped %d, seeded %d; warm pages cached %d before, %d after; new %d of %d; evicted by the agent %d, limit reclaims %d",
-		st["seed_skipped"], st["seeded_pages"], warmBefore, warmAfter, freshAfter, 24<<20/pageSize, st["pages_evicted"], st["cgroup_limit_hits"])
+		st["seed_skipped"], st["seeded_pages"], warmBefore, warmAfter, freshAfter, 32<<20/pageSize, st["pages_evicted"], st["cgroup_limit_hits"])
 	if st["seed_skipped"] != 1 || st["seeded_pages"] != 0 {
 		t.Fatalf("MRU seeded %d pages (skipped %d): want no seed", st["seeded_pages"], st["seed_skipped"])
 	}
 	if st["pages_evicted"] < 12<<20/pageSize {
-		t.Fatalf("the agent evicted %d pages: want most of the 16 MiB read after it ran", st["pages_evicted"])
+		t.Fatalf("the agent evicted %d pages: want about the 16 MiB read over its 32 MiB", st["pages_evicted"])
 	}
 	if warmAfter < warmBefore*98/100 {
 		t.Fatalf("MRU left %d of %d pages cached before its start", warmAfter, warmBefore)
