@@ -61,6 +61,16 @@ func writeFiles(t *testing.T, dir string, n int, size int) []string {
 	return paths
 }
 
+// cachedAll is how many pages of the files paths are in the page cache.
+func cachedAll(t *testing.T, paths []string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, p := range paths {
+		n += cached(t, p)
+	}
+	return n
+}
+
 // cached is how many pages of path are in the page cache (cachestat).
 func cached(t *testing.T, path string) uint64 {
 	t.Helper()

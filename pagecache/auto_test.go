@@ -13,10 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
-	"golang.org/x/sys/unix"
 
 	"github.com/cistern-ebpf/cistern/internal/testenv"
-	"github.com/cistern-ebpf/cistern/kernel"
 	"github.com/cistern-ebpf/cistern/pagecache/pctrace"
 )
 
@@ -262,15 +260,7 @@ func TestAutoSamplesReadsAsTheAgent(t *testing.T) {
 // sample must hold each sampled page of it once, as the kernel touches it
 // once, not once per batch that reaches it.
 func TestAutoSamplerCountsAReadOnce(t *testing.T) {
-	testenv.RequireRoot(t)
-	if err := kernel.FilemapGetPages(); err != nil {
-		t.Skipf("read/pread64 only (one event per read): %v", err) // not a missing tool: a kernel before 6.10
-	}
-	dir := filepath.Join(t.TempDir(), "w")
-	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
-		t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
-	}
+	dir := getPagesDir(t)
 	path := writeFiles(t, dir, 1, 4<<20)[0]
 	if err := DropFile(path); err != nil {
 		t.Fatal(err)

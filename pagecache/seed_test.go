@@ -34,10 +34,7 @@ func TestAgentSeedsWarmCache(t *testing.T) {
 	if out, err := exec.Command("cat", outside[0]).Output(); err != nil || len(out) != 4<<20 {
 		t.Fatalf("read outside: %v", err)
 	}
-	var warmBefore uint64
-	for _, f := range warm {
-		warmBefore += cached(t, f)
-	}
+	warmBefore := cachedAll(t, warm)
 	a, stop := startAgent(t, Config{Dir: dir, Cgroup: cg.Path, Policy: "fifo", Headroom: 8 << 20})
 	defer stop()
 	st, err := a.Stats()
@@ -58,10 +55,7 @@ func TestAgentSeedsWarmCache(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	var warmAfter uint64
-	for _, f := range warm {
-		warmAfter += cached(t, f)
-	}
+	warmAfter := cachedAll(t, warm)
 	st, _ = a.Stats()
 	t.Logf("after 32 MiB of new files: warm pages cached %d, evicted by the agent %d, limit reclaims %d", warmAfter, st["pages_evicted"], st["cgroup_limit_hits"])
 	if warmAfter > warmBefore/4 {
@@ -211,10 +205,7 @@ func TestMRUIsNotSeeded(t *testing.T) {
 	}
 	defer cg.Close()
 	readInCgroup(t, cg, warm...)
-	var warmBefore uint64
-	for _, f := range warm {
-		warmBefore += cached(t, f)
-	}
+	warmBefore := cachedAll(t, warm)
 	a, err := Start(Config{Dir: dir, Cgroup: cg.Path, Policy: "mru", Headroom: 16 << 20, seedLater: true})
 	if err != nil {
 		t.Fatal(err)
@@ -230,13 +221,7 @@ func TestMRUIsNotSeeded(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var warmAfter, freshAfter uint64
-	for _, f := range warm {
-		warmAfter += cached(t, f)
-	}
-	for _, f := range fresh {
-		freshAfter += cached(t, f)
-	}
+	warmAfter, freshAfter := cachedAll(t, warm), cachedAll(t, fresh)
 	st, _ := a.Stats()
 	t.Logf("seed skipped %d, seeded %d; warm pages cached %d before, %d after; new %d of %d; evicted by the agent %d, limit reclaims %d",
 		st["seed_skipped"], st["seeded_pages"], warmBefore, warmAfter, freshAfter, 32<<20/pageSize, st["pages_evicted"], st["cgroup_limit_hits"])

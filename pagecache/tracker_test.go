@@ -112,15 +112,7 @@ func TestReadSignals(t *testing.T) {
 // once per read: for LFU (the read that brings a folio in is no hit) a cold
 // read is no hit at all, and a second read one hit a folio.
 func TestReadBatchesShareTheirRead(t *testing.T) {
-	testenv.RequireRoot(t)
-	if err := kernel.FilemapGetPages(); err != nil {
-		t.Skipf("read/pread64 only (one event per read): %v", err) // not a missing tool: a kernel before 6.10
-	}
-	dir := filepath.Join(t.TempDir(), "w")
-	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
-		t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
-	}
+	dir := getPagesDir(t)
 	path := writeFiles(t, dir, 1, 4<<20)[0]
 	p, tr := openTracked(t, "lfu", dir)
 	f, err := os.Open(path)
@@ -242,4 +234,21 @@ func TestReclaimOnAgentThreadIsReported(t *testing.T) {
 	if st["events_del"] == 0 {
 		t.Errorf("reclaim on the agent's thread was not reported: %v", st)
 	}
+}
+
+// getPagesDir is a directory for a test of reads batched by
+// mm_filemap_get_pages (6.10+): skipped where the kernel reports read(2)
+// calls instead, or where TMPDIR is on tmpfs, whose reads bypass it.
+func getPagesDir(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if err := kernel.FilemapGetPages(); err != nil {
+		t.Skipf("read/pread64 only (one event per read): %v", err) // not a missing tool: a kernel before 6.10
+	}
+	dir := filepath.Join(t.TempDir(), "w")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary directory is on tmpfs, whose reads bypass mm_filemap_get_pages: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
+	}
+	return dir
 }
