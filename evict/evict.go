@@ -23,6 +23,8 @@ const (
 	// evictReqUnseen is EVICT_REQ_UNSEEN, in struct evict_req's flags
 	// (offset 14).
 	evictReqUnseen = 1
+	// evictReqScan is EVICT_REQ_SCAN.
+	evictReqScan = 2
 	Nil            = ^uint32(0)
 )
 
@@ -97,6 +99,10 @@ type Request struct {
 	// Unseen: on a hit the policy is not told (EVICT_REQ_UNSEEN): a read
 	// the page-cache agent's access sampling would not report.
 	Unseen bool
+	// Scan: on a miss, the entry is a scan's (EVICT_REQ_SCAN): get-scan
+	// puts it on its scan list, as the page-cache agent does a folio a
+	// scanning thread added (Config.ScanReadPages in package pagecache).
+	Scan bool
 }
 
 // Outcome is what replay wrote back for one request.
@@ -202,6 +208,9 @@ func (c *Cache) Replay(reqs []Request, out []Outcome) (hits uint64, err error) {
 			o[14] = 0
 			if r.Unseen {
 				o[14] = evictReqUnseen
+			}
+			if r.Scan {
+				o[14] |= evictReqScan
 			}
 		}
 		// The map value is a whole struct evict_batch: records past n

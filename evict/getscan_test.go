@@ -113,3 +113,28 @@ func TestGetScanManyCandidates(t *testing.T) {
 		t.Errorf("get-scan needed help: %v", st)
 	}
 }
+
+// TestGetScanScanFlag: with no scanner registered, requests flagged Scan
+// (EVICT_REQ_SCAN: the page-cache agent's scan detection) are scan
+// entries: victims before any get entry, hit or not.
+func TestGetScanScanFlag(t *testing.T) {
+	c := open(t, "get-scan", 4)
+	req := func(k uint64, scan bool) Request { return Request{Key: k, Size: 1, Scan: scan} }
+	// gets A B, scans S T (cache full); T hit; C and D (gets) evict S, T.
+	reqs := []Request{req('A', false), req('B', false), req('S', true), req('T', true), req('T', false), req('C', false), req('D', false), req('E', false)}
+	out := make([]Outcome, len(reqs))
+	if _, err := c.Replay(reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	var victims []byte
+	for _, o := range out {
+		if o.Evicted > 0 {
+			victims = append(victims, byte(o.Victim))
+		}
+	}
+	// E: the scan list is empty, and the get list's LFU takes one of A B
+	// (hit counts 0, the sample's first).
+	if len(victims) != 3 || string(victims[:2]) != "ST" || (victims[2] != 'A' && victims[2] != 'B') {
+		t.Errorf("victims %q: want S, T (the scan entries) and then a get entry", victims)
+	}
+}

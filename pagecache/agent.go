@@ -23,6 +23,13 @@ import (
 
 const pageSize = 4096
 
+// DefaultScanReadPages is Config.ScanReadPages for auto and `cache agent
+// --scan-reads`: 32 pages, 128 KiB. A point read (a RocksDB block, a
+// memcached value, a 4 KiB GET) is a page or four; ripgrep's buffer is 64
+// KiB; a scanner's reads are its readahead window (RocksDB's iterator
+// grows to 256 KiB) or a buffer of 1 MiB and more.
+const DefaultScanReadPages = 32
+
 // Config describes one agent.
 type Config struct {
 	Dir      string // files watched: the regular files under Dir, also those created later
@@ -30,6 +37,12 @@ type Config struct {
 	Limit    int64  // > 0: create the cgroup with this limit
 	Policy   string // one of Policies()
 	ScanPIDs []int  // get-scan, scan-only: processes or threads whose insertions are scans
+	// ScanReadPages (get-scan, scan-only): a thread whose latest read
+	// asked for at least this many pages is a scanner, and the folios it
+	// adds are scans, with no pid registered (0: only ScanPIDs).
+	// DefaultScanReadPages suits most: a point read is a block or a
+	// value, a scan's read a readahead window or a large buffer.
+	ScanReadPages uint32
 	// Headroom is how far below the limit the agent starts evicting,
 	// fixed; never more than half of the limit. 0: adaptive (see
 	// setWatermarks), from max(limit/256, 1 MiB) up.
@@ -123,6 +136,13 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if len(cfg.ScanPIDs) > 0 && !row.ScanIDs {
 		return nil, fmt.Errorf("policy %s takes no scanner ids", cfg.Policy)
 	}
+	if cfg.ScanReadPages > 0 && !row.ScanIDs {
+		return nil, fmt.Errorf("policy %s does not tell scans apart (scan detection is for get-scan, scan-only)", cfg.Policy)
+	}
+	if cfg.ScanReadPages > 0 && row.ScanIDs && !row.Accesses {
+		// scan-only takes no reads: the thread's read size is not seen
+		return nil, fmt.Errorf("policy %s takes no reads, so it cannot tell a scanner by its read size: give --scan-pid", cfg.Policy)
+	}
 	if s := cfg.AccessSample; s > 1 && s&(s-1) != 0 {
 		return nil, fmt.Errorf("access sample %d: want a power of 2", s)
 	}
@@ -150,7 +170,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("--dir %s: %w", cfg.Dir, err)
 	}
 	capacity = min(max(capacity+4096, 1<<16), 1<<22)
-	tc := trackConfig{memcg: a.cg.ID, sample: cfg.AccessSample}
+	tc := trackConfig{memcg: a.cg.ID, sample: cfg.AccessSample, scanPages: cfg.ScanReadPages}
 	// The tree is walked while the policy loads (the verifier): neither
 	// needs the other until the files are registered.
 	t0 := time.Now()

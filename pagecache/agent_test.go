@@ -455,6 +455,48 @@ func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	}
 }
 
+// ddInCgroup reads path with dd in blocks of bs, from inside cgroup cg.
+func ddInCgroup(t *testing.T, cg *Cgroup, path, bs string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec dd if="$1" of=/dev/null bs="$2" status=none`, cg.Path, path, bs)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("dd in cgroup: %v: %s", err, out)
+	}
+}
+
+// TestAgentGetScanDetectsScanners: GET-SCAN with no scanner registered and
+// ScanReadPages 32: a reader of 4 KiB blocks reads an 8 MiB hot file, then
+// a reader of 1 MiB blocks reads 96 MiB in the 64 MiB cgroup. Its reads
+// make it a scanner: its folios are the victims and the hot file stays.
+func TestAgentGetScanDetectsScanners(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
+	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
+	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gsd-%d", os.Getpid()),
+		Limit: 64 << 20, Headroom: 32 << 20, Policy: "get-scan", ScanReadPages: 32})
+	defer stop()
+	ddInCgroup(t, a.Cgroup(), hot, "4k")
+	ddInCgroup(t, a.Cgroup(), scan, "1M")
+	time.Sleep(100 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := a.Stats()
+	t.Logf("stats: %v", st)
+	// Files are numbered in walk order: hot 1, scan 2.
+	if n := a.evictedPages[1]; n != 0 {
+		t.Errorf("the agent evicted %d pages of the hot file, read in 4 KiB blocks: not a scanner's", n)
+	}
+	if n := a.evictedPages[2]; n < 50*256 {
+		t.Errorf("the agent evicted %d pages of the scan, want most of its 96 MiB (the 1 MiB reader is a scanner)", n)
+	}
+	kernel := st["cgroup_limit_hits"] + st["removed"]
+	if c := cached(t, hot); c != 2048 && kernel == 0 {
+		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
+	}
+}
+
 // TestAgentScanOnlyLeavesGetsToKernel: under scan-only, in a 64 MiB
 // cgroup, a registered scanner's 96 MiB are the agent's victims; then an
 // unregistered reader's 96 MiB are not: the agent evicts none of them (no

@@ -89,6 +89,8 @@ type runArgs struct {
 type trackConfig struct {
 	memcg  uint64
 	sample uint32
+	// scanPages: pc_scan_pages (Config.ScanReadPages)
+	scanPages uint32
 }
 
 // openPolicy loads p's page-cache object with room for capacity folios,
@@ -104,7 +106,7 @@ func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err
 		return nil, err
 	}
 	sample := max(tc.sample, 1)
-	vars := map[string]any{"pc_memcg_id": tc.memcg, "pc_want_access": uint32(0), "pc_access_mask": sample - 1}
+	vars := map[string]any{"pc_memcg_id": tc.memcg, "pc_want_access": uint32(0), "pc_access_mask": sample - 1, "pc_scan_pages": tc.scanPages}
 	if p.Accesses {
 		vars["pc_want_access"] = uint32(1)
 	}

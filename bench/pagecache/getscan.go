@@ -170,10 +170,9 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			mr.cg = mr.a.Cgroup()
 			mr.stop = runAgent(ctx, mr.a)
 		case "agent_auto":
-			// The policy it runs has the get-scan agent's settings. Its
-			// candidates have no scan list (a scanner is registered by
-			// pid, which a shadow simulation of sampled pages cannot
-			// know): it judges the reads as they come.
+			// The policy it runs has the get-scan agent's settings. No
+			// scanner is registered: its get-scan candidate tells the
+			// scanner by its reads' size (ScanReadPages, auto's default).
 			if mr.auto, mr.cg, mr.stop, err = startAuto(ctx, pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, AccessSample: 16, Headroom: limit / 4}, progress); err != nil {
 				return err
 			}

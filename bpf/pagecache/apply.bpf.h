@@ -237,7 +237,8 @@ static __always_inline void pc_apply_event(struct pc_event *ev)
 		PC_ACTOR = (__u64)ev->tgid << 32 | ev->tid;
 #endif
 		{
-			struct evict_req r = { .key = key, .size = 1U << (ev->order & 15) };
+			struct evict_req r = { .key = key, .size = 1U << (ev->order & 15),
+					       .flags = (ev->flags & PC_EV_SCAN) ? EVICT_REQ_SCAN : 0 };
 
 			evict_cache_access(&r);
 		}

@@ -26,6 +26,13 @@ const volatile __u32 pc_access_mask;  /* report 1 in mask+1 reads (mask+1 a powe
  * A page is always or never sampled, so its reuse distances stay exact and
  * a cache of C pages is simulated as one of C x rate. */
 const volatile __u64 pc_shards_threshold;
+/* Scan detection (get-scan without scanner ids): a folio added by a thread
+ * whose latest read asked for at least this many pages is a scan's
+ * (PC_EV_SCAN, EVICT_REQ_SCAN to the policy); 0: off. A read(2)'s first
+ * page batch is reported after the folios its readahead added, so those
+ * are judged by the thread's read before: a scanner's reads are all large
+ * and a point reader's all small, which is what this tells apart. */
+const volatile __u32 pc_scan_pages;
 
 /* The agent's evicting thread (set by the agent when it runs): the deletes
  * its own fadvise causes are of victims the policy already dropped, so
@@ -190,10 +197,38 @@ static __always_inline int in_memcg(struct folio *f)
 	return BPF_CORE_READ(cg, css.cgroup, kn, id) == pc_memcg_id;
 }
 
+/* Each thread's latest read (pc_read, sys_read): its batches, whether it
+ * is reported, and its size, which tells a scanner (pc_scan_pages). */
+struct pc_read_state {
+	__u64 mapping;
+	__u64 index; /* the latest call's first page */
+	__u64 last;
+	__u32 file;
+	__u32 read;  /* the thread's read number */
+	__u32 on;    /* 0: the read is not reported (sampled out) */
+	__u32 pages; /* the read's size, at its first call (scan detection) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* thread id */
+	__type(value, struct pc_read_state);
+} pc_reads SEC(".maps");
+
+/* pc_read's new state is built here, not on its stack: the policy's call
+ * chain below pc_read needs all but a few bytes of 6.1's 512. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pc_read_state);
+} pc_read_scratch SEC(".maps");
+
 /* The includer defines pc_event_reserve (a place for the event, NULL when
  * full) and pc_event_commit (hands it on): apply.bpf.h queues it for the
  * policy, track.bpf.c puts it in a ring buffer. */
-static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, __u32 nr, __u32 read)
+static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, __u32 nr, __u32 read, __u16 flags)
 {
 	__u64 id = bpf_get_current_pid_tgid(), tag = 0;
 	struct pc_event *e = pc_event_reserve(&tag);
@@ -204,7 +239,7 @@ static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, _
 	}
 	e->op = op;
 	e->order = order;
-	e->pad = 0;
+	e->flags = flags;
 	e->file = file;
 	e->index = index;
 	e->tid = (__u32)id;
@@ -212,6 +247,43 @@ static __always_inline void emit(__u8 op, __u8 order, __u32 file, __u64 index, _
 	e->nr = nr;
 	e->read = read;
 	pc_event_commit(e, tag);
+}
+
+/* 1 when the current thread's latest read asked for pc_scan_pages or more. */
+static __always_inline int added_by_scanner(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pc_read_state *st;
+
+	if (!pc_scan_pages)
+		return 0;
+	st = bpf_map_lookup_elem(&pc_reads, &tid);
+	return st && st->pages >= pc_scan_pages;
+}
+
+/* Keeps the size of a read the access sample left out, for scan
+ * detection: in place, or as a new thread's state (reported: no). */
+static __always_inline void note_read_size(__u32 tid, struct pc_read_state *st, __u64 mapping, __u64 index, __u64 last, __u32 pages)
+{
+	__u32 zero = 0;
+	struct pc_read_state *w;
+
+	if (st || !pc_scan_pages) {
+		if (st)
+			st->pages = pages;
+		return;
+	}
+	w = bpf_map_lookup_elem(&pc_read_scratch, &zero);
+	if (!w)
+		return;
+	w->mapping = mapping;
+	w->index = index;
+	w->last = last;
+	w->file = 0;
+	w->read = bpf_get_prandom_u32();
+	w->on = 0;
+	w->pages = pages;
+	bpf_map_update_elem(&pc_reads, &tid, w, BPF_ANY);
 }
 
 __noinline int pc_sampled(__u32 file, __u64 first, __u64 last);
@@ -234,7 +306,7 @@ int BPF_PROG(pc_add, struct folio *folio)
 	 * the bench's live page loads of an agent run, which memory.stat's
 	 * pgpgin cannot give (it counts anonymous pages too). */
 	statn(PC_T_ADD_PAGES, 1ULL << (folio_order_of(folio) & 15));
-	emit(PC_ADD, folio_order_of(folio), file, folio->index, 0, 0);
+	emit(PC_ADD, folio_order_of(folio), file, folio->index, 0, 0, added_by_scanner() ? PC_EV_SCAN : 0);
 	return 0;
 }
 
@@ -253,7 +325,7 @@ int BPF_PROG(pc_del, struct folio *folio)
 	if (pc_shards_threshold && !pc_sampled(file, folio->index, folio->index + (1ULL << (folio_order_of(folio) & 15)) - 1))
 		return 0;
 	stat(PC_T_DEL);
-	emit(PC_DEL, folio_order_of(folio), file, folio->index, 0, 0);
+	emit(PC_DEL, folio_order_of(folio), file, folio->index, 0, 0, 0);
 	return 0;
 }
 
@@ -335,32 +407,6 @@ static __always_inline int want_read(void)
  * hot set). A thread's later call for the same mapping and end, further on,
  * continues its read: it is reported with the same read number (pages it
  * repeats are not hits again: pc_apply), and never sampled on its own. */
-struct pc_read_state {
-	__u64 mapping;
-	__u64 index; /* the latest call's first page */
-	__u64 last;
-	__u32 file;
-	__u32 read;  /* the thread's read number */
-	__u32 on;    /* 0: the read is not reported (sampled out) */
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32); /* thread id */
-	__type(value, struct pc_read_state);
-} pc_reads SEC(".maps");
-
-/* pc_read's new state is built here, not on its stack: the policy's call
- * chain below pc_read needs all but a few bytes of 6.1's 512. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct pc_read_state);
-} pc_read_scratch SEC(".maps");
-
 SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsigned long last)
 {
@@ -380,7 +426,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		if (last == ~0UL || !pc_sampled(file, index, last))
 			return 0;
 		stat(PC_T_ACC);
-		emit(PC_ACC, 0, file, index, last - index + 1, 0);
+		emit(PC_ACC, 0, file, index, last - index + 1, 0, 0);
 		return 0;
 	}
 	last = pc_eof_last((__u64)mapping, index, last);
@@ -392,7 +438,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		if (!st->on)
 			return 0;
 		stat(PC_T_ACC_MORE);
-		emit(PC_ACC, 0, st->file, index, last - index + 1, st->read);
+		emit(PC_ACC, 0, st->file, index, last - index + 1, st->read, 0);
 		return 0;
 	}
 	if (!want_read()) {
@@ -404,6 +450,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 			st->last = last;
 			st->on = 0;
 		}
+		note_read_size(tid, st, (__u64)mapping, index, last, last >= index ? last - index + 1 : 1);
 		return 0;
 	}
 	/* The thread's last read was of this file: its id is known (a
@@ -427,7 +474,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		if (!w)
 			return 0;
 		w->read = bpf_get_prandom_u32();
-		w->pad = 0;
+		w->pages = 0;
 	}
 	w->mapping = (__u64)mapping;
 	w->index = index;
@@ -435,10 +482,11 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	w->file = file;
 	w->read = w->read + 1 ? w->read + 1 : 1;
 	w->on = 1;
+	w->pages = last >= index ? last - index + 1 : 1;
 	if (!st)
 		bpf_map_update_elem(&pc_reads, &tid, w, BPF_ANY);
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, w->read);
+	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, w->read, 0);
 	return 0;
 }
 
@@ -458,7 +506,14 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 	unsigned long first, last;
 	__u32 file;
 
-	if (!count || !want_read())
+	if (!count)
+		return 0;
+	if (pc_scan_pages) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+		note_read_size(tid, bpf_map_lookup_elem(&pc_reads, &tid), 0, 0, 0, (count + 4095) >> PC_PAGE_SHIFT);
+	}
+	if (!want_read())
 		return 0;
 	fdt = BPF_CORE_READ(task, files, fdt);
 	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
@@ -484,7 +539,7 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 	if (!pc_sampled(file, first, last))
 		return 0;
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, first, last - first + 1, 0);
+	emit(PC_ACC, 0, file, first, last - first + 1, 0, 0);
 	return 0;
 }
 

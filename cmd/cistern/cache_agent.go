@@ -34,7 +34,7 @@ func newCacheAgentCmd() *cobra.Command {
 	// accepted but not offered).
 	agentPolicies := strings.Join(append(evict.Names(evict.PageCache), pagecache.AutoPolicy), "|")
 	c := &cobra.Command{
-		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ...] [--metrics ADDR]",
+		Use:   "agent --cgroup PATH [--limit SIZE] --dir DIR --policy " + agentPolicies + " [--scan-pid PID ... | --scan-read-pages N] [--metrics ADDR]",
 		Short: "Run a page-cache eviction policy for a memory cgroup",
 		Long: `agent applies an eviction policy to the page cache of the files under DIR
 charged to a memory cgroup (v1 memory controller, or v2), on a mainline
@@ -48,11 +48,20 @@ SIGINT or SIGTERM and prints its counters.
 
 --policy auto samples the cgroup's reads (one page in 2^k, SHARDS: only
 the sampled pages' reads leave the kernel), simulates every candidate and
-the kernel's default on them every --auto-interval, runs the best while it
-misses --auto-margin percent less than the default, and otherwise steps
+the kernel's default on them every --auto-interval, runs the best while its
+misses cost --auto-margin percent less than the default's (a page of an
+n-page read costs 1/n + 1/64 of a one-page read: the read waits once),
+and otherwise steps
 aside: no policy runs, nothing is evicted, the kernel's default keeps the
 cache. Each change is printed with its reason; the choice is also in the
-metrics (auto_policy_<name>).`,
+metrics (auto_policy_<name>). Its candidates include get-scan, with a
+thread whose reads ask for --scan-read-pages pages or more (default 32,
+128 KiB) taken for a scanner.
+
+get-scan needs to know the scanners: --scan-pid names them, or
+--scan-read-pages N takes every thread whose latest read asked for N
+pages or more for one (a point read is a block or a value; a scan reads
+a readahead window or a large buffer).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Cgroup == "" || cfg.Dir == "" || cfg.Policy == "" {
@@ -71,6 +80,9 @@ metrics (auto_policy_<name>).`,
 			}
 			if len(scanPIDs) > 0 && !policy.ScanIDs {
 				return cli.Usagef("--scan-pid: --policy %s takes no scanner ids", cfg.Policy)
+			}
+			if cfg.ScanReadPages > 0 && !auto && !(policy.ScanIDs && policy.Accesses) {
+				return cli.Usagef("--scan-read-pages: --policy %s does not tell scanners by their reads (get-scan does)", cfg.Policy)
 			}
 			for _, p := range scanPIDs {
 				if p <= 0 {
@@ -154,10 +166,11 @@ metrics (auto_policy_<name>).`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
 	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan, scan-only: a process or thread whose reads are scans (repeatable)")
+	f.Uint32Var(&cfg.ScanReadPages, "scan-read-pages", 0, fmt.Sprintf("get-scan: a thread whose latest read asked for this many pages or more is a scanner (0: only --scan-pid; auto's get-scan: %d)", pagecache.DefaultScanReadPages))
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit, fixed (default: adaptive, from max(limit/256, 1M), doubled when the kernel had to reclaim at the limit; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
-	f.Float64Var(&autoMargin, "auto-margin", pagecache.DefaultAutoMarginPct, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
+	f.Float64Var(&autoMargin, "auto-margin", pagecache.DefaultAutoMarginPct, "auto: run a policy only if its misses cost this many percent less than the kernel's default's in simulation (a page of an n-page read costs 1/n + 1/64)")
 	f.DurationVar(&autoInterval, "auto-interval", 10*time.Second, "auto: time between decisions")
 	return c
 }

@@ -27,6 +27,8 @@ func TestCacheAgentUsage(t *testing.T) {
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "nope"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "mru", "--scan-pid", "5"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "get-scan", "--scan-pid", "-1"},
+		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "lfu", "--scan-read-pages", "32"},
+		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "scan-only", "--scan-read-pages", "32"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "mru", "--limit", "12Q"},
 		{"cache", "agent", "--cgroup", "x", "--dir", filepath.Join(dir, "missing"), "--policy", "mru"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "lru", "--access-sample", "3"},

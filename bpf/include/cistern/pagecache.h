@@ -14,6 +14,10 @@
 
 enum pc_op { PC_ADD = 1, PC_DEL = 2, PC_ACC = 3 };
 
+/* pc_event.flags of PC_ADD: added by a thread detected as a scanner
+ * (pc_scan_pages in track.bpf.h). */
+#define PC_EV_SCAN 1
+
 /* Files the agent watches: (device, inode) -> file id (>= 1). */
 struct pc_file_key {
 	__u64 ino;
@@ -25,7 +29,7 @@ struct pc_file_key {
 struct pc_event {
 	__u8 op;
 	__u8 order;   /* PC_ADD, PC_DEL: folio order */
-	__u16 pad;
+	__u16 flags;  /* PC_ADD: PC_EV_* */
 	__u32 file;
 	__u64 index;  /* first page */
 	__u32 tid;

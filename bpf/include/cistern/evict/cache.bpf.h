@@ -204,6 +204,7 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	n->prev = n->next = n->list = EVICT_NIL;
 	n->pdata = 0;
 	evict_stat_add(EVICT_STAT_INSERTS, 1);
+	evict_req_flags = r->flags;
 	evict_policy_added(s);
 	return 0;
 }

@@ -14,8 +14,11 @@
  *
  * Who inserts: the driver writes getscan_actor (tgid << 32 | tid) before a
  * request; an entry is a scan entry when its tid or tgid is a key of
- * getscan_scan_ids. The page-cache agent sets the actor per event; replay
- * leaves it as the caller last set it (0: nobody scans).
+ * getscan_scan_ids, or when its request carries EVICT_REQ_SCAN (the
+ * page-cache agent's scan detection: a folio added by a thread whose
+ * latest read was large; auto's shadow: a page of such a read). The
+ * page-cache agent sets the actor per event; replay leaves it as the
+ * caller last set it (0: nobody scans).
  *
  * Built with GS_SCAN_ONLY (bpf/pagecache/pc_scanonly.bpf.c), it proposes
  * scan entries only, and only while the scan list holds more than
@@ -85,6 +88,8 @@ static __always_inline int gs_is_scan(void)
 {
 	__u32 tid = (__u32)getscan_actor, tgid = getscan_actor >> 32;
 
+	if (evict_req_flags & EVICT_REQ_SCAN)
+		return 1;
 	if (!getscan_actor)
 		return 0;
 	return bpf_map_lookup_elem(&getscan_scan_ids, &tid) ||
