@@ -410,49 +410,19 @@ func scanInCgroup(t *testing.T, a *Agent, path string) {
 	}
 }
 
-// TestAgentGetScanEvictsScanFirst reads an 8 MiB hot file, then lets a
-// registered scanner read 96 MiB, in a 64 MiB cgroup under GET-SCAN: the
-// scanner's folios are the victims, so the hot file stays cached (LFU
-// alone would evict it: it is the oldest, with the same counts).
-func TestAgentGetScanEvictsScanFirst(t *testing.T) {
-	testenv.RequireRoot(t)
+// hotScanAgent writes an 8 MiB hot file and a 96 MiB scan file (ids 1
+// and 2: files are numbered in walk order) and starts an agent with cfg's
+// policy over them in a 64 MiB cgroup named name, evicting from 32 MiB
+// under the limit: the scan fills the cache at disk speed, and the agent
+// must stay ahead of it on a busy machine.
+func hotScanAgent(t *testing.T, name string, cfg Config) (hot, scan string, a *Agent, stop func() error) {
+	t.Helper()
 	base := t.TempDir()
-	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
-	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
-	// A wide headroom: the scanner fills the cache at disk speed, and the
-	// agent must stay ahead of it on a busy machine.
-	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gs-%d", os.Getpid()),
-		Limit: 64 << 20, Headroom: 32 << 20, Policy: "get-scan"})
-	defer stop()
-	readInCgroup(t, a.Cgroup(), hot)
-
-	scanInCgroup(t, a, scan)
-	time.Sleep(100 * time.Millisecond)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := a.Stats()
-	t.Logf("stats: %v", st)
-	// The agent's choice: never the hot file while scan folios are
-	// tracked (the scan file is id 2: files are numbered in walk order).
-	if n := a.evictedPages[1]; n != 0 {
-		t.Errorf("the agent evicted %d pages of the hot file: GET-SCAN evicts scan folios first", n)
-	}
-	// When the agent kept ahead, the kernel removed nothing itself and the
-	// hot file is all there; on a busy machine the kernel may have had to
-	// (limit hits, or deletions the agent did not choose: "removed").
-	kernel := st["cgroup_limit_hits"] + st["removed"]
-	if c := cached(t, hot); c != 2048 && kernel == 0 {
-		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
-	} else if c != 2048 {
-		t.Logf("hot file: %d of 2048 pages cached after %d kernel reclaims, %d kernel removals", c, st["cgroup_limit_hits"], st["removed"])
-	}
-	if c := cached(t, scan); c > 40*256 {
-		t.Errorf("scan file: %d pages cached", c)
-	}
-	if st["pages_evicted"] < 50*256 {
-		t.Errorf("agent evicted only %d pages", st["pages_evicted"])
-	}
+	hot = writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
+	scan = writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
+	cfg.Dir, cfg.Cgroup, cfg.Limit, cfg.Headroom = filepath.Join(base, "d"), fmt.Sprintf("cistern-test-%s-%d", name, os.Getpid()), 64<<20, 32<<20
+	a, stop = startAgent(t, cfg)
+	return hot, scan, a, stop
 }
 
 // ddInCgroup reads path with dd in blocks of bs, from inside cgroup cg.
@@ -464,36 +434,61 @@ func ddInCgroup(t *testing.T, cg *Cgroup, path, bs string) {
 	}
 }
 
-// TestAgentGetScanDetectsScanners: GET-SCAN with no scanner registered and
-// ScanReadPages 32: a reader of 4 KiB blocks reads an 8 MiB hot file, then
-// a reader of 1 MiB blocks reads 96 MiB in the 64 MiB cgroup. Its reads
-// make it a scanner: its folios are the victims and the hot file stays.
-func TestAgentGetScanDetectsScanners(t *testing.T) {
+// TestAgentGetScanEvictsScanFirst reads an 8 MiB hot file, then lets a
+// scanner read 96 MiB, in a 64 MiB cgroup under GET-SCAN: the scanner's
+// folios are the victims, so the hot file stays cached (LFU alone would
+// evict it: it is the oldest, with the same counts). The scanner is
+// registered by pid, or told by its reads (ScanReadPages 32: a reader of
+// 1 MiB blocks is one, a reader of 4 KiB blocks is not; without it the
+// agent evicted 1,536 of the hot file's 2,048 pages).
+func TestAgentGetScanEvictsScanFirst(t *testing.T) {
 	testenv.RequireRoot(t)
-	base := t.TempDir()
-	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
-	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
-	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-gsd-%d", os.Getpid()),
-		Limit: 64 << 20, Headroom: 32 << 20, Policy: "get-scan", ScanReadPages: 32})
-	defer stop()
-	ddInCgroup(t, a.Cgroup(), hot, "4k")
-	ddInCgroup(t, a.Cgroup(), scan, "1M")
-	time.Sleep(100 * time.Millisecond)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := a.Stats()
-	t.Logf("stats: %v", st)
-	// Files are numbered in walk order: hot 1, scan 2.
-	if n := a.evictedPages[1]; n != 0 {
-		t.Errorf("the agent evicted %d pages of the hot file, read in 4 KiB blocks: not a scanner's", n)
-	}
-	if n := a.evictedPages[2]; n < 50*256 {
-		t.Errorf("the agent evicted %d pages of the scan, want most of its 96 MiB (the 1 MiB reader is a scanner)", n)
-	}
-	kernel := st["cgroup_limit_hits"] + st["removed"]
-	if c := cached(t, hot); c != 2048 && kernel == 0 {
-		t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		read func(a *Agent, hot, scan string)
+	}{
+		{"registered", Config{Policy: "get-scan"}, func(a *Agent, hot, scan string) {
+			readInCgroup(t, a.Cgroup(), hot)
+			scanInCgroup(t, a, scan)
+		}},
+		{"detected", Config{Policy: "get-scan", ScanReadPages: 32}, func(a *Agent, hot, scan string) {
+			ddInCgroup(t, a.Cgroup(), hot, "4k")
+			ddInCgroup(t, a.Cgroup(), scan, "1M")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hot, scan, a, stop := hotScanAgent(t, "gs-"+tc.name, tc.cfg)
+			defer stop()
+			tc.read(a, hot, scan)
+			time.Sleep(100 * time.Millisecond)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := a.Stats()
+			t.Logf("stats: %v", st)
+			// The agent's choice: never the hot file (id 1) while scan
+			// folios are tracked.
+			if n := a.evictedPages[1]; n != 0 {
+				t.Errorf("the agent evicted %d pages of the hot file: GET-SCAN evicts scan folios first", n)
+			}
+			if n := a.evictedPages[2]; n < 50*256 {
+				t.Errorf("the agent evicted %d pages of the scan, want most of its 96 MiB", n)
+			}
+			// When the agent kept ahead, the kernel removed nothing itself
+			// and the hot file is all there; on a busy machine the kernel
+			// may have had to (limit hits, or deletions the agent did not
+			// choose: "removed").
+			kernel := st["cgroup_limit_hits"] + st["removed"]
+			if c := cached(t, hot); c != 2048 && kernel == 0 {
+				t.Errorf("hot file: %d of 2048 pages cached, and the kernel removed nothing itself", c)
+			} else if c != 2048 {
+				t.Logf("hot file: %d of 2048 pages cached after %d kernel reclaims, %d kernel removals", c, st["cgroup_limit_hits"], st["removed"])
+			}
+			if c := cached(t, scan); c > 40*256 {
+				t.Errorf("scan file: %d pages cached", c)
+			}
+		})
 	}
 }
 
@@ -607,11 +602,7 @@ func TestDirWatchReportsCreations(t *testing.T) {
 // 0, and the agent evicted 2044-2046 of the 2048 hot pages.
 func TestAgentLHDKeepsReusedPages(t *testing.T) {
 	testenv.RequireRoot(t)
-	base := t.TempDir()
-	hot := writeFiles(t, filepath.Join(base, "d", "hot"), 1, 8<<20)[0]
-	scan := writeFiles(t, filepath.Join(base, "d", "scan"), 1, 96<<20)[0]
-	a, stop := startAgent(t, Config{Dir: filepath.Join(base, "d"), Cgroup: fmt.Sprintf("cistern-test-lhd-%d", os.Getpid()),
-		Limit: 64 << 20, Headroom: 32 << 20, Policy: "lhd"})
+	hot, scan, a, stop := hotScanAgent(t, "lhd", Config{Policy: "lhd"})
 	defer stop()
 	readInCgroup(t, a.Cgroup(), hot, hot, hot)
 	readInCgroup(t, a.Cgroup(), scan)
