@@ -72,14 +72,13 @@ type Decision struct {
 	At      time.Time
 	Policy  string  // the policy running; "" while the kernel's default runs
 	Best    string  // the candidate with the most gain after its measured loss
-	GainPct float64 // its simulated miss cost below the kernel model's, in percent (missCost)
+	GainPct float64 // its simulated misses below the kernel model's, in percent
 	// LossPct is what each candidate that ran lost live against its
 	// simulated gain, in points (absent: not measured yet).
 	LossPct map[string]float64
 	Reason  string
-	// MissesPer1000 is the simulated miss cost per 1000 sampled page reads,
-	// in random one-page reads' worth (missCost; the kernel model as
-	// "kernel").
+	// MissesPer1000 are the simulated misses per 1000 sampled page reads
+	// (the kernel model as "kernel").
 	MissesPer1000 map[string]float64
 	Samples       int // sampled page reads weighed
 }
@@ -105,21 +104,13 @@ type Auto struct {
 	// With AccessSample N, a read is Unseen (the policy is not told of a
 	// hit) unless it is one of the 1 in N the agent would report, drawn as
 	// the tracker draws them, per read (want_read): the candidates are
-	// simulated as they will run. On GET-SCAN, told of every read, LFU
-	// and W-TinyLFU simulated 17-43 % fewer misses than the kernel's
-	// default, and ran at 0.1-0.3x its GETs, told of one in 16.
+	// simulated as they will run.
 	pending []evict.Request
-	cost    []float32 // each pending read's miss cost (missCost)
-	// outcomes: feed's buffer for the shadows' outcomes
-	outcomes []evict.Outcome
-	rng      *rand.Rand
+	rng     *rand.Rand
 	// reads: each thread's latest read, whose later batches (the same
 	// file and end, further on) continue it (readCont).
-	reads map[uint32]readCont
-	// loaded: the sampled pages the kernel added since then, each at the
-	// miss cost of the adding thread's read (missCost; 1/64, a page's
-	// transfer, for a thread seen reading nothing: a write's pages)
-	loaded float64
+	reads  map[uint32]readCont
+	loaded uint64 // sampled pages the kernel added since then
 	recs   []autoRecord
 	// Live check: the default's live misses over the kernel model's
 	// (defRatio, measured while auto stands aside), the running policy's
@@ -206,17 +197,10 @@ func (p *prepared) started() bool {
 // autoRecord is one interval of the sample: its reads, the pages really
 // loaded, each shadow's misses, and what ran.
 type autoRecord struct {
-	reads, kernel uint64
-	misses        map[string]uint64
-	loaded        float64 // Auto.loaded
-	// kernelCost, cost: the kernel model's and each shadow's misses
-	// weighed by their cost (missCost), which decisions compare; the
-	// counts above are pages, which the live measure compares with pages
-	// loaded.
-	kernelCost float64
-	cost       map[string]float64
-	running    string
-	fresh      bool // the first interval after a switch
+	reads, loaded, kernel uint64
+	misses                map[string]uint64
+	running               string
+	fresh                 bool // the first interval after a switch
 }
 
 // AutoPolicies are auto's candidates: the policies the trace replay
@@ -434,7 +418,7 @@ func (a *Auto) add(e pctrace.Event) {
 		if cont = cont && c.file == e.File && c.end == end && e.Index > c.first; cont {
 			from = max(from, c.covered)
 		} else {
-			c = readCont{file: e.File, end: end, cost: missCost(max(e.Nr, 1)), scan: max(e.Nr, 1) >= a.cfg.ScanReadPages}
+			c = readCont{file: e.File, end: end, scan: max(e.Nr, 1) >= a.cfg.ScanReadPages}
 			if s := a.cfg.AccessSample; s > 1 {
 				c.unseen = a.rng.Uint32()&(s-1) != 0
 			}
@@ -444,23 +428,17 @@ func (a *Auto) add(e pctrace.Event) {
 			a.reads = map[uint32]readCont{} // threads come and go
 		}
 		a.reads[e.TID] = c
-		unseen := c.unseen
 		for p := from; p < to; p++ {
 			k := pctrace.Key(e.File, p)
 			if ShardsSampled(k, a.bits) {
-				a.pending = append(a.pending, evict.Request{Key: k, Size: 1, Unseen: unseen, Scan: c.scan})
-				a.cost = append(a.cost, c.cost)
+				a.pending = append(a.pending, evict.Request{Key: k, Size: 1, Unseen: c.unseen, Scan: c.scan})
 				a.samples.Add(1)
 			}
 		}
 	case pctrace.OpAdd:
-		w := 1.0 / 64
-		if c, ok := a.reads[e.TID]; ok {
-			w = float64(c.cost)
-		}
 		for p := uint64(0); p < min(uint64(1)<<min(e.Order, 9), 64); p++ {
 			if ShardsSampled(pctrace.Key(e.File, e.Index+p), a.bits) {
-				a.loaded += w
+				a.loaded++
 			}
 		}
 	}
@@ -482,20 +460,8 @@ type readCont struct {
 	first, end uint64 // the latest batch's first page; the read's end (exclusive)
 	covered    uint64 // pages before this were sampled in this read
 	unseen     bool
-	scan       bool    // a read of ScanReadPages or more (EVICT_REQ_SCAN)
-	cost       float32 // a miss of one of its pages (missCost)
+	scan       bool // a read of ScanReadPages or more (EVICT_REQ_SCAN)
 }
-
-// missCost is what a miss of one page of a read of n pages costs, in
-// random one-page reads' worth: the read waits for one I/O, shared by its
-// pages, and each page's transfer (4 KiB at ~1 GB/s is ~4 us, about 1/64
-// of the 100-450 us a random read waited here). Decisions weigh misses by
-// it: GET-SCAN's scan, 1 MiB reads served at 2.5 GB/s, made 80 % of the
-// sample's misses, and candidates that kept a share of its loop simulated
-// 15-40 % fewer misses than the kernel's default while they lost the
-// GETs, one-page reads that each waited for the disk (0.1-0.5x the
-// default's GETs).
-func missCost(n uint32) float32 { return 1/float32(n) + 1.0/64 }
 
 // proposalBackoff: a candidate whose proposal was not confirmed n times is
 // proposed again once auto has counted until sampled reads: after
@@ -568,7 +534,7 @@ func (a *Auto) minSamples() int { return min(max(4*a.pages, 16384), a.cfg.Window
 // fill cost auto a pass (94 MiB cgroup: its first decision in the 4th of
 // 10 searches). A transient still needs its confirmation.
 func (a *Auto) feed() (autoRecord, error) {
-	reqs, cost := a.pending, a.cost
+	reqs := a.pending
 	w := 0 // reqs[:w] only warm
 	for i, rq := range reqs {
 		if a.kern.Misses < uint64(a.pages) {
@@ -578,38 +544,26 @@ func (a *Auto) feed() (autoRecord, error) {
 		}
 		break
 	}
-	r := autoRecord{reads: uint64(len(reqs) - w), loaded: a.loaded, misses: map[string]uint64{}, cost: map[string]float64{}}
+	r := autoRecord{reads: uint64(len(reqs) - w), loaded: a.loaded, misses: map[string]uint64{}}
 	if w > 0 { // the loads of this record partly warmed: not a live measure
 		r.fresh = true
 	}
 	m0 := a.kern.Misses
-	for i, rq := range reqs[w:] {
-		if !a.kern.Access(rq.Key) { // the kernel sees every read
-			r.kernelCost += float64(cost[w+i])
-		}
+	for _, rq := range reqs[w:] {
+		a.kern.Access(rq.Key) // the kernel sees every read
 	}
 	r.kernel = a.kern.Misses - m0
-	out := a.outcomes[:0]
-	for range reqs[w:] {
-		out = append(out, evict.Outcome{})
-	}
-	a.outcomes = out
 	for name, c := range a.shadows {
 		if _, err := c.Replay(reqs[:w], nil); err != nil {
 			return r, fmt.Errorf("auto: shadow %s: %w", name, err)
 		}
-		hits, err := c.Replay(reqs[w:], out)
+		hits, err := c.Replay(reqs[w:], nil)
 		if err != nil {
 			return r, fmt.Errorf("auto: shadow %s: %w", name, err)
 		}
 		r.misses[name] = r.reads - hits
-		for i, o := range out {
-			if !o.Hit {
-				r.cost[name] += float64(cost[w+i])
-			}
-		}
 	}
-	a.pending, a.cost, a.loaded = a.pending[:0], a.cost[:0], 0
+	a.pending, a.loaded = a.pending[:0], 0
 	return r, nil
 }
 
@@ -665,8 +619,8 @@ func (a *Auto) decideOn(r autoRecord) error {
 	// running and replaced it, and the next pass ran 2.2x slower). How
 	// many samples a decision needs is counted on the whole window
 	// (samplesFor).
-	var kern float64
-	pol := map[string]float64{}
+	var kern uint64
+	pol := map[string]uint64{}
 	w, least := 0, stepSamples
 	if cur != "" {
 		least = max(least, min(n, a.minSamples()))
@@ -674,28 +628,28 @@ func (a *Auto) decideOn(r autoRecord) error {
 	for i := len(a.recs) - 1; i >= 0 && (w < n/2 || w < least); i-- {
 		r := a.recs[i]
 		w += int(r.reads)
-		kern += r.kernelCost
-		for name, m := range r.cost {
+		kern += r.kernel
+		for name, m := range r.misses {
 			pol[name] += m
 		}
 	}
 	if a.proposed != "" {
 		a.confirm.reads += r.reads
-		a.confirm.kernelCost += r.kernelCost
-		for name, m := range r.cost { // every candidate's: a better one may replace the proposal
-			a.confirm.cost[name] += m
+		a.confirm.kernel += r.kernel
+		for name, m := range r.misses { // every candidate's: a better one may replace the proposal
+			a.confirm.misses[name] += m
 		}
 	}
 	if n == 0 || n < stepSamples {
 		return nil // not enough to tell: what runs keeps running
 	}
 	d := Decision{At: time.Now(), Samples: w, LossPct: maps.Clone(a.loss),
-		MissesPer1000: map[string]float64{"kernel": 1000 * kern / float64(w)}}
+		MissesPer1000: map[string]float64{"kernel": 1000 * float64(kern) / float64(w)}}
 	gain := map[string]float64{}
 	for _, c := range a.cfg.Candidates {
-		d.MissesPer1000[c] = 1000 * pol[c] / float64(w)
+		d.MissesPer1000[c] = 1000 * float64(pol[c]) / float64(w)
 		if kern > 0 {
-			gain[c] = 100 * (1 - pol[c]/kern)
+			gain[c] = 100 * (1 - float64(pol[c])/float64(kern))
 		}
 		// What a policy is expected to save: its simulated gain less what
 		// it was measured to lose live when it last ran.
@@ -724,12 +678,12 @@ func (a *Auto) decideOn(r autoRecord) error {
 		if cur != "" && cur != d.Best && eff(cur) >= a.cfg.MarginPct && eff(d.Best)-eff(cur) < a.cfg.MarginPct/2 {
 			d.Policy = cur
 		}
-		d.Reason = fmt.Sprintf("%s pays %.1f%% less for misses than the kernel's default in the shadow simulation%s (margin %.0f%%)", d.Policy, gain[d.Policy], lossNote(d.Policy), a.cfg.MarginPct)
+		d.Reason = fmt.Sprintf("%s misses %.1f%% less than the kernel's default in the shadow simulation%s (margin %.0f%%)", d.Policy, gain[d.Policy], lossNote(d.Policy), a.cfg.MarginPct)
 	case cur != "" && eff(cur) >= autoExitFraction*a.cfg.MarginPct:
 		d.Policy = cur
-		d.Reason = fmt.Sprintf("%s keeps running: it pays %.1f%% less for misses than the kernel's default in the shadow simulation%s, under the %.0f%% margin to start but over the %.0f%% to stop", cur, gain[cur], lossNote(cur), a.cfg.MarginPct, autoExitFraction*a.cfg.MarginPct)
+		d.Reason = fmt.Sprintf("%s keeps running: it misses %.1f%% less than the kernel's default in the shadow simulation%s, under the %.0f%% margin to start but over the %.0f%% to stop", cur, gain[cur], lossNote(cur), a.cfg.MarginPct, autoExitFraction*a.cfg.MarginPct)
 	default:
-		d.Reason = fmt.Sprintf("stepped aside: the best candidate, %s, pays %.1f%% less for misses than the kernel's default in the shadow simulation%s, under the %.0f%% the agent costs; the kernel's default runs, nothing is evicted", d.Best, d.GainPct, lossNote(d.Best), a.cfg.MarginPct)
+		d.Reason = fmt.Sprintf("stepped aside: the best candidate, %s, misses %.1f%% less than the kernel's default in the shadow simulation%s, under the %.0f%% the agent costs; the kernel's default runs, nothing is evicted", d.Best, d.GainPct, lossNote(d.Best), a.cfg.MarginPct)
 	}
 	// A policy starts only once the sampled reads after its proposal (at
 	// least confirmSamples) show it ahead by the margin too: one sample can
@@ -744,7 +698,7 @@ func (a *Auto) decideOn(r autoRecord) error {
 	// the proposal (every candidate's misses are counted on them), so
 	// that the confirmation does not start again.
 	if a.proposed != "" && d.Policy != "" && d.Policy != cur && d.Policy != a.proposed && eff(a.proposed) >= a.cfg.MarginPct && eff(d.Policy)-eff(a.proposed) < a.cfg.MarginPct/2 {
-		d.Reason = fmt.Sprintf("%s pays %.1f%% less for misses than the kernel's default in the shadow simulation%s (margin %.0f%%; proposed before %s, now best at %.1f%%)",
+		d.Reason = fmt.Sprintf("%s misses %.1f%% less than the kernel's default in the shadow simulation%s (margin %.0f%%; proposed before %s, now best at %.1f%%)",
 			a.proposed, gain[a.proposed], lossNote(a.proposed), a.cfg.MarginPct, d.Policy, gain[d.Policy])
 		d.Policy = a.proposed
 	}
@@ -755,30 +709,30 @@ func (a *Auto) decideOn(r autoRecord) error {
 	}
 	if d.Policy != cur && d.Policy != "" {
 		if a.proposed == "" {
-			a.proposed, a.confirm = proposed, autoRecord{cost: map[string]float64{}}
+			a.proposed, a.confirm = proposed, autoRecord{misses: map[string]uint64{}}
 			a.confirmNeed = confirmSamples
 			if eff(proposed) >= 4*a.cfg.MarginPct {
 				a.confirmNeed = stepSamples
 			}
 			a.prepare(proposed)
 			d.Policy = cur
-			d.Reason = fmt.Sprintf("%s proposed (%.1f%% less simulated miss cost than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], a.confirmNeed, policyName(cur))
+			d.Reason = fmt.Sprintf("%s proposed (%.1f%% fewer simulated misses than the kernel's default), to be confirmed by the next %d sampled reads; %s runs meanwhile", proposed, gain[proposed], a.confirmNeed, policyName(cur))
 		} else {
 			if a.proposed != proposed { // a better one replaces it
 				a.proposed = proposed
 				a.prepare(proposed)
 			}
 			fg := 0.0
-			if a.confirm.kernelCost > 0 {
-				fg = 100 * (1 - a.confirm.cost[proposed]/a.confirm.kernelCost)
+			if a.confirm.kernel > 0 {
+				fg = 100 * (1 - float64(a.confirm.misses[proposed])/float64(a.confirm.kernel))
 			}
 			switch {
 			case a.confirm.reads < uint64(a.confirmNeed):
 				d.Policy = cur
 				d.Reason = fmt.Sprintf("%s proposed, %d of the %d sampled reads that confirm it seen; %s runs meanwhile", proposed, a.confirm.reads, a.confirmNeed, policyName(cur))
-			case a.confirm.kernelCost == 0 || fg-a.loss[proposed] < a.cfg.MarginPct:
+			case a.confirm.kernel == 0 || fg-a.loss[proposed] < a.cfg.MarginPct:
 				d.Policy = cur
-				d.Reason = fmt.Sprintf("%s proposed but not confirmed: %.1f%% less simulated miss cost than the kernel's default on the %d sampled reads since, under the %.0f%% margin; %s runs", proposed, fg, a.confirm.reads, a.cfg.MarginPct, policyName(cur))
+				d.Reason = fmt.Sprintf("%s proposed but not confirmed: %.1f%% fewer simulated misses than the kernel's default on the %d sampled reads since, under the %.0f%% margin; %s runs", proposed, fg, a.confirm.reads, a.cfg.MarginPct, policyName(cur))
 				proposed = ""
 			}
 		}
@@ -806,7 +760,7 @@ func (a *Auto) decideOn(r autoRecord) error {
 		a.held = &held
 		a.proposed = d.Policy
 		d.Policy = cur
-		d.Reason = fmt.Sprintf("%s confirmed (%.1f%% less simulated miss cost than the kernel's default); it runs once its agent has started (loaded, tracking; the cgroup's cached pages follow); %s runs meanwhile", held.Policy, gain[held.Policy], policyName(cur))
+		d.Reason = fmt.Sprintf("%s confirmed (%.1f%% fewer simulated misses than the kernel's default); it runs once its agent has started (loaded, tracking; the cgroup's cached pages follow); %s runs meanwhile", held.Policy, gain[held.Policy], policyName(cur))
 	}
 	if d.Policy != cur {
 		if err := a.switchTo(d.Policy); err != nil {
@@ -857,20 +811,17 @@ func (a *Auto) takeHeld() error {
 // policy's live gain is 1 - ratio/defRatio, and what it falls short of its
 // simulated gain on the same intervals is its loss: the mechanism's cost
 // in misses (headroom, late or refused evictions), which later decisions
-// subtract. The first interval after a switch belongs to neither. Misses
-// and loads are weighed by their cost (missCost), as decisions are: on
-// GET-SCAN a policy that cost the GETs (one-page reads) more disk reads
-// than the scan's it saved loaded fewer pages than the default.
+// subtract. The first interval after a switch belongs to neither.
 func (a *Auto) measureLive(r autoRecord) {
 	for p := range a.loss { // an old measure fades: the workload may have changed
 		if p != r.running {
 			a.loss[p] *= 0.98
 		}
 	}
-	if r.fresh || r.kernelCost == 0 {
+	if r.fresh || r.kernel == 0 {
 		return
 	}
-	ratio := r.loaded / r.kernelCost
+	ratio := float64(r.loaded) / float64(r.kernel)
 	if r.running == "" {
 		if a.defRatio == 0 {
 			a.defRatio = ratio
@@ -881,16 +832,16 @@ func (a *Auto) measureLive(r autoRecord) {
 	}
 	a.run.reads += r.reads
 	a.run.loaded += r.loaded
-	a.run.kernelCost += r.kernelCost
-	if a.run.cost == nil {
-		a.run.cost = map[string]float64{}
+	a.run.kernel += r.kernel
+	if a.run.misses == nil {
+		a.run.misses = map[string]uint64{}
 	}
-	a.run.cost[r.running] += r.cost[r.running]
-	if a.defRatio == 0 || a.run.kernelCost == 0 || a.run.reads < uint64(a.minSamples()) {
+	a.run.misses[r.running] += r.misses[r.running]
+	if a.defRatio == 0 || a.run.kernel == 0 || a.run.reads < uint64(a.minSamples()) {
 		return
 	}
-	live := 100 * (1 - a.run.loaded/a.run.kernelCost/a.defRatio)
-	simulated := 100 * (1 - a.run.cost[r.running]/a.run.kernelCost)
+	live := 100 * (1 - float64(a.run.loaded)/float64(a.run.kernel)/a.defRatio)
+	simulated := 100 * (1 - float64(a.run.misses[r.running])/float64(a.run.kernel))
 	a.loss[r.running] = max(simulated-live, 0)
 }
 

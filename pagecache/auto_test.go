@@ -197,10 +197,7 @@ func TestAutoKeepsItsPolicyThroughALoop(t *testing.T) {
 	}
 	a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
 	rec := func(kernel, mru, lhd uint64) autoRecord {
-		// one-page reads: a miss costs one (missCost(1), as decisions weigh it)
-		c := float64(missCost(1))
-		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru, "lhd": lhd},
-			kernelCost: c * float64(kernel), cost: map[string]float64{"mru": c * float64(mru), "lhd": c * float64(lhd)}}
+		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru, "lhd": lhd}}
 	}
 	var recs []autoRecord
 	// The first pass's tail: most of it only warmed the kernel model.
@@ -325,9 +322,7 @@ func TestAutoBacksOffUnconfirmedProposals(t *testing.T) {
 	}
 	a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
 	rec := func(kernel, mru uint64) autoRecord {
-		c := float64(missCost(1))
-		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru},
-			kernelCost: c * float64(kernel), cost: map[string]float64{"mru": c * float64(mru)}}
+		return autoRecord{reads: 1024, kernel: kernel, misses: map[string]uint64{"mru": mru}}
 	}
 	// 20 % ahead on the window; each proposal is followed by reads on
 	// which it is not ahead.
@@ -346,41 +341,6 @@ func TestAutoBacksOffUnconfirmedProposals(t *testing.T) {
 	t.Logf("%d proposals, %d backoff decisions shown, backoff %+v", proposals, refusals, a.backoff)
 	if proposals < 2 || proposals > 10 {
 		t.Errorf("%d proposals in 400 decisions: want a few, each after more reads (backoff)", proposals)
-	}
-}
-
-// TestAutoWeighsMissesByCost: a candidate that misses fewer pages than the
-// kernel's default, all of them a scan's (1 MiB reads), and more one-page
-// reads (GETs) is not proposed: GET-SCAN's case, where MRU, LFU and
-// W-TinyLFU simulated 15-40 % fewer misses than the kernel model and ran
-// at 0.1-0.5x its GETs. The same counts with the misses all one-page
-// reads propose it.
-func TestAutoWeighsMissesByCost(t *testing.T) {
-	for _, gets := range []bool{true, false} {
-		cfg := AutoConfig{Candidates: []string{"mru"}}
-		if err := cfg.setDefaults(); err != nil {
-			t.Fatal(err)
-		}
-		proposed := false
-		cfg.OnDecision = func(d Decision) { proposed = proposed || strings.HasPrefix(d.Reason, "mru proposed (") }
-		a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
-		get, scan := float64(missCost(1)), float64(missCost(256))
-		for range 64 {
-			// The kernel model: 4 GET misses and 1000 scan pages; MRU: 60
-			// GET misses and 600 scan pages (660 pages: 35 % fewer).
-			r := autoRecord{reads: 4096, kernel: 1004, misses: map[string]uint64{"mru": 660},
-				kernelCost: 4*get + 1000*scan, cost: map[string]float64{"mru": 60*get + 600*scan}}
-			if !gets { // every miss a one-page read
-				r.kernelCost, r.cost["mru"] = 1004*get, 660*get
-			}
-			if err := a.decideOn(r); err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Logf("gets %v: %s", gets, a.Decision().Reason)
-		if proposed == gets {
-			t.Errorf("GET misses weighed apart %v: mru proposed %v", gets, proposed)
-		}
 	}
 }
 

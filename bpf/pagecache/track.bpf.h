@@ -31,7 +31,10 @@ const volatile __u64 pc_shards_threshold;
  * (PC_EV_SCAN, EVICT_REQ_SCAN to the policy); 0: off. A read(2)'s first
  * page batch is reported after the folios its readahead added, so those
  * are judged by the thread's read before: a scanner's reads are all large
- * and a point reader's all small, which is what this tells apart. */
+ * and a point reader's all small, which is what this tells apart. The
+ * read tracepoints fire for every thread, so with it on each thread that
+ * reads keeps its latest size in pc_reads (a lookup a read, an insert a
+ * new thread; sizes only, never data). */
 const volatile __u32 pc_scan_pages;
 
 /* The agent's evicting thread (set by the agent when it runs): the deletes

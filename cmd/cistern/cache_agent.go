@@ -48,10 +48,8 @@ SIGINT or SIGTERM and prints its counters.
 
 --policy auto samples the cgroup's reads (one page in 2^k, SHARDS: only
 the sampled pages' reads leave the kernel), simulates every candidate and
-the kernel's default on them every --auto-interval, runs the best while its
-misses cost --auto-margin percent less than the default's (a page of an
-n-page read costs 1/n + 1/64 of a one-page read: the read waits once),
-and otherwise steps
+the kernel's default on them every --auto-interval, runs the best while it
+misses --auto-margin percent less than the default, and otherwise steps
 aside: no policy runs, nothing is evicted, the kernel's default keeps the
 cache. Each change is printed with its reason; the choice is also in the
 metrics (auto_policy_<name>). Its candidates include get-scan, with a
@@ -136,6 +134,9 @@ a readahead window or a large buffer).`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy %s, %d files under %s, cgroup %s; Ctrl-C stops\n",
 				cfg.Policy, a.Files(), cfg.Dir, a.Cgroup().Path)
 			fmt.Fprintf(cmd.ErrOrStderr(), "agent: new files under %s noticed by %s\n", cfg.Dir, a.WatchMethod())
+			if cfg.ScanReadPages > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "agent: a thread whose latest read asked for %d pages (%d KiB) or more is a scanner: the folios it adds are evicted first\n", cfg.ScanReadPages, cfg.ScanReadPages*4)
+			}
 			if st, err := a.Stats(); err == nil && st["seed_skipped"] == 1 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "agent: the pages cached before the start are not given to %s, which evicts its newest first: they would be its last victims\n", cfg.Policy)
 			} else if err := a.SeedError(); err != nil {
@@ -170,7 +171,7 @@ a readahead window or a large buffer).`,
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit, fixed (default: adaptive, from max(limit/256, 1M), doubled when the kernel had to reclaim at the limit; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
 	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics on ADDR (HOST:PORT)")
-	f.Float64Var(&autoMargin, "auto-margin", pagecache.DefaultAutoMarginPct, "auto: run a policy only if its misses cost this many percent less than the kernel's default's in simulation (a page of an n-page read costs 1/n + 1/64)")
+	f.Float64Var(&autoMargin, "auto-margin", pagecache.DefaultAutoMarginPct, "auto: run a policy only if it misses this many percent less than the kernel's default in simulation")
 	f.DurationVar(&autoInterval, "auto-interval", 10*time.Second, "auto: time between decisions")
 	return c
 }
