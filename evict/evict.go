@@ -25,7 +25,7 @@ const (
 	evictReqUnseen = 1
 	// evictReqScan is EVICT_REQ_SCAN.
 	evictReqScan = 2
-	Nil            = ^uint32(0)
+	Nil          = ^uint32(0)
 )
 
 // StatNames are the evict_stats counters, in enum evict_stat order.
