@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -24,12 +25,12 @@ func TestGetScanByHand(t *testing.T) {
 		// S, T fill the cache: scan [T S]. U: the scan list goes first,
 		// sample S0 T0 from the tail: S; scan [U T], hand on T.
 		{7<<32 | 7, "STU", "M M MS"},
-		// T hit (T1). C: sample T1 U0: U. D: T, the last scan entry.
-		// E: scan empty, get [D C B1 A2] sampled from the tail: C.
-		{1<<32 | 1, "TCDE", "H MU MT MC"},
-		// V by the scanner: scan empty, get [E D B1 A2] from the hand (A):
-		// D; scan [V].
-		{7<<32 | 7, "V", "MD"},
+		// T hit by a get thread: a get entry now, get [T1 B1 A2], scan
+		// [U]. C: U, the last scan entry. D: scan empty, get [C0 T1 B1
+		// A2] sampled from the tail: C. E: D likewise.
+		{1<<32 | 1, "TCDE", "H MU MC MD"},
+		// V by the scanner: scan empty, get [E0 T1 B1 A2]: E; scan [V].
+		{7<<32 | 7, "V", "ME"},
 		// F by a get thread still evicts the scan entry V first.
 		{1<<32 | 1, "F", "MV"},
 	}
@@ -116,25 +117,49 @@ func TestGetScanManyCandidates(t *testing.T) {
 
 // TestGetScanScanFlag: with no scanner registered, requests flagged Scan
 // (EVICT_REQ_SCAN: the page-cache agent's scan detection) are scan
-// entries: victims before any get entry, hit or not.
+// entries: victims before any get entry, read again by a scan or not.
+// A scan entry a point read (no flag) reads again is a get entry.
 func TestGetScanScanFlag(t *testing.T) {
-	c := open(t, "get-scan", 4)
 	req := func(k uint64, scan bool) Request { return Request{Key: k, Size: 1, Scan: scan} }
-	// gets A B, scans S T (cache full); T hit; C and D (gets) evict S, T.
-	reqs := []Request{req('A', false), req('B', false), req('S', true), req('T', true), req('T', false), req('C', false), req('D', false), req('E', false)}
-	out := make([]Outcome, len(reqs))
-	if _, err := c.Replay(reqs, out); err != nil {
-		t.Fatal(err)
-	}
-	var victims []byte
-	for _, o := range out {
-		if o.Evicted > 0 {
-			victims = append(victims, byte(o.Victim))
-		}
-	}
-	// E: the scan list is empty, and the get list's LFU takes one of A B
-	// (hit counts 0, the sample's first).
-	if len(victims) != 3 || string(victims[:2]) != "ST" || (victims[2] != 'A' && victims[2] != 'B') {
-		t.Errorf("victims %q: want S, T (the scan entries) and then a get entry", victims)
+	for _, tc := range []struct {
+		name string
+		reqs []Request
+		// victims: the first ones exactly, then one of last.
+		first, last string
+	}{
+		// gets A B, scans S T (cache full); T read by its scan again;
+		// C and D (gets) evict S, T; E one of A B (hit counts 0, the
+		// sample's first: the scan list is empty).
+		{"scan hit", []Request{req('A', false), req('B', false), req('S', true), req('T', true), req('T', true), req('C', false), req('D', false), req('E', false)}, "ST", "AB"},
+		// the same, T read by a point read: a get entry now (hit count
+		// 1), so C evicts S, and D and E take get entries of count 0;
+		// T stays.
+		{"point read hit", []Request{req('A', false), req('B', false), req('S', true), req('T', true), req('T', false), req('C', false), req('D', false), req('E', false)}, "S", "ABCD"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := open(t, "get-scan", 4)
+			out := make([]Outcome, len(tc.reqs))
+			if _, err := c.Replay(tc.reqs, out); err != nil {
+				t.Fatal(err)
+			}
+			var victims []byte
+			for _, o := range out {
+				if o.Evicted > 0 {
+					victims = append(victims, byte(o.Victim))
+				}
+			}
+			n := len(tc.first)
+			if len(victims) != 3 || string(victims[:n]) != tc.first {
+				t.Fatalf("victims %q: want %s first, then of %s", victims, tc.first, tc.last)
+			}
+			for _, v := range victims[n:] {
+				if !strings.ContainsRune(tc.last, rune(v)) {
+					t.Errorf("victims %q: want %s first, then of %s", victims, tc.first, tc.last)
+				}
+			}
+			if tc.name == "point read hit" && strings.ContainsRune(string(victims), 'T') {
+				t.Errorf("victims %q: T, read by a point read, was evicted", victims)
+			}
+		})
 	}
 }

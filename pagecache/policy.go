@@ -119,6 +119,7 @@ func openPolicy(p evict.Policy, capacity uint32, tc trackConfig) (_ *policy, err
 			return nil, fmt.Errorf("set %s: %w", k, err)
 		}
 	}
+	keepPrograms(spec, p.Accesses, false)
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, kernel.LoadError("page-cache policy "+name, err)

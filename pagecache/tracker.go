@@ -179,6 +179,7 @@ func openTrackerOpts(dir string, memcg uint64, access bool, sample uint32, shard
 			return nil, fmt.Errorf("set %s: %w", k, err)
 		}
 	}
+	keepPrograms(spec, access, shardsBits > 0)
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, kernel.LoadError("the page-cache tracker", err)
@@ -212,9 +213,41 @@ func ReadSignal() string {
 // mm_filemap_get_pages exists (tests).
 var syscallReads bool
 
+// keepPrograms drops from spec the programs bind would not attach (and
+// the policy's own calls, where it has them, pc_start, pc_apply and
+// evict_init): each program is verified on its own, with everything it
+// calls inlined, and the page-cache policy objects also hold replay's
+// programs and both read signals. Loading only what runs took a third off
+// the verifier's time, which every agent start and each of auto's
+// switches pays.
+func keepPrograms(spec *ebpf.CollectionSpec, access, readsOnly bool) {
+	keep := map[string]bool{"pc_start": true, "pc_apply": true, "evict_init": true}
+	if !readsOnly {
+		keep["pc_add"], keep["pc_del"] = true, true
+	}
+	if access {
+		for _, n := range readPrograms() {
+			keep[n] = true
+		}
+	}
+	for n := range spec.Programs {
+		if !keep[n] {
+			delete(spec.Programs, n)
+		}
+	}
+}
+
+// readPrograms names the programs of the access signal ReadSignal names.
+func readPrograms() []string {
+	if kernel.FilemapGetPages() == nil && !syscallReads {
+		return []string{"pc_read"}
+	}
+	return []string{"pc_sys_read", "pc_sys_pread"}
+}
+
 // attachReads attaches the access signal ReadSignal names.
 func (t *tracker) attachReads() error {
-	if kernel.FilemapGetPages() == nil && !syscallReads {
+	if readPrograms()[0] == "pc_read" {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "mm_filemap_get_pages", Program: t.coll.Programs["pc_read"]})
 		if err != nil {
 			return fmt.Errorf("attach pc_read: %w", err)

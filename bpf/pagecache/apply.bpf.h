@@ -202,6 +202,12 @@ __noinline int pc_apply_acc(struct pc_event *ev)
 	if (!ev)
 		return 0;
 	l.key = (__u64)ev->file << 32 | (__u32)ev->index;
+	/* Who reads, for get-scan's accessed(): a scan entry a point read
+	 * hits moves to its get list. */
+	evict_req_flags = (ev->flags & PC_EV_SCAN) ? EVICT_REQ_SCAN : 0;
+#ifdef PC_ACTOR
+	PC_ACTOR = (__u64)ev->tgid << 32 | ev->tid;
+#endif
 	if (ev->read)
 		l.read = (__u64)ev->tid << 32 | ev->read;
 	nr = ev->nr;

@@ -264,6 +264,12 @@ static __always_inline int added_by_scanner(void)
 	return st && st->pages >= pc_scan_pages;
 }
 
+/* PC_EV_SCAN for a read of pages pages: a scanner's (pc_scan_pages). */
+static __always_inline __u16 scan_flag(__u64 pages)
+{
+	return pc_scan_pages && pages >= pc_scan_pages ? PC_EV_SCAN : 0;
+}
+
 /* Keeps the size of a read the access sample left out, for scan
  * detection: in place, or as a new thread's state (reported: no). */
 static __always_inline void note_read_size(__u32 tid, struct pc_read_state *st, __u64 mapping, __u64 index, __u64 last, __u32 pages)
@@ -441,7 +447,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		if (!st->on)
 			return 0;
 		stat(PC_T_ACC_MORE);
-		emit(PC_ACC, 0, st->file, index, last - index + 1, st->read, 0);
+		emit(PC_ACC, 0, st->file, index, last - index + 1, st->read, scan_flag(st->pages));
 		return 0;
 	}
 	if (!want_read()) {
@@ -489,7 +495,7 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 	if (!st)
 		bpf_map_update_elem(&pc_reads, &tid, w, BPF_ANY);
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, w->read, 0);
+	emit(PC_ACC, 0, file, index, last >= index ? last - index + 1 : 1, w->read, scan_flag(w->pages));
 	return 0;
 }
 
@@ -508,9 +514,11 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 	long long size;
 	unsigned long first, last;
 	__u32 file;
+	__u16 scan;
 
 	if (!count)
 		return 0;
+	scan = scan_flag((count + 4095) >> PC_PAGE_SHIFT); /* as asked, not clipped */
 	if (pc_scan_pages) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
@@ -542,7 +550,7 @@ static __always_inline int sys_read(unsigned long fd, unsigned long count, long 
 	if (!pc_sampled(file, first, last))
 		return 0;
 	stat(PC_T_ACC);
-	emit(PC_ACC, 0, file, first, last - first + 1, 0, 0);
+	emit(PC_ACC, 0, file, first, last - first + 1, 0, scan);
 	return 0;
 }
 

@@ -240,8 +240,9 @@ __u32 evict_free_top;      /* entries on the evict_free stack */
 __u32 evict_fallback_hand; /* next slot the fallback looks at */
 __u32 evict_initialized;
 __u64 evict_used_bytes;    /* sum of resident entries' sizes */
-/* The flags (EVICT_REQ_*) of the request being inserted, for the policy's
- * evict_policy_added() (get-scan reads EVICT_REQ_SCAN). */
+/* The flags (EVICT_REQ_*) of the request being inserted or told of, for
+ * the policy's evict_policy_added() and evict_policy_accessed() (get-scan
+ * reads EVICT_REQ_SCAN). */
 __u32 evict_req_flags;
 __u32 evict_report_victims; /* evict_drain: push removed keys to evict_victims */
 volatile __u64 evict_loop_zero; /* always 0, unknown to the verifier: evict_loop_var */

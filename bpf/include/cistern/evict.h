@@ -73,10 +73,11 @@ struct evict_req {
  * policy as it will run: hits and misses alike, only accessed() is not
  * called. A miss is always inserted (the kernel reports every add). */
 #define EVICT_REQ_UNSEEN 1
-/* evict_req.flags: on a miss, the new entry is a scan's (a folio a thread
- * reading in large reads added: the page-cache agent's scan detection, or
- * auto's shadow of it). Policies read it as evict_req_flags during
- * evict_policy_added(); get-scan puts such an entry on its scan list. */
+/* evict_req.flags: the request is a scan's (a thread reading in large
+ * reads: the page-cache agent's scan detection, or auto's shadow of it).
+ * Policies read it as evict_req_flags during evict_policy_added() and
+ * evict_policy_accessed(): get-scan puts a new entry on its scan list,
+ * and moves a scan entry that a request without it hits to its get list. */
 #define EVICT_REQ_SCAN 2
 
 struct evict_batch {

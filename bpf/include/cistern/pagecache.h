@@ -14,8 +14,8 @@
 
 enum pc_op { PC_ADD = 1, PC_DEL = 2, PC_ACC = 3 };
 
-/* pc_event.flags of PC_ADD: added by a thread detected as a scanner
- * (pc_scan_pages in track.bpf.h). */
+/* pc_event.flags of PC_ADD and PC_ACC: added or read by a thread detected
+ * as a scanner (pc_scan_pages in track.bpf.h). */
 #define PC_EV_SCAN 1
 
 /* Files the agent watches: (device, inode) -> file id (>= 1). */

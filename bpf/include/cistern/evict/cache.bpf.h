@@ -159,8 +159,10 @@ static __always_inline int evict_cache_access(struct evict_req *r)
 	struct evict_node *n;
 
 	if (sp) {
-		if (!(r->flags & EVICT_REQ_UNSEEN))
+		if (!(r->flags & EVICT_REQ_UNSEEN)) {
+			evict_req_flags = r->flags;
 			evict_policy_accessed(*sp);
+		}
 		return 1;
 	}
 	if (evict_byte_capacity) {

@@ -12,6 +12,9 @@
  * at its oldest end at every evict(): a scan reads each entry once, and its
  * newest entries are readahead not read yet.
  *
+ * A scan entry that a point read (not a scanner's) reads again moves to
+ * the get list: what a scan brought in and a GET then wants is the GETs'.
+ *
  * Who inserts: the driver writes getscan_actor (tgid << 32 | tid) before a
  * request; an entry is a scan entry when its tid or tgid is a key of
  * getscan_scan_ids, or when its request carries EVICT_REQ_SCAN (the
@@ -116,12 +119,30 @@ static void evict_policy_added(__u32 slot)
 #endif
 }
 
+/* A scan entry read again by a point read (no scanner's) is a get entry
+ * from then on: a page a scanner brought in and a GET then wants (a value
+ * on a block the scan read, or the GET process's own warm-up, whose 1 MiB
+ * reads look like a scan's) is the GETs', not the scan's. */
 static void evict_policy_accessed(__u32 slot)
 {
 	struct evict_node *n = evict_node(slot);
 
-	if (n && n->pdata < 0xffffffffu)
+	if (!n)
+		return;
+	if (n->pdata < 0xffffffffu)
 		n->pdata++;
+	if (n->list != gs_scan_q || gs_is_scan())
+		return;
+	if (slot == gs_hand[1])
+		gs_hand[1] = evict_prev(slot);
+#ifdef GS_SCAN_ONLY
+	{
+		__u32 sz = gs_size(slot);
+
+		gs_scan_pages -= sz < gs_scan_pages ? sz : gs_scan_pages;
+	}
+#endif
+	evict_list_move_head(qid(gs_get_q), slot);
 }
 
 static void evict_policy_removed(__u32 slot)
