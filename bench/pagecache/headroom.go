@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -375,7 +376,7 @@ func startAuto(ctx context.Context, cfg pagecache.Config, progress func(string))
 		Interval: autoInterval,
 		OnDecision: func(d pagecache.Decision) {
 			if progress != nil {
-				progress(fmt.Sprintf("auto at %.1f s: %s", d.At.Sub(t0).Seconds(), d.Reason))
+				progress(fmt.Sprintf("auto at %.1f s: %s [%s]", d.At.Sub(t0).Seconds(), d.Reason, missesLine(d)))
 			}
 		},
 	})
@@ -392,6 +393,23 @@ func startAuto(ctx context.Context, cfg pagecache.Config, progress func(string))
 		}
 	}()
 	return a, a.Cgroup(), func() { cancel(); <-done }, nil
+}
+
+// missesLine is a decision's simulated misses per 1000 sampled reads, the
+// kernel model's first: what the choice was made on.
+func missesLine(d pagecache.Decision) string {
+	names := make([]string, 0, len(d.MissesPer1000))
+	for n := range d.MissesPer1000 {
+		if n != "kernel" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	line := fmt.Sprintf("misses per 1000 of %d sampled reads: kernel %.0f", d.Samples, d.MissesPer1000["kernel"])
+	for _, n := range names {
+		line += fmt.Sprintf(", %s %.0f", n, d.MissesPer1000[n])
+	}
+	return line
 }
 
 // sampleAuto records what auto chose in a run, under mode m with its
