@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cistern-ebpf/cistern/evict"
 	"github.com/cistern-ebpf/cistern/internal/testenv"
 	"github.com/cistern-ebpf/cistern/kernel"
 )
@@ -176,6 +179,26 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 		t.Fatalf("watching %d files, want 64", a.Files())
 	}
 	cgPath := a.Cgroup().Path
+	// Only the programs the agent runs are loaded (keepPrograms): each
+	// other one (replay's, the other read signal's) was verified for
+	// nothing, at every start.
+	row, err := evict.Lookup("mru", evict.PageCache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"evict_init", "pc_add", "pc_apply", "pc_del", "pc_start"}
+	if row.Accesses {
+		want = append(want, readPrograms()...)
+	}
+	var loaded []string
+	for n := range a.pol.coll.Programs {
+		loaded = append(loaded, n)
+	}
+	sort.Strings(want)
+	sort.Strings(loaded)
+	if !slices.Equal(loaded, want) {
+		t.Errorf("programs loaded %v, want %v", loaded, want)
+	}
 	progID, _ := a.pol.coll.Programs["pc_add"].Info()
 	id, _ := progID.ID()
 
