@@ -213,13 +213,12 @@ func ReadSignal() string {
 // mm_filemap_get_pages exists (tests).
 var syscallReads bool
 
-// keepPrograms drops from spec the programs bind would not attach (and
-// the policy's own calls, where it has them, pc_start, pc_apply and
-// evict_init): each program is verified on its own, with everything it
-// calls inlined, and the page-cache policy objects also hold replay's
-// programs and both read signals. Loading only what runs took a third off
-// the verifier's time, which every agent start and each of auto's
-// switches pays.
+// keepPrograms drops from spec every program the agent neither attaches
+// (bind) nor calls (a policy object's pc_start, pc_apply, evict_init).
+// Each program is verified on its own, with what it calls inlined, and a
+// page-cache policy object also holds replay's programs and both read
+// signals: loading only what runs took a third off the verifier's time,
+// which every agent start and each of auto's switches pays.
 func keepPrograms(spec *ebpf.CollectionSpec, access, readsOnly bool) {
 	keep := map[string]bool{"pc_start": true, "pc_apply": true, "evict_init": true}
 	if !readsOnly {
@@ -237,9 +236,12 @@ func keepPrograms(spec *ebpf.CollectionSpec, access, readsOnly bool) {
 	}
 }
 
+// filemapReads: the access signal is mm_filemap_get_pages (ReadSignal).
+func filemapReads() bool { return kernel.FilemapGetPages() == nil && !syscallReads }
+
 // readPrograms names the programs of the access signal ReadSignal names.
 func readPrograms() []string {
-	if kernel.FilemapGetPages() == nil && !syscallReads {
+	if filemapReads() {
 		return []string{"pc_read"}
 	}
 	return []string{"pc_sys_read", "pc_sys_pread"}
@@ -247,7 +249,7 @@ func readPrograms() []string {
 
 // attachReads attaches the access signal ReadSignal names.
 func (t *tracker) attachReads() error {
-	if readPrograms()[0] == "pc_read" {
+	if filemapReads() {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "mm_filemap_get_pages", Program: t.coll.Programs["pc_read"]})
 		if err != nil {
 			return fmt.Errorf("attach pc_read: %w", err)
