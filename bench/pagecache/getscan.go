@@ -186,7 +186,7 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		// auto's cost over the measured run: where it stands aside in
 		// every round it is judged by it (autoTargets).
 		var cost autoCostRun
-		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() { cost.start(nil, mr.auto) })
+		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() { cost.start(mr.auto) })
 		err = cost.end(rep, m, err)
 		mr.stop()
 		if err == nil {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
@@ -426,12 +425,15 @@ func sampleAuto(rep *benchkit.Report, m, key string, a *pagecache.Auto) pagecach
 	rep.Sample(m, key+"auto_ran_policy", ran)
 	rep.Sample(m, key+"auto_gain_pct", d.GainPct)
 	if st, err := a.Stats(); err == nil {
-		for _, k := range []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals"} {
+		for _, k := range autoStatKeys {
 			rep.Set(m, key+k, st[k])
 		}
 	}
 	return d
 }
+
+// autoStatKeys are auto's counters a run records.
+var autoStatKeys = []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals"}
 
 // autoEnd says what auto ran at a run's end, for progress.
 func autoEnd(d pagecache.Decision) string {
@@ -448,24 +450,19 @@ func autoEnd(d pagecache.Decision) string {
 // the bench process's CPU (auto's goroutines: the sample reader, the
 // shadow caches, its decisions; the bench's own few timers are counted
 // too) and the run time of auto's BPF programs in the workload's threads,
-// as a share of one core over the part's wall time. A mode with an auto
-// per cgroup (per-cgroup) measures them together: they share the bench
-// process, whose CPU counts both.
+// as a share of one core over the part's wall time. (Per-cgroup runs an
+// auto per cgroup, each in a process of its own: childCostRun.)
 type autoCost struct {
 	autos []*pagecache.Auto
 	stats io.Closer
 	cpu0  time.Duration
 	bpf0  time.Duration
 	t0    time.Time
-	// keys: with several autos, each one's key (sampleAuto); finish then
-	// records each one's own parts beside the shared figure.
-	keys []string
-	own0 []autoOwn
 }
 
-// autoOwn is what can be told apart of one auto's CPU in one process:
-// its BPF run time, its shadows' time and its running agent's thread
-// (the sample reader, its decisions and agent starts cannot).
+// autoOwn is what can be told apart of one auto's CPU: its BPF run time,
+// its shadows' time and its running agent's thread (the sample reader,
+// its decisions and agent starts cannot).
 type autoOwn struct{ bpf, shadow, agent time.Duration }
 
 func ownCost(a *pagecache.Auto) autoOwn {
@@ -478,22 +475,20 @@ func ownCost(a *pagecache.Auto) autoOwn {
 	return o
 }
 
-// autoCostRun measures autos' cost over one run's measured part: start
+// autoCostRun measures auto's cost over one run's measured part: start
 // is called from the run's hook when that part begins (nothing unless
-// every auto is there), end records it under a mode and returns the run's
+// auto is there), end records it under a mode and returns the run's
 // error, or else the measurement's.
 type autoCostRun struct {
 	cost *autoCost
 	err  error
 }
 
-func (c *autoCostRun) start(keys []string, autos ...*pagecache.Auto) {
-	if len(autos) == 0 || slices.Contains(autos, nil) {
+func (c *autoCostRun) start(a *pagecache.Auto) {
+	if a == nil {
 		return
 	}
-	if c.cost, c.err = startAutoCost(autos...); c.cost != nil {
-		c.cost.keys = keys
-	}
+	c.cost, c.err = startAutoCost(a)
 }
 
 func (c *autoCostRun) end(rep *benchkit.Report, m string, err error) error {
@@ -515,9 +510,6 @@ func startAutoCost(autos ...*pagecache.Auto) (*autoCost, error) {
 	if c.bpf0, err = c.runtime(); err != nil {
 		st.Close()
 		return nil, err
-	}
-	for _, a := range autos {
-		c.own0 = append(c.own0, ownCost(a))
 	}
 	return c, nil
 }
@@ -551,17 +543,6 @@ func (c *autoCost) finish(rep *benchkit.Report, m string, err error) error {
 	rep.Sample(m, "auto_cpu_share_pct", pct)
 	rep.Sample(m, "auto_bpf_share_pct", bpfPct)
 	rep.Sample(m, "auto_cost_bound", 1-pct/100)
-	if len(c.keys) == len(c.autos) && len(c.autos) > 1 {
-		// Each auto's own parts (not judged: the rest of the process's
-		// CPU cannot be told apart, and the shared figure bounds both).
-		wall := float64(max(time.Since(c.t0), time.Millisecond))
-		for i, a := range c.autos {
-			o := ownCost(a)
-			rep.Sample(m, c.keys[i]+"auto_bpf_share_pct", 100*float64(o.bpf-c.own0[i].bpf)/wall)
-			rep.Sample(m, c.keys[i]+"auto_shadow_share_pct", 100*float64(o.shadow-c.own0[i].shadow)/wall)
-			rep.Sample(m, c.keys[i]+"auto_agent_share_pct", 100*float64(max(o.agent-c.own0[i].agent, 0))/wall)
-		}
-	}
 	return nil
 }
 
@@ -625,12 +606,12 @@ func autoTargetsOn(rep *benchkit.Report, name, part, key, metric string, inverse
 	// resolve 3 % (session 21: 0.93-1.14). There the bound is judged and
 	// the ops/s ratio is reported beside it.
 	ran := rep.Samples(am, key+"auto_ran_policy")
-	aside := len(ran) > 0 && len(rep.Samples(am, "auto_cost_bound")) == len(ran)
+	aside := len(ran) > 0 && len(rep.Samples(am, key+"auto_cost_bound")) == len(ran)
 	for _, v := range ran {
 		aside = aside && v == 0
 	}
 	if aside {
-		b, blo, bhi, _ := rep.Spread(am, "auto_cost_bound")
+		b, blo, bhi, _ := rep.Spread(am, key+"auto_cost_bound")
 		rep.Ratio(name+"_auto_cost_bound", b)
 		rep.Ratio(name+"_auto_cost_bound_min", blo)
 		rep.Ratio(name+"_auto_cost_bound_max", bhi)
@@ -666,8 +647,10 @@ func autoTargetsOn(rep *benchkit.Report, name, part, key, metric string, inverse
 type modeRun struct {
 	a    *pagecache.Agent
 	auto *pagecache.Auto
-	cg   *pagecache.Cgroup
-	stop func() // ends the agent's or auto's loop
+	// child: auto in a process of its own (startModeOwnProcess).
+	child *autoChild
+	cg    *pagecache.Cgroup
+	stop  func() // ends the agent's or auto's loop
 	// key prefixes auto's samples (sampleAuto); progress shows what auto
 	// ran at the end.
 	key      string
@@ -687,9 +670,29 @@ func startMode(ctx context.Context, dir, name string, limit int64, policy string
 	return m, err
 }
 
+// startModeOwnProcess is startMode with auto, where it runs, in a child
+// process (autochild.go).
+func startModeOwnProcess(ctx context.Context, dir, name string, limit int64, policy string, sample uint32, progress func(string)) (m modeRun, err error) {
+	if policy != pagecache.AutoPolicy {
+		return startMode(ctx, dir, name, limit, policy, sample, progress)
+	}
+	m.child, err = startAutoChild(ctx, pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, AccessSample: sample}, progress)
+	if err != nil {
+		return m, err
+	}
+	m.cg, m.stop, m.progress = m.child.cg, m.child.stop, progress
+	return m, nil
+}
+
 // finish records auto's choice under mode m when the run went well (err
 // nil), removes everything and returns err or the first cleanup error.
 func (r modeRun) finish(rep *benchkit.Report, m string, err error) error {
+	if r.child != nil {
+		if cerr := r.child.finish(rep, m, r.key, err == nil); err == nil {
+			err = cerr
+		}
+		return err
+	}
 	if r.auto != nil && err == nil {
 		d := sampleAuto(rep, m, r.key, r.auto)
 		if r.progress != nil {
@@ -704,6 +707,9 @@ func (r modeRun) finish(rep *benchkit.Report, m string, err error) error {
 
 // close removes the agent or auto and the cgroup.
 func (r modeRun) close() error {
+	if r.child != nil {
+		return r.child.finish(nil, "", "", false)
+	}
 	if r.auto != nil {
 		return r.auto.Close()
 	}

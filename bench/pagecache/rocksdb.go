@@ -292,7 +292,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 			// auto's cost over the measured run: where it stands aside in
 			// every round it is judged by it (autoTargets).
 			var cost autoCostRun
-			r, err := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) }, func() { cost.start(nil, mr.auto) })
+			r, err := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, func(p string) { opt.Progress("rocksdb reads: " + mode + ": " + p) }, func() { cost.start(mr.auto) })
 			return r, cost.end(rep, m, err)
 		}()
 		if tr != nil {
@@ -513,7 +513,7 @@ func rdbGetScan(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSe
 			// auto's cost over the measured GETs: where it stands aside
 			// in every round it is judged by it (autoTargets).
 			var cost autoCostRun
-			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, progress, func() { cost.start(nil, mr.auto) })
+			g, gerr := s.readWarmMeasured(ctx, cg.Path, []*pagecache.Agent{a}, progress, func() { cost.start(mr.auto) })
 			gerr = cost.end(rep, m, gerr)
 			if gerr != nil {
 				scmd.Process.Kill()
@@ -612,7 +612,9 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 		}
 		pol := configs[mode]
 		rp := func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": rocksdb: " + p) }
-		rm, err := startMode(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, pol[0], 1, rp)
+		// Each auto in a process of its own (autochild.go), as a user runs
+		// one per cgroup: each one's cost is then its own.
+		rm, err := startModeOwnProcess(ctx, s.db.Dir, fmt.Sprintf("cistern-bench-rocksdb-%d", os.Getpid()), s.limit, pol[0], 1, rp)
 		if err != nil {
 			return err
 		}
@@ -620,7 +622,7 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 		ra, rcg, rstop := rm.a, rm.cg, rm.stop
 		// The search's agent reports one read in 16, as the search part's.
 		sp := func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": search: " + p) }
-		sm, err := startMode(ctx, root, fmt.Sprintf("cistern-bench-search-%d", os.Getpid()), slimit, pol[1], 16, sp)
+		sm, err := startModeOwnProcess(ctx, root, fmt.Sprintf("cistern-bench-search-%d", os.Getpid()), slimit, pol[1], 16, sp)
 		if err != nil {
 			rstop()
 			rm.close()
@@ -658,11 +660,11 @@ func rdbPerCgroup(ctx context.Context, rep *benchkit.Report, opt Options, s *rdb
 				}
 				sdone <- nil
 			}()
-			// The autos' cost over RocksDB's measured run (the searches
-			// run through it): one figure for both, in one process.
-			var cost autoCostRun
+			// Each auto's cost over RocksDB's measured run (the searches
+			// run through it), each in its own process.
+			var cost childCostRun
 			r, err := ps.readWarmMeasured(ctx, rcg.Path, []*pagecache.Agent{ra}, func(p string) { opt.Progress("rocksdb percgroup: " + mode + ": " + p) }, func() {
-				cost.start([]string{rm.key, sm.key}, rm.auto, sm.auto)
+				cost.start(map[string]*autoChild{rm.key: rm.child, sm.key: sm.child})
 			})
 			err = cost.end(rep, m, err)
 			// At least two searches (the first reads the tree from disk):

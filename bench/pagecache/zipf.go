@@ -231,7 +231,7 @@ func pcZipf(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			if auto != nil {
 				st, _ := auto.Stats()
 				shadow0 = st["auto_shadow_us"]
-				cost.start(nil, auto)
+				cost.start(auto)
 			}
 			if tr != nil {
 				warmReads = tr.reads()
