@@ -62,13 +62,16 @@ func kernelDev(dev uint64) uint32 {
 
 // newTracker registers the regular files under dir in coll's pc_files and
 // attaches coll's tracepoint programs (the read signal too when access;
-// only it when readsOnly: a shadow simulation needs the accesses alone).
-func newTracker(coll *ebpf.Collection, dir string, access, readsOnly bool) (*tracker, error) {
+// no deletes when sampled: auto's sampler needs the reads for its shadows
+// and the folios added, for what the cgroup really loaded, its live
+// check; until session 30 it attached the reads alone, and every live
+// measure auto made was of nothing).
+func newTracker(coll *ebpf.Collection, dir string, access, sampled bool) (*tracker, error) {
 	t, err := scanTracker(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.bind(coll, access, readsOnly); err != nil {
+	if err := t.bind(coll, access, sampled); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -94,7 +97,7 @@ func scanTracker(dir string) (_ *tracker, err error) {
 // bind registers the files scanTracker found in coll's pc_files (one
 // batch), starts registering new ones as they come, and attaches coll's
 // programs (as newTracker says).
-func (t *tracker) bind(coll *ebpf.Collection, access, readsOnly bool) error {
+func (t *tracker) bind(coll *ebpf.Collection, access, sampled bool) error {
 	t.mu.Lock()
 	t.coll = coll
 	keys, ids := make([]fileKey, 0, len(t.ids)), make([]uint32, 0, len(t.ids))
@@ -109,8 +112,8 @@ func (t *tracker) bind(coll *ebpf.Collection, access, readsOnly bool) error {
 	t.done = make(chan struct{})
 	go t.watch()
 	for _, name := range []string{"pc_add", "pc_del"} {
-		if readsOnly {
-			break
+		if sampled && name == "pc_del" {
+			continue
 		}
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {
@@ -219,10 +222,10 @@ var syscallReads bool
 // page-cache policy object also holds replay's programs and both read
 // signals: loading only what runs took a third off the verifier's time,
 // which every agent start and each of auto's switches pays.
-func keepPrograms(spec *ebpf.CollectionSpec, access, readsOnly bool) {
-	keep := map[string]bool{"pc_start": true, "pc_apply": true, "evict_init": true}
-	if !readsOnly {
-		keep["pc_add"], keep["pc_del"] = true, true
+func keepPrograms(spec *ebpf.CollectionSpec, access, sampled bool) {
+	keep := map[string]bool{"pc_start": true, "pc_apply": true, "evict_init": true, "pc_add": true}
+	if !sampled {
+		keep["pc_del"] = true
 	}
 	if access {
 		for _, n := range readPrograms() {

@@ -170,9 +170,10 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 			mr.cg = mr.a.Cgroup()
 			mr.stop = runAgent(ctx, mr.a)
 		case "agent_auto":
-			// The policy it runs has the get-scan agent's settings. No
-			// scanner is registered: its get-scan candidate tells the
-			// scanner by its reads' size (ScanReadPages, auto's default).
+			// The policy it runs has the get-scan agent's settings, and it
+			// is told the scanner's pid as the get-scan agent is: its
+			// get-scan candidate takes it for the scanner, and its
+			// objective serves the GETs first (Auto.AddScanPID).
 			if mr.auto, mr.cg, mr.stop, err = startAuto(ctx, pagecache.Config{Dir: dir, Cgroup: name, Limit: limit, AccessSample: 16, Headroom: limit / 4}, progress); err != nil {
 				return err
 			}
@@ -186,7 +187,14 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 		// auto's cost over the measured run: where it stands aside in
 		// every round it is judged by it (autoTargets).
 		var cost autoCostRun
-		r, err := runGetScan(ctx, mode, a, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() { cost.start(mr.auto) })
+		var declare func(int) error
+		switch {
+		case a != nil:
+			declare = a.AddScanPID
+		case mr.auto != nil:
+			declare = mr.auto.AddScanPID
+		}
+		r, err := runGetScan(ctx, mode, declare, mr.cg.Path, hotPath, scanPath, getThreads, dur, func() { cost.start(mr.auto) })
 		err = cost.end(rep, m, err)
 		mr.stop()
 		if err == nil {
@@ -222,7 +230,7 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 	autoTargets(rep, "getscan", "get_ops_per_sec", false, []string{"agent_get_scan"})
 	rep.PairedRatio("getscan_auto_scan_vs_default", "getscan/agent_auto", "scan_mb_per_sec", "getscan/default", "scan_mb_per_sec")
 	rep.Note("getscan: one GET thread (it and the scanner a core each); the hot file is 9/16 of the limit (just over the half the kernel LRU's active list may hold) and is read twice (warm, on the active list) by the GET process before the run; the scanner is its own process, " +
-		"registered with the agent by pid; the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed); " +
+		"registered with the agent and with auto by pid (auto then weighs its missed pages 1/32 of a GET's and counts the default's misses live); the agent reports 1 read in 16 to the policy and starts evicting at 3/4 of the limit (the scan fills the cache at disk speed); " +
 		"GET latencies: a uniform sample of 65536 per thread, so the GET process's memory (charged to the cgroup) does not grow with its GET rate; " +
 		"get_mean_us, over every GET (not the sample), shows the rare misses the p99 hides (each costs hundreds of microseconds on disk); " +
 		"get_preempts_per_1k and get_runq_wait_us_per_get: the GET thread's involuntary context switches and its time waiting for a CPU, per GET; " +
@@ -233,23 +241,31 @@ func pcGetScan(ctx context.Context, rep *benchkit.Report, opt Options) error {
 // runGetScan returns GET ops/s, GET p99 (µs), scan MB/s, the mean GET (µs)
 // and the GET process's CPU (cores); measured (if not nil) is called as
 // the measured run starts, after the children's warm-up.
-func runGetScan(ctx context.Context, mode string, a *pagecache.Agent, cgPath, hotPath, scanPath string, threads int, dur time.Duration, measured func()) ([7]float64, error) {
+//
+// declare, when not nil, is given the scanner's pid before anything is
+// read: the get-scan agent's AddScanPID, or auto's (the same knowledge for
+// both, before the GET process's warm-up: told after it, auto took the
+// warm-up's 1 MiB reads for scans, by their size, and its get-scan
+// candidate lost the hot set to the scan in its shadow).
+func runGetScan(ctx context.Context, mode string, declare func(pid int) error, cgPath, hotPath, scanPath string, threads int, dur time.Duration, measured func()) ([7]float64, error) {
 	var out [7]float64
 	advice := map[string]string{"fadvise_noreuse": "noreuse", "fadvise_dontneed": "dontneed"}[mode]
-	get, err := startPCChild(ctx, pcChildSpec{Role: "get", Cgroup: cgPath, File: hotPath, Threads: threads, Duration: dur, Seed: 42})
-	if err != nil {
-		return out, err
-	}
+	// The scanner first: it reads nothing before "go".
 	scan, err := startPCChild(ctx, pcChildSpec{Role: "scan", Cgroup: cgPath, File: scanPath, Duration: dur, Advice: advice})
 	if err != nil {
-		get.stdin.Close()
-		get.cmd.Wait()
 		return out, err
 	}
-	if a != nil {
-		if err := a.AddScanPID(scan.cmd.Process.Pid); err != nil {
+	stopScan := func() { scan.stdin.Close(); scan.cmd.Wait() }
+	if declare != nil {
+		if err := declare(scan.cmd.Process.Pid); err != nil {
+			stopScan()
 			return out, err
 		}
+	}
+	get, err := startPCChild(ctx, pcChildSpec{Role: "get", Cgroup: cgPath, File: hotPath, Threads: threads, Duration: dur, Seed: 42})
+	if err != nil {
+		stopScan()
+		return out, err
 	}
 	if measured != nil {
 		measured()

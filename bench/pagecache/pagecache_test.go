@@ -48,7 +48,11 @@ func TestGetScanWorkloadRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := runGetScan(context.Background(), mode, a, cg.Path, hot, scan, 1, 500*time.Millisecond, nil)
+		var declare func(int) error
+		if a != nil {
+			declare = a.AddScanPID
+		}
+		r, err := runGetScan(context.Background(), mode, declare, cg.Path, hot, scan, 1, 500*time.Millisecond, nil)
 		stop()
 		if cerr := pcClose(a, cg); cerr != nil {
 			t.Error(cerr)

@@ -54,7 +54,11 @@ aside: no policy runs, nothing is evicted, the kernel's default keeps the
 cache. Each change is printed with its reason; the choice is also in the
 metrics (auto_policy_<name>). Its candidates include get-scan, with a
 thread whose reads ask for --scan-read-pages pages or more (default 32,
-128 KiB) taken for a scanner.
+128 KiB) taken for a scanner. With --scan-pid, auto takes the named
+processes for the scanners instead, and serves the others first: a
+scanner's missed page weighs 1/32 of another reader's (it shares its
+read's I/O), and the default's misses are counted as the cgroup loads
+them, not as simulated.
 
 get-scan needs to know the scanners: --scan-pid names them, or
 --scan-read-pages N takes every thread whose latest read asked for N
@@ -76,7 +80,7 @@ a readahead window or a large buffer).`,
 			if autoMargin <= 0 || autoMargin >= 100 {
 				return cli.Usagef("--auto-margin %g: want a percentage between 0 and 100", autoMargin)
 			}
-			if len(scanPIDs) > 0 && !policy.ScanIDs {
+			if len(scanPIDs) > 0 && !policy.ScanIDs && !auto {
 				return cli.Usagef("--scan-pid: --policy %s takes no scanner ids", cfg.Policy)
 			}
 			if cfg.ScanReadPages > 0 && !auto && !(policy.ScanIDs && policy.Accesses) {
@@ -166,7 +170,7 @@ a readahead window or a large buffer).`,
 	f.StringVar(&limit, "limit", "", "create the cgroup with this memory limit (e.g. 512M, 2G)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory whose files' page cache the policy manages")
 	f.StringVar(&cfg.Policy, "policy", "", "eviction policy: "+agentPolicies)
-	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan, scan-only: a process or thread whose reads are scans (repeatable)")
+	f.IntSliceVar(&scanPIDs, "scan-pid", nil, "get-scan, scan-only, auto: a process or thread whose reads are scans (repeatable)")
 	f.Uint32Var(&cfg.ScanReadPages, "scan-read-pages", 0, fmt.Sprintf("get-scan: a thread whose latest read asked for this many pages or more is a scanner (0: only --scan-pid; auto's get-scan: %d)", pagecache.DefaultScanReadPages))
 	f.StringVar(&headroom, "headroom", "", "start evicting this far below the limit, fixed (default: adaptive, from max(limit/256, 1M), doubled when the kernel had to reclaim at the limit; at most limit/2)")
 	f.Uint32Var(&cfg.AccessSample, "access-sample", 1, "report one read in N to the policy (N a power of 2): less CPU under heavy reads")
