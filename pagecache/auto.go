@@ -213,7 +213,7 @@ type autoRecord struct {
 	fresh                 bool // the first interval after a switch
 }
 
-// scanMissWeight: with scanners declared (Config.ScanPIDs, AddScanPID), a
+// ScanMissWeight: with scanners declared (Config.ScanPIDs, AddScanPID), a
 // point reader's missed page costs this many of a scanner's. A point read
 // that misses waits for one I/O of its own; a scan's miss shares its
 // read's I/O with the rest of the read (at least DefaultScanReadPages
@@ -223,20 +223,20 @@ type autoRecord struct {
 // in pages, the synthetic GET-SCAN part is the scan's loop: its 1.5 GB
 // file outweighed the GETs 24:1 in the sample, and a frequency policy that
 // kept part of the loop looked best while it lost the GETs (session 29).
-const scanMissWeight = 32
+const ScanMissWeight = 32
 
 // missCost is a sampled page's miss in cost units: 1, or with scanners
-// declared scanMissWeight for a point reader's and 1 for a scanner's.
+// declared ScanMissWeight for a point reader's and 1 for a scanner's.
 func (a *Auto) missCost(scan bool) uint64 {
 	if a.declared() && !scan {
-		return scanMissWeight
+		return ScanMissWeight
 	}
 	return 1
 }
 
 // declared: scanners were named (ScanPIDs, AddScanPID). auto then tells a
 // scanner's reads by its ids, not by their size, weighs misses by
-// scanMissWeight, and measures the default's cost live (defaultCost).
+// ScanMissWeight, and measures the default's cost live (defaultCost).
 func (a *Auto) declared() bool {
 	m := a.scanners.Load()
 	return m != nil && len(*m) > 0
@@ -249,7 +249,7 @@ func (a *Auto) isScanner(tgid, tid uint32) bool {
 
 // AddScanPID declares a process or thread whose reads are scans: auto's
 // get-scan candidate puts what it reads on its scan list, and auto's
-// objective weighs its misses below the point readers' (scanMissWeight).
+// objective weighs its misses below the point readers' (ScanMissWeight).
 // The get-scan agent auto runs or starts gets it too.
 func (a *Auto) AddScanPID(pid int) error {
 	if pid <= 0 || pid > math.MaxUint32 {
@@ -908,7 +908,7 @@ func (a *Auto) decideOn(r autoRecord) error {
 		a.run, a.runRecs = autoRecord{}, 0
 	}
 	if a.declared() {
-		d.Reason += fmt.Sprintf(" (misses weighed: a declared scanner's page 1, a point reader's %d; the default's as measured live, %.2fx the kernel model's)", scanMissWeight, a.defRatio)
+		d.Reason += fmt.Sprintf(" (misses weighed: a declared scanner's page 1, a point reader's %d; the default's as measured live, %.2fx the kernel model's)", ScanMissWeight, a.defRatio)
 	}
 	a.mu.Lock()
 	// Shown: a change of policy, the first decision and a new proposal.

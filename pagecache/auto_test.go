@@ -367,7 +367,7 @@ func TestAutoTellsScanReads(t *testing.T) {
 
 // TestAutoDeclaredScanners: with a scanner declared (AddScanPID), a read
 // is a scan's by its reader's ids, whatever its size, and a missed or
-// loaded page of another reader costs scanMissWeight of the scanner's.
+// loaded page of another reader costs ScanMissWeight of the scanner's.
 func TestAutoDeclaredScanners(t *testing.T) {
 	a := &Auto{rng: rand.New(rand.NewPCG(1, 2))}
 	a.cfg.ScanReadPages = 32
@@ -390,7 +390,7 @@ func TestAutoDeclaredScanners(t *testing.T) {
 	}
 	a.add(pctrace.Event{Op: pctrace.OpAdd, TGID: 7, TID: 9, File: 2, Index: 0, Order: 2}) // the scanner loads 4 pages
 	a.add(pctrace.Event{Op: pctrace.OpAdd, TGID: 5, TID: 6, File: 1, Index: 0})           // the point reader 1
-	if want := uint64(4 + scanMissWeight); a.loaded != want {
+	if want := uint64(4 + ScanMissWeight); a.loaded != want {
 		t.Errorf("loaded %d cost units, want %d", a.loaded, want)
 	}
 	if ids := a.scanPIDs(); len(ids) != 1 || ids[0] != 7 {

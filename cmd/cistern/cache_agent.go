@@ -204,6 +204,15 @@ func runAuto(ctx context.Context, cmd *cobra.Command, cfg pagecache.AutoConfig, 
 	bits, pages := a.SampleRate()
 	fmt.Fprintf(cmd.ErrOrStderr(), "agent: policy auto, files under %s, cgroup %s: one page in %d sampled (a %d-page cache simulated), a decision every %s; the kernel's default runs until the first; Ctrl-C stops\n",
 		cfg.Dir, a.Cgroup().Path, 1<<bits, pages, cfg.Interval)
+	if len(cfg.ScanPIDs) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "agent: scanners %v declared: their reads are scans, a page they miss weighs 1/%d of another reader's, and the default's misses are counted as the cgroup loads them\n", cfg.ScanPIDs, pagecache.ScanMissWeight)
+	} else {
+		n := cfg.ScanReadPages
+		if n == 0 {
+			n = pagecache.DefaultScanReadPages
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "agent: a thread whose read asks for %d pages or more is taken for a scanner by get-scan's simulation; --scan-pid names them instead\n", n)
+	}
 	runErr := a.Run(ctx)
 	if st, err := a.Stats(); err == nil {
 		printCounters(cmd, st)
