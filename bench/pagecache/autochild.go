@@ -239,11 +239,7 @@ func (c *autoChild) finish(rep *benchkit.Report, m, key string, record bool) err
 	r, rerr := c.reply()
 	if rerr == nil && record && r.Decision != nil {
 		d := *r.Decision
-		rep.Sample(m, key+"auto_ran_policy", map[bool]float64{true: 1, false: 0}[d.Policy != ""])
-		rep.Sample(m, key+"auto_gain_pct", d.GainPct)
-		for _, k := range autoStatKeys {
-			rep.Set(m, key+k, r.Stats[k])
-		}
+		recordAuto(rep, m, key, d, r.Stats)
 		if c.progress != nil {
 			c.progress(autoEnd(d))
 		}

@@ -418,22 +418,29 @@ func missesLine(d pagecache.Decision) string {
 // end's decision, which the parts show with their progress.
 func sampleAuto(rep *benchkit.Report, m, key string, a *pagecache.Auto) pagecache.Decision {
 	d := a.Decision()
+	st, _ := a.Stats()
+	recordAuto(rep, m, key, d, st)
+	return d
+}
+
+// recordAuto records decision d and counters st as sampleAuto says (also
+// for an auto in a child process, autochild.go).
+func recordAuto(rep *benchkit.Report, m, key string, d pagecache.Decision, st map[string]uint64) {
 	ran := 0.0
 	if d.Policy != "" {
 		ran = 1
 	}
 	rep.Sample(m, key+"auto_ran_policy", ran)
 	rep.Sample(m, key+"auto_gain_pct", d.GainPct)
-	if st, err := a.Stats(); err == nil {
+	if st != nil {
 		for _, k := range autoStatKeys {
 			rep.Set(m, key+k, st[k])
 		}
 	}
-	return d
 }
 
 // autoStatKeys are auto's counters a run records.
-var autoStatKeys = []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_shadow_us", "auto_rest_intervals"}
+var autoStatKeys = []string{"auto_decisions", "auto_switches", "auto_samples", "auto_samples_dropped", "auto_sampled_reads", "auto_sampled_loads", "auto_shadow_us", "auto_rest_intervals"}
 
 // autoEnd says what auto ran at a run's end, for progress.
 func autoEnd(d pagecache.Decision) string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,7 @@ func TestCacheAgentUsage(t *testing.T) {
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "nope"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "mru", "--scan-pid", "5"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "get-scan", "--scan-pid", "-1"},
+		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "auto", "--scan-pid", "0"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "lfu", "--scan-read-pages", "32"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "scan-only", "--scan-read-pages", "32"},
 		{"cache", "agent", "--cgroup", "x", "--dir", dir, "--policy", "mru", "--limit", "12Q"},
@@ -40,8 +42,9 @@ func TestCacheAgentUsage(t *testing.T) {
 	}
 }
 
-// TestCacheAgentSignalCleansUp runs the real command, stops it with
-// SIGTERM and checks that it printed its counters and removed its cgroup.
+// TestCacheAgentSignalCleansUp runs the real command (a policy, and auto
+// with a declared scanner), stops it with SIGTERM and checks that it
+// printed its counters and removed its cgroup.
 func TestCacheAgentSignalCleansUp(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildCLI(t)
@@ -49,39 +52,52 @@ func TestCacheAgentSignalCleansUp(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("cistern-test-cli-%d", os.Getpid())
-	var o, e bytes.Buffer
-	c := exec.Command(bin, "cache", "agent", "--cgroup", name, "--limit", "64M", "--dir", dir, "--policy", "lru")
-	c.Stdout, c.Stderr = &o, &e
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cgPath := ""
-	limit := testenv.StartTimeout(5 * time.Second) // BPF load under the load of parallel packages
-	for end := time.Now().Add(limit); time.Now().Before(end) && cgPath == ""; {
-		time.Sleep(50 * time.Millisecond)
-		if s := e.String(); strings.Contains(s, "Ctrl-C stops") {
-			i := strings.Index(s, "cgroup ")
-			cgPath = strings.TrimSuffix(strings.Fields(s[i+7:])[0], ";")
-		}
-	}
-	if cgPath == "" {
-		c.Process.Kill()
-		c.Wait()
-		t.Fatalf("agent did not start in %v: %s", limit, e.String())
-	}
-	if _, err := os.Stat(cgPath); err != nil {
-		t.Errorf("cgroup %s not created: %v", cgPath, err)
-	}
-	c.Process.Signal(syscall.SIGTERM)
-	if err := c.Wait(); err != nil {
-		t.Fatalf("agent exit: %v: %s", err, e.String())
-	}
-	if !strings.Contains(o.String(), "pages_evicted") {
-		t.Errorf("no counters printed: %q", o.String())
-	}
-	if _, err := os.Stat(cgPath); !os.IsNotExist(err) {
-		t.Errorf("cgroup %s left behind: %v", cgPath, err)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		said    string // in its stderr
+		counter string // among its counters
+	}{
+		{"lru", []string{"--policy", "lru"}, "Ctrl-C stops", "pages_evicted"},
+		{"auto", []string{"--policy", "auto", "--scan-pid", strconv.Itoa(os.Getpid())},
+			fmt.Sprintf("scanners [%d] declared", os.Getpid()), "auto_sampled_loads"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("cistern-test-cli-%s-%d", tc.name, os.Getpid())
+			var o, e bytes.Buffer
+			c := exec.Command(bin, append([]string{"cache", "agent", "--cgroup", name, "--limit", "64M", "--dir", dir}, tc.args...)...)
+			c.Stdout, c.Stderr = &o, &e
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cgPath := ""
+			limit := testenv.StartTimeout(5 * time.Second) // BPF load under the load of parallel packages
+			for end := time.Now().Add(limit); time.Now().Before(end) && cgPath == ""; {
+				time.Sleep(50 * time.Millisecond)
+				if s := e.String(); strings.Contains(s, "Ctrl-C stops") && strings.Contains(s, tc.said) {
+					i := strings.Index(s, "cgroup ")
+					cgPath = strings.TrimSuffix(strings.TrimSuffix(strings.Fields(s[i+7:])[0], ";"), ":")
+				}
+			}
+			if cgPath == "" {
+				c.Process.Kill()
+				c.Wait()
+				t.Fatalf("agent did not start (or did not say %q) in %v: %s", tc.said, limit, e.String())
+			}
+			if _, err := os.Stat(cgPath); err != nil {
+				t.Errorf("cgroup %s not created: %v", cgPath, err)
+			}
+			c.Process.Signal(syscall.SIGTERM)
+			if err := c.Wait(); err != nil {
+				t.Fatalf("agent exit: %v: %s", err, e.String())
+			}
+			if !strings.Contains(o.String(), tc.counter) {
+				t.Errorf("no counters printed (want %s): %q", tc.counter, o.String())
+			}
+			if _, err := os.Stat(cgPath); !os.IsNotExist(err) {
+				t.Errorf("cgroup %s left behind: %v", cgPath, err)
+			}
+		})
 	}
 }
 
