@@ -144,23 +144,8 @@ type autoChild struct {
 // startAutoChild starts auto over cfg in a child process and opens the
 // cgroup it made, for the workload to join.
 func startAutoChild(ctx context.Context, cfg pagecache.Config, progress func(string)) (*autoChild, error) {
-	exe, err := os.Executable()
+	cmd, in, out, err := execSelf(ctx, pcAutoChildEnv, cfg)
 	if err != nil {
-		return nil, err
-	}
-	js, _ := json.Marshal(cfg)
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), pcAutoChildEnv+"="+string(js))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	c := &autoChild{cmd: cmd, stdin: in, replies: make(chan autoChildMsg, 4), progress: progress}

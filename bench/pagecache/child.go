@@ -2,10 +2,13 @@ package pagecachebench
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -63,6 +66,35 @@ func init() {
 		json.NewEncoder(os.Stdout).Encode(res)
 		os.Exit(0)
 	}
+}
+
+// execSelf starts this binary again with env set to spec as JSON (the
+// children's init picks it up), its stdin and stdout piped, its stderr
+// this process's.
+func execSelf(ctx context.Context, env string, spec any) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), env+"="+string(js))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, out, nil
 }
 
 func runPCChild(spec pcChildSpec, res *pcChildResult) error {

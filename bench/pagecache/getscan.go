@@ -60,23 +60,8 @@ type pcChild struct {
 }
 
 func startPCChild(ctx context.Context, spec pcChildSpec) (*pcChild, error) {
-	exe, err := os.Executable()
+	cmd, in, out, err := execSelf(ctx, pcChildEnv, spec)
 	if err != nil {
-		return nil, err
-	}
-	js, _ := json.Marshal(spec)
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), pcChildEnv+"="+string(js))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	c := &pcChild{cmd: cmd, stdin: in, out: bufio.NewReader(out)}
