@@ -505,3 +505,40 @@ func TestAutoLossIsTheMechanisms(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoStandsByWithDeclaredScanners: with a scanner declared, auto
+// starts get-scan's agent in the background before its first decision
+// (standBy: where get-scan wins, it wins a race against the scan), with
+// the scanner registered in it, and not without one.
+func TestAutoStandsByWithDeclaredScanners(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, declare := range []bool{false, true} {
+		dir := t.TempDir()
+		writeFiles(t, dir, 1, 1<<20)
+		cfg := AutoConfig{Config: Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-standby-%d", os.Getpid()), Limit: 64 << 20}}
+		if declare {
+			cfg.ScanPIDs = []int{os.Getpid()}
+		}
+		a, err := StartAuto(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.standBy()
+		switch {
+		case !declare && a.ready != nil:
+			t.Errorf("no scanner declared: %s started", a.ready.policy)
+		case declare && (a.ready == nil || a.ready.policy != "get-scan"):
+			t.Errorf("scanner declared: standing by %+v, want get-scan", a.ready)
+		case declare:
+			<-a.ready.done
+			if a.ready.err != nil {
+				t.Errorf("get-scan's start: %v", a.ready.err)
+			} else if ids := a.ready.ag.cfg.ScanPIDs; len(ids) != 1 || ids[0] != os.Getpid() {
+				t.Errorf("get-scan's scanners %v, want [%d]", ids, os.Getpid())
+			}
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
