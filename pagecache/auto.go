@@ -429,10 +429,14 @@ func (a *Auto) Run(ctx context.Context) error {
 			a.rests.Add(1)
 			next = time.Now().Add(a.cfg.Interval)
 			if a.restLeft--; a.restLeft == 0 {
+				// Not resting from before the reads are attached again:
+				// stored after, a read counted in between was counted "while
+				// resting" (a 6.1 guest's TestAutoFollowsTheWorkload: 18372
+				// then 18373).
+				a.resting.Store(false)
 				if err := a.sampler.resumeReads(); err != nil {
 					return fmt.Errorf("auto: resume sampling: %w", err)
 				}
-				a.resting.Store(false)
 				a.awake = time.Now()
 			}
 			continue
