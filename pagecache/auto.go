@@ -163,6 +163,11 @@ type Auto struct {
 	mu      sync.Mutex
 	agent   *Agent
 	stopRun func()
+	// loop: the running Run's cancel and end, for Close (a test's fatal
+	// path closed auto under a running Run, which then resumed a closed
+	// sampler's reads: a panic in a 6.1 guest).
+	loopCancel context.CancelFunc
+	loopDone   chan struct{}
 	last    Decision
 	// stopped: the counters of the agent stopped last (the exit
 	// summary's, once no agent runs).
@@ -416,6 +421,18 @@ const (
 
 // Run samples reads and decides every Interval until ctx ends.
 func (a *Auto) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	a.mu.Lock()
+	if a.sampler == nil {
+		a.mu.Unlock()
+		cancel()
+		return errors.New("auto: closed")
+	}
+	a.loopCancel, a.loopDone = cancel, done
+	a.mu.Unlock()
+	defer close(done)
+	defer cancel()
 	defer a.stopAgent()
 	next := time.Now().Add(a.cfg.Interval)
 	var rec ringbuf.Record
@@ -1223,13 +1240,23 @@ func (a *Auto) Stats() (map[string]uint64, error) {
 // Close stops any agent, detaches the sampler and removes the cgroup if
 // auto made it.
 func (a *Auto) Close() error {
+	a.mu.Lock()
+	cancel, done := a.loopCancel, a.loopDone
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 	a.stopAgent()
 	var errs []error
 	a.dropReady()
 	a.bg.Wait()
-	if a.sampler != nil {
-		errs = append(errs, a.sampler.Close())
-		a.sampler = nil
+	a.mu.Lock()
+	sampler := a.sampler
+	a.sampler = nil
+	a.mu.Unlock()
+	if sampler != nil {
+		errs = append(errs, sampler.Close())
 	}
 	for name, c := range a.shadows {
 		errs = append(errs, c.Close())

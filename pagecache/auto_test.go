@@ -542,3 +542,33 @@ func TestAutoStandsByWithDeclaredScanners(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoCloseStopsRun: Close while Run runs ends Run first (a test's
+// fatal path did so, and Run then resumed a closed sampler's reads: a
+// panic in a 6.1 guest), and Run after Close says so.
+func TestAutoCloseStopsRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, 1, 1<<20)
+	a, err := StartAuto(AutoConfig{Config: Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-autoclose-%d", os.Getpid()), Limit: 64 << 20}, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run ended with %v, want nil", err)
+		}
+	case <-time.After(testenv.StartTimeout(5 * time.Second)):
+		t.Fatal("Run still running after Close returned")
+	}
+	if err := a.Run(context.Background()); err == nil {
+		t.Error("Run after Close: no error")
+	}
+}
