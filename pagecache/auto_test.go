@@ -295,9 +295,73 @@ func TestAutoSamplerCountsAReadOnce(t *testing.T) {
 	for _, rq := range a.pending {
 		seen[rq.Key]++
 	}
-	t.Logf("%d sampled reads of %d distinct pages; %d of the file's 1024 pages are sampled", len(a.pending), len(seen), want)
+	t.Logf("%d sampled reads of %d distinct pages, %d sampled pages loaded; %d of the file's 1024 pages are sampled", len(a.pending), len(seen), a.loads.Load(), want)
 	if len(a.pending) != want || len(seen) != want {
 		t.Errorf("one read: %d sampled reads of %d pages, want each of the %d sampled pages once", len(a.pending), len(seen), want)
+	}
+	// The kernel loaded every page once, in folios of up to 512 pages:
+	// each sampled page's load is counted, past a folio's 64th too.
+	if got := a.loads.Load(); got != uint64(want) {
+		t.Errorf("%d sampled pages loaded, want the %d sampled pages of the cold file", got, want)
+	}
+}
+
+// TestAutoSeesEveryPageOfALargeRead: a 1 MiB read in large folios is one
+// filemap_get_pages batch; auto's kernel model must see all its pages, as
+// the kernel reads and loads them all, and the policies' shadows its
+// first 64 as looked up and the rest Unseen (they hear of those only as
+// added). Until session 31 the sample held its first 64 pages alone: on
+// GET-SCAN's 1 MiB scan reads the model saw a quarter of the scan.
+func TestAutoSeesEveryPageOfALargeRead(t *testing.T) {
+	dir := getPagesDir(t)
+	path := writeFiles(t, dir, 1, 32<<20)[0]
+	if err := DropFile(path); err != nil {
+		t.Fatal(err)
+	}
+	// 1 page in 128: most 64-page prefixes hold no sampled page.
+	a, err := StartAuto(AutoConfig{Config: Config{Dir: dir, Cgroup: fmt.Sprintf("cistern-test-auto-large-%d", os.Getpid()), Limit: 64 << 20}, SampleBits: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// Read twice: cold (loads), then cached (reads alone).
+	out, err := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && dd if="$1" of=/dev/null bs=1M && exec dd if="$1" of=/dev/null bs=1M`, a.Cgroup().Path, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dd: %v: %s", err, out)
+	}
+	var rec ringbuf.Record
+	a.sampler.rd.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	for a.sampler.rd.ReadInto(&rec) == nil {
+		if len(rec.RawSample) >= pctrace.RecordSize {
+			a.add(pctrace.Decode(rec.RawSample))
+		}
+	}
+	file := uint32(0)
+	if len(a.pending) > 0 {
+		file = uint32(a.pending[0].Key >> 32)
+	}
+	want := 0
+	for p := range uint64(8192) {
+		if ShardsSampled(pctrace.Key(file, p), 7) {
+			want++
+		}
+	}
+	seen, unseen := map[uint64]int{}, 0
+	for _, rq := range a.pending {
+		seen[rq.Key]++
+		if rq.Unseen {
+			unseen++
+		}
+	}
+	t.Logf("%d sampled reads (%d Unseen by the policies) of %d pages, %d loaded; %d of the file's 8192 pages are sampled", len(a.pending), unseen, len(seen), a.loads.Load(), want)
+	if len(seen) != want || len(a.pending) != 2*want {
+		t.Errorf("two reads: %d sampled reads of %d pages, want each of the %d sampled pages twice", len(a.pending), len(seen), want)
+	}
+	if got := a.loads.Load(); got != uint64(want) {
+		t.Errorf("%d sampled pages loaded, want %d", got, want)
+	}
+	if unseen == 0 || unseen == len(a.pending) {
+		t.Errorf("%d of %d sampled reads Unseen: want the pages past each batch's 64th", unseen, len(a.pending))
 	}
 }
 
@@ -360,8 +424,10 @@ func TestAutoTellsScanReads(t *testing.T) {
 			scans[uint32(rq.Key>>32)]++
 		}
 	}
-	if len(a.pending) != 64+64+4+31 || scans[1] != 128 || scans[2] != 0 {
-		t.Errorf("%d sampled pages, scans by file %v: want 163, the 128 of file 1's read", len(a.pending), scans)
+	// Every page of the 1 MiB read once (its second batch repeats pages
+	// the first reported), all 256 of them the scan's.
+	if len(a.pending) != 256+4+31 || scans[1] != 256 || scans[2] != 0 {
+		t.Errorf("%d sampled pages, scans by file %v: want 291, the 256 of file 1's read", len(a.pending), scans)
 	}
 }
 
@@ -385,8 +451,8 @@ func TestAutoDeclaredScanners(t *testing.T) {
 			scans[uint32(rq.Key>>32)]++
 		}
 	}
-	if len(a.pending) != 65 || scans[1] != 0 || scans[2] != 1 {
-		t.Errorf("%d sampled pages, scans by file %v: want 65, file 2's one page the scan's", len(a.pending), scans)
+	if len(a.pending) != 257 || scans[1] != 0 || scans[2] != 1 {
+		t.Errorf("%d sampled pages, scans by file %v: want 257, file 2's one page the scan's", len(a.pending), scans)
 	}
 	a.add(pctrace.Event{Op: pctrace.OpAdd, TGID: 7, TID: 9, File: 2, Index: 0, Order: 2}) // the scanner loads 4 pages
 	a.add(pctrace.Event{Op: pctrace.OpAdd, TGID: 5, TID: 6, File: 1, Index: 0})           // the point reader 1
@@ -570,5 +636,55 @@ func TestAutoCloseStopsRun(t *testing.T) {
 	}
 	if err := a.Run(context.Background()); err == nil {
 		t.Error("Run after Close: no error")
+	}
+}
+
+// TestAutoJudgesTheDeclaredRun: get-scan run on the declared scanners,
+// before the default was measured, is kept while the cgroup loads about
+// what the kernel model's default misses (the model is the default's
+// optimistic estimate), and steps aside, to measure the default, once it
+// loads more than declaredTolerance over it.
+func TestAutoJudgesTheDeclaredRun(t *testing.T) {
+	cfg := AutoConfig{Candidates: []string{"get-scan", "lfu"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	a := &Auto{cfg: cfg, loss: map[string]float64{}, pages: 2048}
+	if err := a.AddScanPID(42); err != nil {
+		t.Fatal(err)
+	}
+	a.onDeclaration = true
+	a.last = Decision{Policy: "get-scan", Samples: 1}
+	step := func(loaded uint64) {
+		t.Helper()
+		// LFU 30 % ahead of the model: not taken while the default is
+		// unmeasured.
+		if err := a.decideOn(autoRecord{reads: 1024, kernel: 1000, loaded: loaded, misses: map[string]uint64{"get-scan": 1000, "lfu": 700}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 40 {
+		step(1040) // 4 % over the model: within the tolerance
+	}
+	if d := a.Decision(); d.Policy != "get-scan" || a.proposed != "" {
+		t.Fatalf("policy %q, proposed %q: want get-scan kept (%s)", d.Policy, a.proposed, d.Reason)
+	}
+	t.Logf("kept: %s", a.Decision().Reason)
+	for range 80 {
+		step(1300) // 30 % over: the declaration was wrong
+		if a.Decision().Policy == "" {
+			break
+		}
+	}
+	if d := a.Decision(); d.Policy != "" || a.onDeclaration {
+		t.Fatalf("policy %q: want the default, to measure it (%s)", d.Policy, d.Reason)
+	}
+	t.Logf("aside: %s", a.Decision().Reason)
+	// The default is measured next: nothing runs until it is.
+	if err := a.decideOn(autoRecord{reads: 1024, kernel: 1000, loaded: 1000, fresh: true, misses: map[string]uint64{"get-scan": 1000, "lfu": 700}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.defRatio != 0 || a.Decision().Policy != "" {
+		t.Errorf("defRatio %.2f, policy %q after a fresh record", a.defRatio, a.Decision().Policy)
 	}
 }

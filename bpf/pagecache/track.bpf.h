@@ -358,10 +358,16 @@ static long pc_shards_step(__u64 i, void *arg)
 	return 0;
 }
 
-/* 1 when pages [first, last] of file hold a sampled page (the first
- * PC_MAX_ACC_PAGES of them are looked at: what the policies look up). A
- * global function: its loop state is in its own frame, not in pc_read's
- * (the policy's call chain below pc_read needs all of 6.1's 512 bytes). */
+/* 1 when pages [first, last] of file hold a sampled page (at most
+ * PC_SHARDS_MAX_PAGES of them looked at; the loop ends at the first
+ * sampled page, ~2^bits in). Every page: the kernel reads and loads them
+ * all, and auto's kernel model must see the pages the cgroup loads. Until
+ * session 31 only the policies' PC_MAX_ACC_PAGES were looked at: of
+ * GET-SCAN's 1 MiB scan reads, one batch each in large folios, the model
+ * saw a quarter, a quarter of the scan's pressure, and kept the hot set
+ * the kernel lost. A global function: its loop state is in its own frame,
+ * not in pc_read's (the policy's call chain below pc_read needs all of
+ * 6.1's 512 bytes). */
 __noinline int pc_sampled(__u32 file, __u64 first, __u64 last)
 {
 	struct pc_shards_loop l = { .base = (__u64)file << 32 | (__u32)first };
@@ -371,8 +377,8 @@ __noinline int pc_sampled(__u32 file, __u64 first, __u64 last)
 		return 1;
 	if (n == 1) /* a one-page read: no loop */
 		return l.base * PC_SHARDS_MUL < pc_shards_threshold;
-	if (n > PC_MAX_ACC_PAGES)
-		n = PC_MAX_ACC_PAGES;
+	if (n > PC_SHARDS_MAX_PAGES)
+		n = PC_SHARDS_MAX_PAGES;
 	bpf_loop(n, pc_shards_step, &l, 0);
 	return l.hit;
 }
@@ -429,11 +435,19 @@ int BPF_PROG(pc_read, struct address_space *mapping, unsigned long index, unsign
 		 * the end of the file count as sampled here), the end of the
 		 * file read only for those that are. */
 		file = file_id_memo(mapping);
-		if (!file || !pc_sampled(file, index, last))
+		if (!file)
 			return 0;
-		last = pc_eof_last((__u64)mapping, index, last);
-		if (last == ~0UL || !pc_sampled(file, index, last))
-			return 0;
+		if (last - index >= PC_MAX_ACC_PAGES) { /* a large read: its pages, not its buffer's */
+			last = pc_eof_last((__u64)mapping, index, last);
+			if (last == ~0UL || !pc_sampled(file, index, last))
+				return 0;
+		} else {
+			if (!pc_sampled(file, index, last))
+				return 0;
+			last = pc_eof_last((__u64)mapping, index, last);
+			if (last == ~0UL || !pc_sampled(file, index, last))
+				return 0;
+		}
 		stat(PC_T_ACC);
 		emit(PC_ACC, 0, file, index, last - index + 1, 0, 0);
 		return 0;

@@ -7,6 +7,7 @@
 #define PC_BATCH 4096        /* events per pc_apply run (power of 2) */
 #define PC_MAX_VICTIMS 1024  /* victims per pc_apply run (power of 2) */
 #define PC_MAX_ACC_PAGES 64  /* pages of one read looked up for accessed() */
+#define PC_SHARDS_MAX_PAGES 65536 /* pages of one read or folio auto's sampler looks at */
 #define PC_QUEUE_LEN 8192    /* events waiting for the policy's lock (power of 2) */
 #define PC_PUSH_TRIES 8      /* reservation attempts before an event is dropped */
 #define PC_COMBINE_ROUNDS 4  /* lock rounds one event's program makes at most */
