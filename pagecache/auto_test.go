@@ -58,6 +58,12 @@ func TestAutoFollowsTheWorkload(t *testing.T) {
 		// that auto follows the workload (the default margin's value is
 		// the bench's to judge).
 		Interval: 2 * time.Second, Window: 1 << 15, MarginPct: 10,
+		// 1 page in 4 (the limit's default would be 1 in 8): a 6.1 TCG
+		// guest's uniform reads gave 18,244 samples in the 90 s scaled
+		// deadline, short of the ~18.4k the first decision needs (2,048
+		// warm-up misses and minSamples); twice the rate reaches them in
+		// half the reads.
+		SampleBits: 2,
 		OnDecision: func(d Decision) {
 			t.Logf("decision: policy %q (best %s, %.1f%%): %s", d.Policy, d.Best, d.GainPct, d.Reason)
 			firstOnce.Do(func() { first <- d })
@@ -680,6 +686,18 @@ func TestAutoJudgesTheDeclaredRun(t *testing.T) {
 		t.Fatalf("policy %q: want the default, to measure it (%s)", d.Policy, d.Reason)
 	}
 	t.Logf("aside: %s", a.Decision().Reason)
+	// A clear pass (loads the margin under the model's) is taken on
+	// clearSamples, and the sampler may rest; a near one needs minSamples.
+	b := &Auto{cfg: cfg, loss: map[string]float64{}, pages: 2048, onDeclaration: true}
+	b.last = Decision{Policy: "get-scan", Samples: 1}
+	b.run = autoRecord{reads: uint64(b.clearSamples()), kernel: 1000, loaded: 450}
+	if !b.declaredSettled() {
+		t.Errorf("loads 55 %% under the model on %d samples: not settled", b.run.reads)
+	}
+	b.run.loaded = 950
+	if b.declaredSettled() {
+		t.Errorf("loads 5 %% under the model on %d samples: settled before minSamples (%d)", b.run.reads, b.minSamples())
+	}
 	// The default is measured next: nothing runs until it is.
 	if err := a.decideOn(autoRecord{reads: 1024, kernel: 1000, loaded: 1000, fresh: true, misses: map[string]uint64{"get-scan": 1000, "lfu": 700}}); err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ processes for the scanners instead, and serves the others first: a
 scanner's missed page weighs 1/32 of another reader's (it shares its
 read's I/O), and the default's misses are counted as the cgroup loads
 them, not as simulated. Declared scanners also start get-scan at once;
-it is kept while the cgroup loads no more than half the margin over the
+it is kept while the cgroup loads no more than the margin over the
 kernel model's default, and otherwise auto steps aside and measures the
 default before it runs anything again.
 
