@@ -510,7 +510,7 @@ func TestAutoMeasuresTheDefaultWithDeclaredScanners(t *testing.T) {
 }
 
 // TestAutoCountsWhatTheCgroupLoads: auto's sampler hears the folios the
-// kernel adds to its cgroup, sampled as the reads are: its live check
+// kernel adds to its cgroup, sampled as the reads are, also after a rest: its live check
 // (measureLive, defaultCost) compares them with the kernel model's misses.
 // Until session 30 the sampler attached the reads alone, and the count
 // was always zero: every loss auto "measured" was of nothing.
@@ -528,6 +528,14 @@ func TestAutoCountsWhatTheCgroupLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	// After a rest, as from the start: until session 31 the sampler woke
+	// with its reads alone, and counted no load again.
+	if err := a.sampler.pauseReads(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sampler.resumeReads(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -38,6 +38,9 @@ type tracker struct {
 	rd   *ringbuf.Reader
 	own  bool
 	done chan struct{} // the watch goroutine has ended
+	// access, sampled: what bind attached (attach), and resumeReads
+	// attaches again after pauseReads.
+	access, sampled bool
 
 	mu    sync.Mutex         // files, ids, pages
 	files map[uint32]string  // file id -> path (the latest name seen)
@@ -111,17 +114,24 @@ func (t *tracker) bind(coll *ebpf.Collection, access, sampled bool) error {
 	}
 	t.done = make(chan struct{})
 	go t.watch()
+	t.access, t.sampled = access, sampled
+	return t.attach()
+}
+
+// attach attaches pc_add, pc_del unless sampled (auto's sampler counts
+// loads, not deletes), and the read signal if access.
+func (t *tracker) attach() error {
 	for _, name := range []string{"pc_add", "pc_del"} {
-		if sampled && name == "pc_del" {
+		if t.sampled && name == "pc_del" {
 			continue
 		}
-		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		l, err := link.AttachTracing(link.TracingOptions{Program: t.coll.Programs[name]})
 		if err != nil {
 			return fmt.Errorf("attach %s: %w", name, err)
 		}
 		t.links = append(t.links, l)
 	}
-	if access {
+	if t.access {
 		if err := t.attachReads(); err != nil {
 			return err
 		}
@@ -270,9 +280,11 @@ func (t *tracker) attachReads() error {
 	return nil
 }
 
-// pauseReads detaches the read signal of a reads-only tracker (auto's
-// sampler while it stands aside: nothing runs on the cgroup's reads);
-// resumeReads attaches it again.
+// pauseReads detaches every program of auto's sampler (resting: nothing
+// is sampled, the reads nor the loads); resumeReads attaches them again,
+// the loads with the reads. Until session 31 it attached the reads
+// alone: after auto's first rest the cgroup's loads were never counted
+// again, and every live measure after it read zero loads.
 func (t *tracker) pauseReads() error {
 	var errs []error
 	for _, l := range t.links {
@@ -286,7 +298,7 @@ func (t *tracker) resumeReads() error {
 	if len(t.links) > 0 {
 		return nil
 	}
-	return t.attachReads()
+	return t.attach()
 }
 
 // addDir registers every regular file under dir (hard links once) and
