@@ -543,14 +543,24 @@ func (a *Auto) runDeclared() error {
 	if !a.awaitingDeclared() || !p.started() || p.err != nil || a.Decision().Policy != "" {
 		return nil
 	}
-	if err := a.switchTo(p.policy); err != nil {
+	d := Decision{Policy: p.policy, Best: p.policy,
+		Reason: fmt.Sprintf("get-scan runs on the declared scanners (its agent started in %.1f s), before the default is measured; it is kept while it loads no more than %.1f%% over the kernel model's default", p.took.Seconds(), declaredTolerance(a.cfg.MarginPct))}
+	if err := a.runDecision(d); err != nil {
 		return err
 	}
 	a.onDeclaration = true
+	return nil
+}
+
+// runDecision switches to d's policy, outside decideOn (a held decision,
+// the declared run), and shows d.
+func (a *Auto) runDecision(d Decision) error {
+	if err := a.switchTo(d.Policy); err != nil {
+		return err
+	}
 	a.switches.Add(1)
 	a.run, a.runRecs = autoRecord{}, 0
-	d := Decision{At: time.Now(), Policy: p.policy, Best: p.policy,
-		Reason: fmt.Sprintf("get-scan runs on the declared scanners (its agent started in %.1f s), before the default is measured; it is kept while it loads no more than %.1f%% over the kernel model's default", p.took.Seconds(), declaredTolerance(a.cfg.MarginPct))}
+	d.At = time.Now()
 	a.mu.Lock()
 	a.last = d
 	a.mu.Unlock()
@@ -1119,20 +1129,11 @@ func (a *Auto) takeHeld() error {
 	if p := a.ready; p != nil && p.policy == d.Policy {
 		d.Reason += fmt.Sprintf("; its agent started in %.1f s", p.took.Seconds())
 	}
-	if err := a.switchTo(d.Policy); err != nil {
+	a.proposed = ""
+	if err := a.runDecision(d); err != nil {
 		return err
 	}
 	delete(a.backoff, d.Policy) // confirmed
-	a.switches.Add(1)
-	a.run, a.runRecs = autoRecord{}, 0
-	a.proposed = ""
-	d.At = time.Now()
-	a.mu.Lock()
-	a.last = d
-	a.mu.Unlock()
-	if a.cfg.OnDecision != nil {
-		a.cfg.OnDecision(d)
-	}
 	return nil
 }
 

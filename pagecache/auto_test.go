@@ -280,13 +280,7 @@ func TestAutoSamplerCountsAReadOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dd: %v: %s", err, out)
 	}
-	var rec ringbuf.Record
-	a.sampler.rd.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	for a.sampler.rd.ReadInto(&rec) == nil {
-		if len(rec.RawSample) >= pctrace.RecordSize {
-			a.add(pctrace.Decode(rec.RawSample))
-		}
-	}
+	drainSampler(a)
 	if len(a.pending) == 0 {
 		t.Fatal("nothing sampled")
 	}
@@ -335,13 +329,7 @@ func TestAutoSeesEveryPageOfALargeRead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dd: %v: %s", err, out)
 	}
-	var rec ringbuf.Record
-	a.sampler.rd.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	for a.sampler.rd.ReadInto(&rec) == nil {
-		if len(rec.RawSample) >= pctrace.RecordSize {
-			a.add(pctrace.Decode(rec.RawSample))
-		}
-	}
+	drainSampler(a)
 	file := uint32(0)
 	if len(a.pending) > 0 {
 		file = uint32(a.pending[0].Key >> 32)
@@ -712,5 +700,17 @@ func TestAutoJudgesTheDeclaredRun(t *testing.T) {
 	}
 	if a.defRatio != 0 || a.Decision().Policy != "" {
 		t.Errorf("defRatio %.2f, policy %q after a fresh record", a.defRatio, a.Decision().Policy)
+	}
+}
+
+// drainSampler hands auto every record its sampler has sent (500 ms
+// without one ends it), as Run does.
+func drainSampler(a *Auto) {
+	var rec ringbuf.Record
+	a.sampler.rd.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	for a.sampler.rd.ReadInto(&rec) == nil {
+		if len(rec.RawSample) >= pctrace.RecordSize {
+			a.add(pctrace.Decode(rec.RawSample))
+		}
 	}
 }
