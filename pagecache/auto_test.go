@@ -232,6 +232,38 @@ func TestAutoKeepsItsPolicyThroughALoop(t *testing.T) {
 	}
 }
 
+// TestAutoSettlesSoonerOnReuse: aside on a window where the kernel model
+// hits (zipf: ~15 % missed), auto rests one interval after deciding; on a
+// window where every policy misses alike (a loop's first pass), it waits
+// asideSettled intervals, since the next pass may favour one.
+func TestAutoSettlesSoonerOnReuse(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		kernel     uint64 // of every 1024 sampled reads
+		wantIntvls int
+	}{{"zipf", 150, asideSettledReuse}, {"uniform", 750, asideSettledReuse}, {"first pass", 1010, asideSettled}} {
+		cfg := AutoConfig{Candidates: []string{"mru", "lhd"}, Interval: time.Second}
+		if err := cfg.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		a := &Auto{cfg: cfg, loss: map[string]float64{}, dry: true, pages: 2048}
+		if got := a.settleAfter(); got != asideSettled*time.Second {
+			t.Errorf("%s: before any look at the sample auto settles after %v, want %v", c.name, got, asideSettled*time.Second)
+		}
+		for range 20 { // 20,480 samples: past minSamples (16,384)
+			if err := a.decideOn(autoRecord{reads: 1024, kernel: c.kernel, misses: map[string]uint64{"mru": 1024, "lhd": c.kernel}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := a.Decision(); d.Samples == 0 || d.Policy != "" {
+			t.Fatalf("%s: decision %+v, want one standing aside", c.name, d)
+		}
+		if got, want := a.settleAfter(), time.Duration(c.wantIntvls)*time.Second; got != want {
+			t.Errorf("%s: kernel model missing %d of 1024, auto settles after %v, want %v", c.name, c.kernel, got, want)
+		}
+	}
+}
+
 // TestAutoSamplesReadsAsTheAgent: with AccessSample 16, one read in 16
 // reaches the shadows' policies (the agent's tracker reports as many), all
 // pages of a read alike; without it every read does.
