@@ -46,6 +46,7 @@ type rdbSetup struct {
 	limit   int64
 	warm    time.Duration // first readrandom, not measured: fills the cache and trains the policy
 	measure time.Duration
+	evict   evictCost // the eviction floor (evictfloor.go), measured before the parts
 }
 
 func rdbPrepare(ctx context.Context, rep *benchkit.Report, opt Options) (*rdbSetup, error) {
@@ -71,6 +72,9 @@ func rdbPrepare(ctx context.Context, rep *benchkit.Report, opt Options) (*rdbSet
 	rep.SetConfig("rocksdb_threads", rdbThreads)
 	rep.SetConfig("rocksdb_warm_seconds", s.warm.Seconds())
 	rep.SetConfig("rocksdb_measure_seconds", s.measure.Seconds())
+	if s.evict, err = evictFloor(rep, filepath.Join(opt.CacheDir, "rocksdb"), opt.Progress); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -344,6 +348,9 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	med, lo, hi, _ = rep.RatioSpread("rocksdb_reads_p99_vs_default_" + best)
 	rep.TargetSpread("rocksdb_reads_best_p99_vs_default", med, lo, hi, "<=", 0.8)
 	rep.Target("rocksdb_agent_cpu_pct_per_10k_reads", worstCPU, "<=", 3)
+	if loads, _, _, ok := rep.Spread("rocksdb_reads/default", "page_loads_per_1k_reads"); ok {
+		floorTarget(rep, "rocksdb_reads", "rocksdb_agent_cpu_pct_per_10k_reads", s.evict, loads)
+	}
 	simBest, gain := headroomVerdicts(rep, "rocksdb_reads", "ops_per_sec", agents)
 	rep.SetConfig("rocksdb_reads_sim_gain_pct", gain)
 	autoTargets(rep, "rocksdb_reads", "ops_per_sec", false, agents)

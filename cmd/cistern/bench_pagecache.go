@@ -36,7 +36,8 @@ database 4x the cgroup's limit (4 GiB at 1 GiB; --quick 1 GiB at 256 MiB),
 built once into --cache-dir/rocksdb; block cache 8 MiB, reads by pread.
 Parts (--parts): reads (skewed readrandom, --read_random_exp_range=5, 4
 threads: default vs agent lfu, s3fifo, lhd; targets: best >= 1.2x ops/s
-and P99 <= 0.8x default, agent CPU <= 3% of a core per 10k reads/s),
+and P99 <= 0.8x default, agent CPU <= 3% of a core per 10k reads/s, shown
+beside its floor: posix_fadvise's cost for the pages loaded, measured),
 getscan (readrandom GETs beside a seekrandom scan process: default,
 agent_get_scan, fadvise_noreuse, fadvise_dontneed on the scan; targets GETs
 >= 1.5x, scan >= 0.8x), percgroup (rocksdb and the ripgrep search in two
@@ -53,11 +54,12 @@ traced (the default with the access-trace recorder on: its trace replayed
 gives each policy's simulated misses, the kernel model's and OPT's), agent
 lfu, s3fifo, lhd, wtinylfu, auto; ops/s, read P99, pages loaded per 1000
 operations, and each agent's pages loaded against its policy simulated on
-the round's trace at the agent's own cache size (live_vs_sim <= 1.05).
+the round's trace at the agent's own cache size (live_vs_sim <= 1.05);
+each agent's CPU per 10k ops (the largest <= 3%, beside the floor).
 Targets, on the simulation (as every part's): a policy saving >= 15% of the
 kernel model's misses gives >= 1.2x ops/s with P99 <= 0.8x, else the bench
-says there is no headroom. Each round: a warm-up go-ycsb (16 threads, 25
-s; --quick 6 s), then the measured one (4 threads, 15 s; --quick 4 s). --quick cannot finish
+says there is no headroom. Each round: a warm-up go-ycsb (16 threads, 20
+s; --quick 6 s), then the measured one (4 threads, 10 s; --quick 4 s). --quick cannot finish
 in 60 s: 7 modes x 3 rounds of two go-ycsb processes, each opening RocksDB,
 plus the agent's start, take about 3 minutes (plus the load, once: ~1 min);
 the warm-up trains the policies (the cgroup is full within 3 s).
