@@ -692,6 +692,9 @@ func (a *Auto) rest() error {
 func (a *Auto) add(e pctrace.Event) {
 	switch e.Op {
 	case pctrace.OpRead:
+		if e.Flags&pctrace.FlagWrite != 0 {
+			return // the sampler takes no writes (keepPrograms); the shadows are read-based
+		}
 		// Every page of the read is the kernel model's (the kernel reads
 		// them all); the policies look up its first PC_MAX_ACC_PAGES
 		// (maxAccPages) of each batch, and hear of the others only as

@@ -22,7 +22,7 @@ import (
 )
 
 // trackStatNames are pc_track_stats, in enum pc_track_stat order.
-var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued", "pages_added"}
+var trackStatNames = []string{"events_add", "events_add_other_cgroup", "events_del", "events_read", "events_dropped", "events_del_own", "events_read_more", "events_queued", "pages_added", "events_write"}
 
 // tracker is the policy object's tracepoint programs, attached, and the
 // directory watch (dirwatch.go) whose goroutine registers files created
@@ -241,6 +241,9 @@ func keepPrograms(spec *ebpf.CollectionSpec, access, sampled bool) {
 		for _, n := range readPrograms() {
 			keep[n] = true
 		}
+		// auto's sampler (sampled) takes the reads alone: its shadows and
+		// the kernel model are read-based.
+		keep["pc_dirty"] = !sampled
 	}
 	for n := range spec.Programs {
 		if !keep[n] {
@@ -252,16 +255,26 @@ func keepPrograms(spec *ebpf.CollectionSpec, access, sampled bool) {
 // filemapReads: the access signal is mm_filemap_get_pages (ReadSignal).
 func filemapReads() bool { return kernel.FilemapGetPages() == nil && !syscallReads }
 
-// readPrograms names the programs of the access signal ReadSignal names.
+// readPrograms names the programs of the access signal: the reads
+// ReadSignal names, and the writes (pc_dirty: a folio made dirty).
 func readPrograms() []string {
 	if filemapReads() {
-		return []string{"pc_read"}
+		return []string{"pc_read", "pc_dirty"}
 	}
-	return []string{"pc_sys_read", "pc_sys_pread"}
+	return []string{"pc_sys_read", "pc_sys_pread", "pc_dirty"}
 }
 
-// attachReads attaches the access signal ReadSignal names.
+// attachReads attaches the access signal ReadSignal names, and the writes'
+// (writeback_dirty_folio, in every kernel the agent loads on: 5.18 on)
+// but for auto's sampler.
 func (t *tracker) attachReads() error {
+	if !t.sampled {
+		l, err := link.AttachTracing(link.TracingOptions{Program: t.coll.Programs["pc_dirty"]})
+		if err != nil {
+			return fmt.Errorf("attach pc_dirty: %w", err)
+		}
+		t.links = append(t.links, l)
+	}
 	if filemapReads() {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "mm_filemap_get_pages", Program: t.coll.Programs["pc_read"]})
 		if err != nil {

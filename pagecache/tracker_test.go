@@ -105,6 +105,48 @@ func TestReadSignals(t *testing.T) {
 	}
 }
 
+// TestWritesAreAccesses: a write that makes a cached folio of a watched
+// file dirty is an access (pc_dirty): a write to a page the cache does
+// not hold reads it in (its add) and dirties it, which LFU takes as the
+// add's own first access; after an fsync the page is clean and cached,
+// and the next write is a hit. Without it, a page appended to again and
+// again was never accessed, as far as the policies knew.
+func TestWritesAreAccesses(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(dir), &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary directory is on tmpfs, whose folios are dirtied without writeback_dirty_folio: set TMPDIR to a disk file system") // not a missing tool: where TMPDIR is
+	}
+	path := writeFiles(t, dir, 1, 16<<10)[0] // dropped from the cache
+	p, tr := openTracked(t, "lfu", dir)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	write := func() {
+		t.Helper()
+		if _, err := f.WriteAt([]byte("cistern"), 100); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil { // clean again: the next write dirties it anew
+			t.Fatal(err)
+		}
+	}
+	write()
+	first := pcStats(t, p, tr)
+	write()
+	st := pcStats(t, p, tr)
+	t.Logf("after the first write %v, after the second %v", first, st)
+	if first["added"] == 0 || first["events_write"] == 0 || first["first_reads"] == 0 {
+		t.Fatalf("the first write's folio was not added, dirtied and taken as its first access: %v", first)
+	}
+	if st["events_write"] != first["events_write"]+1 || st["acc_hits"] <= first["acc_hits"] {
+		t.Fatalf("the second write, to a cached clean page, was not applied as a hit: before %v, after %v", first, st)
+	}
+}
+
 // TestReadBatchesShareTheirRead: one read(2) calls filemap_get_pages once
 // per batch of at most 31 folios, and mm_filemap_get_pages reports each call
 // as the rest of the read, so a cold 4 MiB read is several events over the

@@ -413,6 +413,37 @@ static __always_inline int want_read(void)
 	return !pc_access_mask || !(bpf_get_prandom_u32() & pc_access_mask);
 }
 
+/* Writes: a folio of a watched file made dirty (clean to dirty: later
+ * writes before its writeback are not seen again), reported as an access
+ * of its pages (PC_EV_WRITE) where accesses are wanted. A write to a
+ * cached page adds nothing, so without it a page written again and again
+ * (the tail of RocksDB's write-ahead log) looked read never: a policy
+ * evicted it, and the next append read it back from the disk inside the
+ * write. The write that added a folio dirties it right after: with
+ * pc_skip_first_read that is the folio's first access, and a read after it
+ * is a hit, as a read of a written page is. */
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(pc_dirty, struct folio *folio, struct address_space *mapping)
+{
+	__u32 file;
+	__u8 order;
+
+	if (!want_read())
+		return 0;
+	file = file_id_memo(mapping);
+	if (!file)
+		return 0;
+	if (!in_memcg(folio))
+		return 0;
+	order = folio_order_of(folio);
+	if (pc_shards_threshold && !pc_sampled(file, folio->index, folio->index + (1ULL << (order & 15)) - 1))
+		return 0;
+	stat(PC_T_WRITE);
+	emit(PC_ACC, order, file, folio->index, 1U << (order & 15), 0, PC_EV_WRITE);
+	return 0;
+}
+
+
 /* One read(2) calls filemap_get_pages once per batch of folios (at most
  * 31), and the tracepoint gives every call the rest of the read,
  * [position, end]: a 32-page read of small folios reports [0, 31] and then

@@ -7,7 +7,7 @@
 // File layout (little-endian): the 8-byte magic "CSTPCT01", then records
 // of 32 bytes, each a struct pc_event of cistern/pagecache.h:
 //
-//	op u8 (1 add, 2 delete, 3 read), order u8, pad u16, file u32,
+//	op u8 (1 add, 2 delete, 3 read), order u8, flags u16, file u32,
 //	index u64 (first page), tid u32, tgid u32,
 //	nr u32 (read: pages), read u32 (read: its number in its thread)
 //
@@ -37,10 +37,17 @@ const (
 	OpRead = 3
 )
 
+// Flags of a record (pc_event.flags, PC_EV_* in cistern/pagecache.h).
+const (
+	FlagScan  = 1 // added or read by a thread detected as a scanner
+	FlagWrite = 2 // read record: a write made the folio dirty (Nr: its pages), not a read
+)
+
 // Event is one record: a struct pc_event.
 type Event struct {
 	Op    uint8
-	Order uint8  // add, delete: the folio's order (1 << Order pages)
+	Order uint8 // add, delete: the folio's order (1 << Order pages)
+	Flags uint16
 	File  uint32 // the tracker's file id
 	Index uint64 // first page
 	TID   uint32
@@ -58,14 +65,15 @@ var ErrTruncated = errors.New("page-cache trace truncated inside a record")
 // Decode reads one record from b (len(b) >= RecordSize).
 func Decode(b []byte) Event {
 	le := binary.LittleEndian
-	return Event{Op: b[0], Order: b[1], File: le.Uint32(b[4:]), Index: le.Uint64(b[8:]),
+	return Event{Op: b[0], Order: b[1], Flags: le.Uint16(b[2:]), File: le.Uint32(b[4:]), Index: le.Uint64(b[8:]),
 		TID: le.Uint32(b[16:]), TGID: le.Uint32(b[20:]), Nr: le.Uint32(b[24:]), Read: le.Uint32(b[28:])}
 }
 
 // Encode writes e into b (len(b) >= RecordSize).
 func (e Event) Encode(b []byte) {
 	le := binary.LittleEndian
-	b[0], b[1], b[2], b[3] = e.Op, e.Order, 0, 0
+	b[0], b[1] = e.Op, e.Order
+	le.PutUint16(b[2:], e.Flags)
 	le.PutUint32(b[4:], e.File)
 	le.PutUint64(b[8:], e.Index)
 	le.PutUint32(b[16:], e.TID)

@@ -97,6 +97,48 @@ func TestAccessesAtPutsInAddsOutsideReads(t *testing.T) {
 	}
 }
 
+// TestAccessesAtTakesWrites: with adds, a write record is an access of
+// its pages, but not the write's own add's (its first access, as the
+// agent's frequency policies skip a folio's first access after its add),
+// and the first read of a page readahead added is not one either; a
+// write to a cached page is. Without adds, and in the read calls, writes
+// are nothing. Flags survive the record's round trip.
+func TestAccessesAtTakesWrites(t *testing.T) {
+	evs := []Event{
+		{Op: OpAdd, File: 1, Index: 0, TID: 7},                           // 0: a write adds page 0
+		{Op: OpRead, Flags: FlagWrite, File: 1, Index: 0, Nr: 1, TID: 7}, // 1: and dirties it: its own add's
+		{Op: OpRead, File: 1, Index: 0, Nr: 1, TID: 8, Read: 1},          // 2: a read of it: an access
+		{Op: OpRead, Flags: FlagWrite, File: 1, Index: 0, Nr: 1, TID: 7}, // 3: written again, cached: an access
+		{Op: OpAdd, File: 2, Index: 3, TID: 8},                           // 4: readahead (no read holds it)
+		{Op: OpRead, File: 2, Index: 3, Nr: 1, TID: 9, Read: 1},          // 5: its first read: not an access
+		{Op: OpRead, File: 2, Index: 3, Nr: 1, TID: 9, Read: 2},          // 6: the next is
+		{Op: OpDel, File: 1, Index: 0, TID: 5},                           // 7: page 0 goes
+		{Op: OpRead, Flags: FlagWrite, File: 1, Index: 0, Nr: 1, TID: 7}, // 8: a write to it: an access (a miss)
+	}
+	keys, _, s := AccessesAt(evs, 0, true)
+	want := []uint64{Key(1, 0), Key(1, 0), Key(1, 0), Key(2, 3), Key(2, 3), Key(1, 0)}
+	if len(keys) != len(want) {
+		t.Fatalf("accesses %v, want %v", keys, want)
+	}
+	for i := range want {
+		if keys[i] != want[i] {
+			t.Fatalf("accesses %v, want %v", keys, want)
+		}
+	}
+	if s.Reads != 3 || s.PageReads != 3 || s.PagesWritten != 2 || s.PagesAddedOutsideReads != 2 {
+		t.Fatalf("summary %+v", s)
+	}
+	keys, _, s = Accesses(evs, 0)
+	if len(keys) != 3 || s.Reads != 3 || s.PagesWritten != 0 {
+		t.Fatalf("reads only: %v, %+v", keys, s)
+	}
+	var b [RecordSize]byte
+	evs[1].Encode(b[:])
+	if got := Decode(b[:]); got != evs[1] {
+		t.Fatalf("round trip %+v, want %+v", got, evs[1])
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf)

@@ -12,6 +12,9 @@ type Summary struct {
 	// PagesAddedOutsideReads: of PagesLoaded, the pages no read's range
 	// holds (writes, readahead past the read): AccessesAt with adds only.
 	PagesAddedOutsideReads uint64 `json:"pages_added_outside_reads,omitempty"`
+	// PagesWritten: pages of write records (FlagWrite) AccessesAt with
+	// adds put in the sequence as accesses (a write's own add's excepted).
+	PagesWritten uint64 `json:"pages_written,omitempty"`
 	// MaxResident is the most pages of watched files the cgroup held at
 	// once (added minus deleted since the trace began; the pages cached
 	// before it began are not counted): the cache size the run had.
@@ -59,6 +62,13 @@ func Accesses(evs []Event, warm float64) (keys []uint64, from int, s Summary) {
 // (pages_added), where the reads alone give only the reads' misses.
 // Summary.PagesAddedOutsideReads counts the measured part's.
 //
+// With adds, the writes (FlagWrite: a folio made dirty) are accesses too,
+// as the agent's policies hear them, and as there, the first access of a
+// page after an add outside a read is not one: the agent's frequency
+// policies take a folio's first read after its add as the read that added
+// it (pc_skip_first_read), and a write that adds a folio dirties it right
+// after. Without adds the sequence is the reads alone.
+//
 // An add is a read's when the next read event of the same thread is of
 // the same file and its range holds the added folio: mm_filemap_get_pages
 // fires after the read's folios were added. Where the read signal is the
@@ -82,7 +92,9 @@ func addsOutsideReads(evs []Event) []bool {
 		e := evs[i]
 		switch e.Op {
 		case OpRead:
-			next[e.TID] = e
+			if e.Flags&FlagWrite == 0 { // a write claims no add
+				next[e.TID] = e
+			}
 		case OpAdd:
 			r, ok := next[e.TID]
 			last := e.Index + 1<<(e.Order&15) - 1
@@ -107,6 +119,8 @@ func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uin
 	}
 	reads := map[uint32]*readState{}
 	files := map[uint32]struct{}{}
+	// fresh: pages added outside a read and not accessed since (AccessesAt).
+	fresh := map[uint64]struct{}{}
 	var resident int64
 	for i, e := range evs {
 		if at > 0 && i == at && !measuring {
@@ -132,6 +146,7 @@ func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uin
 				}
 				for p := uint64(0); p < n; p++ {
 					keys = append(keys, Key(e.File, e.Index+p))
+					fresh[Key(e.File, e.Index+p)] = struct{}{}
 				}
 			}
 		case OpDel:
@@ -139,8 +154,30 @@ func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uin
 			if measuring {
 				s.PagesGone += n
 			}
+			if len(fresh) > 0 {
+				for p := uint64(0); p < n; p++ {
+					delete(fresh, Key(e.File, e.Index+p))
+				}
+			}
 			resident -= int64(n)
 		case OpRead:
+			if e.Flags&FlagWrite != 0 {
+				if outside == nil {
+					continue // the reads alone
+				}
+				for p := uint64(0); p < uint64(min(max(e.Nr, 1), maxReadPages)); p++ {
+					k := Key(e.File, e.Index+p)
+					if _, ok := fresh[k]; ok {
+						delete(fresh, k)
+						continue
+					}
+					if measuring {
+						s.PagesWritten++
+					}
+					keys = append(keys, k)
+				}
+				continue
+			}
 			st := reads[e.TID]
 			if st == nil {
 				st = &readState{seen: map[uint64]struct{}{}}
@@ -170,6 +207,10 @@ func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uin
 				if measuring {
 					s.PageReads++
 				}
+				if _, ok := fresh[k]; ok && outside != nil {
+					delete(fresh, k)
+					continue
+				}
 				keys = append(keys, k)
 			}
 		}
@@ -189,7 +230,7 @@ func countReads(evs []Event) uint64 {
 	last := map[uint32]uint32{}
 	var n uint64
 	for _, e := range evs {
-		if e.Op != OpRead {
+		if e.Op != OpRead || e.Flags&FlagWrite != 0 {
 			continue
 		}
 		if r, ok := last[e.TID]; e.Read == 0 || !ok || r != e.Read {

@@ -18,6 +18,9 @@ enum pc_op { PC_ADD = 1, PC_DEL = 2, PC_ACC = 3 };
 /* pc_event.flags of PC_ADD and PC_ACC: added or read by a thread detected
  * as a scanner (pc_scan_pages in track.bpf.h). */
 #define PC_EV_SCAN 1
+/* pc_event.flags of PC_ACC: a write made the folio dirty (pc_dirty), not a
+ * read; nr is the folio's pages. */
+#define PC_EV_WRITE 2
 
 /* Files the agent watches: (device, inode) -> file id (>= 1). */
 struct pc_file_key {
@@ -90,6 +93,7 @@ enum pc_track_stat {
 	PC_T_QUEUED,     /* events left in the queue for the lock's holder */
 	PC_T_ADD_PAGES,  /* pages PC_T_ADD's folios span (1 << order each): the
 			  * loads the access trace counts, the agent's own */
+	PC_T_WRITE,      /* folios of watched files a write made dirty (pc_dirty) */
 	PC_T_MAX,
 };
 
