@@ -158,7 +158,7 @@ func memStat(cg, key string) (int64, bool) {
 // agents' threads spent while it ran.
 type rdbResult struct {
 	servers.DBBenchResult
-	agentCPU []time.Duration // per agent, during the measured benchmark
+	agentCPU []agentMark // per agent, during the measured benchmark: its thread and its BPF programs
 	wall     time.Duration
 	// loadsPer1k: pages charged to the cgroup (memory.stat pgpgin, v1)
 	// per 1000 reads of the measured benchmark: the misses, as pages.
@@ -166,13 +166,21 @@ type rdbResult struct {
 	warmOps    int64 // operations of the warm-up before it
 }
 
-// agentPct is agent i's CPU during the measured benchmark, in % of one core,
-// per 10k reads/s of it.
+// agentPctPer10k is agent i's whole cost during the measured benchmark
+// (its thread's CPU and its BPF programs' run time), in % of one core,
+// per 10k reads/s of it; agentBPFPctPer10k is the BPF programs' part.
 func (r rdbResult) agentPctPer10k(i int) float64 {
 	if i >= len(r.agentCPU) {
 		return math.NaN()
 	}
-	return agentPctPer10k(r.agentCPU[i], r.wall, r.OpsPerSec)
+	return agentPctPer10k(r.agentCPU[i].total(), r.wall, r.OpsPerSec)
+}
+
+func (r rdbResult) agentBPFPctPer10k(i int) float64 {
+	if i >= len(r.agentCPU) {
+		return math.NaN()
+	}
+	return agentPctPer10k(r.agentCPU[i].bpf, r.wall, r.OpsPerSec)
 }
 
 // agentPctPer10k is an agent's CPU over a run of wall, in % of one core,
@@ -194,15 +202,20 @@ func rdbStart(cmd *exec.Cmd, benchmark string, agents []*pagecache.Agent) (wait 
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	stats, err := bpfStats(agents...)
+	if err != nil {
+		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
+	}
 	if err := cmd.Start(); err != nil {
+		if stats != nil {
+			stats.Close()
+		}
 		return nil, err
 	}
-	mark := func() ([]time.Duration, time.Time) {
-		cpu := make([]time.Duration, len(agents))
+	mark := func() ([]agentMark, time.Time) {
+		cpu := make([]agentMark, len(agents))
 		for i, a := range agents {
-			if a != nil {
-				cpu[i] = a.ThreadCPU()
-			}
+			cpu[i] = markAgent(a)
 		}
 		return cpu, time.Now()
 	}
@@ -220,6 +233,9 @@ func rdbStart(cmd *exec.Cmd, benchmark string, agents []*pagecache.Agent) (wait 
 		<-done
 		werr := cmd.Wait()
 		cpu1, t1 := mark()
+		if stats != nil {
+			stats.Close()
+		}
 		var r rdbResult
 		if werr != nil {
 			return r, fmt.Errorf("db_bench: %v: %s\n%s", werr, lastLines(stderr.String(), 5), lastLines(all.String(), 10))
@@ -231,7 +247,7 @@ func rdbStart(cmd *exec.Cmd, benchmark string, agents []*pagecache.Agent) (wait 
 		r.DBBenchResult = res
 		r.wall = t1.Sub(t0)
 		for i := range agents {
-			r.agentCPU = append(r.agentCPU, cpu1[i]-cpu0[i])
+			r.agentCPU = append(r.agentCPU, cpu1[i].since(cpu0[i]))
 		}
 		return r, nil
 	}, nil
@@ -316,6 +332,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 			rep.Sample(m, "page_loads_per_1k_reads", r.loadsPer1k)
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPctPer10k(0))
+				rep.Sample(m, "agent_bpf_pct_per_10k_reads", r.agentBPFPctPer10k(0))
 				pcAgentStats(rep, m, a)
 			}
 		}
@@ -360,7 +377,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	rep.Note(fmt.Sprintf("rocksdb reads: db_bench readrandom, %d threads, --read_random_exp_range=%d (key = num·e^-r, r uniform in [0,%d]: density ∝ 1/key, Zipf-like), "+
 		"block cache 8 MiB, pread (--mmap_read=false --use_direct_reads=false), db_bench's default FADV_RANDOM on every table file (advise_random_on_open: no fadvise expresses frequency, so none is compared here); "+
 		"each round drops the database's pages, runs a warm-up readrandom (%d threads, %.0f s: fills the cgroup and trains the policy), then the measured one in a new db_bench process (ops/s, P99 from its histogram). "+
-		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent thread's CPU in %% of a core over the measured benchmark, per 10k reads/s (BPF programs run in db_bench's threads and are not in it); the target is on the largest.",
+		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent's whole cost over the measured benchmark, its thread's CPU plus its BPF programs' run time in db_bench's threads (bpf_stats; agent_bpf_pct_per_10k_reads, that part), in %% of a core per 10k reads/s; the target is on the largest.",
 		rdbThreads, rdbExpRange, rdbExpRange, rdbWarmThreads, s.warm.Seconds(), best))
 	return nil
 }

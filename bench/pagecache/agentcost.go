@@ -1,0 +1,46 @@
+package pagecachebench
+
+import (
+	"io"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cistern-ebpf/cistern/pagecache"
+)
+
+// The agent's whole cost, as the kernel-path issue counts it: its thread's
+// CPU plus the run time of its BPF programs, which run in the workload's
+// own threads (bpf_stats, on while a measured run has an agent).
+
+// agentMark is an agent's thread CPU and its programs' run time so far.
+type agentMark struct{ thread, bpf time.Duration }
+
+func markAgent(a *pagecache.Agent) agentMark {
+	if a == nil {
+		return agentMark{}
+	}
+	m := agentMark{thread: a.ThreadCPU()}
+	m.bpf, _, _ = a.ProgramRuntime()
+	return m
+}
+
+// since is what the agent spent from m0 to m.
+func (m agentMark) since(m0 agentMark) agentMark {
+	return agentMark{thread: m.thread - m0.thread, bpf: m.bpf - m0.bpf}
+}
+
+func (m agentMark) total() time.Duration { return m.thread + m.bpf }
+
+// bpfStats turns BPF run-time statistics on until the returned closer is
+// closed (they cost every program two clock reads a run, so only runs
+// with an agent have them); nil when there is no agent to measure.
+func bpfStats(agents ...*pagecache.Agent) (io.Closer, error) {
+	for _, a := range agents {
+		if a != nil {
+			return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		}
+	}
+	return nil, nil
+}
