@@ -5,7 +5,6 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -110,7 +109,7 @@ func measureEvictCost(dir string) (evictCost, error) {
 		d = threadCPU() - t0
 		ranges = append(ranges, float64(d.Nanoseconds())/float64(len(chunks)*evictFloorRange))
 	}
-	return evictCost{single: median(singles), ranged: median(ranges)}, nil
+	return evictCost{single: benchkit.Median(singles), ranged: benchkit.Median(ranges)}, nil
 }
 
 // pageBytes is the page size the floor is measured in.
@@ -153,12 +152,6 @@ func threadCPU() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
 	return time.Duration(ts.Nano())
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // evictFloor measures the eviction cost once for a workload and keeps it
