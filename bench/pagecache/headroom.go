@@ -49,7 +49,8 @@ func (t *tracer) reads() uint64 {
 }
 
 // events is how many events the recorder has put in the trace so far
-// (every add, delete and read batch it reported, less those it dropped).
+// (every add, delete, read batch and write it reported, less those it
+// dropped).
 // Taken while nothing runs in the cgroup, it is the exact index in the
 // trace where what follows begins (pctrace.AccessesAt).
 func (t *tracer) events() uint64 {
@@ -57,7 +58,7 @@ func (t *tracer) events() uint64 {
 	if err != nil {
 		return 0
 	}
-	n := st["events_add"] + st["events_del"] + st["events_read"] + st["events_read_more"]
+	n := st["events_add"] + st["events_del"] + st["events_read"] + st["events_read_more"] + st["events_write"]
 	return n - min(n, st["events_dropped"])
 }
 

@@ -15,6 +15,10 @@ type Summary struct {
 	// PagesWritten: pages of write records (FlagWrite) AccessesAt with
 	// adds put in the sequence as accesses (a write's own add's excepted).
 	PagesWritten uint64 `json:"pages_written,omitempty"`
+	// FirstReadsSkipped: the page reads AccessesAt with adds left out as
+	// the first access of a page added outside a read (the add is that
+	// access, as pc_skip_first_read makes it live).
+	FirstReadsSkipped uint64 `json:"first_reads_skipped,omitempty"`
 	// MaxResident is the most pages of watched files the cgroup held at
 	// once (added minus deleted since the trace began; the pages cached
 	// before it began are not counted): the cache size the run had.
@@ -209,6 +213,9 @@ func accesses(evs []Event, warmReads uint64, at int, outside []bool) (keys []uin
 				}
 				if _, ok := fresh[k]; ok && outside != nil {
 					delete(fresh, k)
+					if measuring {
+						s.FirstReadsSkipped++
+					}
 					continue
 				}
 				keys = append(keys, k)
