@@ -736,15 +736,39 @@ func (a *Agent) Close() error {
 }
 
 // ProgramRuntime is the time the agent's BPF programs (tracker and policy)
-// have run so far, in the contexts of the processes they trace, and how
+// have run so far in the contexts of the processes they trace, and how
 // often they ran. It is zero unless BPF run-time statistics are on
 // (ebpf.EnableStats with BPF_STATS_RUN_TIME), which the overhead bench turns
-// on to measure the agent's cost directly.
+// on to measure the agent's cost directly. The programs the agent runs
+// itself (pc_apply and the other CISTERN_CALL programs, through
+// BPF_PROG_TEST_RUN) are left out: their time is its thread's CPU.
 func (a *Agent) ProgramRuntime() (time.Duration, uint64, error) {
 	return collRuntime(a.polColl())
 }
 
-// collRuntime sums the run time and run count of c's programs (nil: 0).
+// ProgramStats are each of the agent's programs' run time and count so
+// far, by program name (zero unless BPF run-time statistics are on): where
+// its BPF time goes.
+func (a *Agent) ProgramStats() (map[string]ebpf.ProgramStats, error) {
+	c := a.polColl()
+	out := map[string]ebpf.ProgramStats{}
+	if c == nil {
+		return out, nil
+	}
+	for name, p := range c.Programs {
+		st, err := p.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("program %s stats: %w", name, err)
+		}
+		out[name] = *st
+	}
+	return out, nil
+}
+
+// collRuntime sums the run time and run count of c's programs that run in
+// traced threads (nil: 0): not its XDP programs, which only the agent runs
+// (BPF_PROG_TEST_RUN counts their runs in the statistics too, and their
+// time is already the calling thread's CPU).
 func collRuntime(c *ebpf.Collection) (time.Duration, uint64, error) {
 	var total time.Duration
 	var runs uint64
@@ -752,6 +776,9 @@ func collRuntime(c *ebpf.Collection) (time.Duration, uint64, error) {
 		return 0, 0, nil
 	}
 	for _, p := range c.Programs {
+		if p.Type() == ebpf.XDP {
+			continue
+		}
 		st, err := p.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("program stats: %w", err)

@@ -202,6 +202,10 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	progID, _ := a.pol.coll.Programs["pc_add"].Info()
 	id, _ := progID.ID()
 
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -211,6 +215,23 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	// The agent's cost in the traced threads leaves out pc_apply, which
+	// only its own thread runs (its time is that thread's CPU).
+	ps, err := a.ProgramStats()
+	rt, _, rerr := a.ProgramRuntime()
+	stats.Close()
+	if err != nil || rerr != nil {
+		t.Fatal(err, rerr)
+	}
+	var traced time.Duration
+	for n, p := range ps {
+		if n != "pc_apply" && n != "pc_start" && n != "evict_init" {
+			traced += p.Runtime
+		}
+	}
+	if ps["pc_apply"].RunCount == 0 || ps["pc_add"].RunCount == 0 || rt != traced {
+		t.Errorf("program stats %+v: runtime %v, want the tracepoints' %v", ps, rt, traced)
 	}
 	st, err := a.Stats()
 	if err != nil {
