@@ -80,6 +80,10 @@ func measureEvictCost(dir string) (evictCost, error) {
 			return evictCost{}, err
 		}
 		perm := rng.Perm(evictFloorPages)[:evictFloorSingles]
+		before, err := residentPages(fd)
+		if err != nil {
+			return evictCost{}, err
+		}
 		t0 := threadCPU()
 		for _, p := range perm {
 			if err := unix.Fadvise(fd, int64(p)*pageBytes, pageBytes, unix.FADV_DONTNEED); err != nil {
@@ -87,14 +91,19 @@ func measureEvictCost(dir string) (evictCost, error) {
 			}
 		}
 		d := threadCPU() - t0
-		// Every page dropped: the cost measured is an eviction's, not a
-		// call's that found a page it could not drop.
+		// The cost is an eviction's, per page dropped: nearly every call
+		// must have dropped its page (a few may be gone before, taken by
+		// the kernel's reclaim or never read back: 2 of 8192 once).
+		dropped := len(perm)
 		if left, err := residentPages(fd); err != nil {
 			return evictCost{}, err
-		} else if left >= 0 && left != evictFloorPages-len(perm) {
-			return evictCost{}, fmt.Errorf("%d pages cached after dropping %d of %d one by one: want %d", left, len(perm), evictFloorPages, evictFloorPages-len(perm))
+		} else if left >= 0 {
+			dropped = before - left
+			if dropped < len(perm)*99/100 || dropped > len(perm) {
+				return evictCost{}, fmt.Errorf("dropping %d of %d cached pages one by one left %d cached: want %d", len(perm), before, left, before-len(perm))
+			}
 		}
-		singles = append(singles, float64(d.Nanoseconds())/float64(len(perm)))
+		singles = append(singles, float64(d.Nanoseconds())/float64(dropped))
 
 		if err := cacheSmallFolios(fd); err != nil {
 			return evictCost{}, err
