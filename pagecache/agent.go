@@ -97,6 +97,10 @@ type Agent struct {
 	// range the kernel cannot drop at once (a folio still in a CPU's LRU
 	// batch, or held by a reader) makes it drain every CPU's batches.
 	fadvCalls, fadvNanos, fadvMaxNanos atomic.Uint64
+	// evictNanos: the CPU time of Run's thread in evict (its fadvise
+	// calls and their checks), by the thread's own clock: fadvNanos is
+	// wall time, and counts the moments the thread was not running.
+	evictNanos atomic.Uint64
 	// The agent thread's context switches while Run ran: voluntary ones
 	// are its wakeups (each may preempt a workload thread).
 	wakeups, preempted atomic.Uint64
@@ -543,6 +547,8 @@ const chargeSlack = 64 * pageSize
 // cache. Victims still cached are kept in a.pending to be tried again;
 // those given up on go to a.back (as add events, to be tracked again).
 func (a *Agent) evict(vs []Victim) (freed int64) {
+	c0 := threadCPUNow()
+	defer func() { a.evictNanos.Add(uint64(max(threadCPUNow()-c0, 0))) }()
 	for _, v := range vs {
 		if v.tries == 0 {
 			a.victims.Add(1)
@@ -688,6 +694,7 @@ func (a *Agent) Stats() (map[string]uint64, error) {
 		st["agent_cpu_us"] += uint64(max(int64(a.ThreadCPU())-base, 0) / 1000)
 	}
 	st["fadvise_us"] = a.fadvNanos.Load() / 1000
+	st["evict_cpu_us"] = a.evictNanos.Load() / 1000
 	st["fadvise_max_us"] = a.fadvMaxNanos.Load() / 1000
 	st["cgroup_limit_hits"] = a.cg.LimitHits() - a.limitHits0 // since the start
 	st["headroom_bytes"] = uint64(a.headNow.Load())
@@ -787,6 +794,16 @@ func collRuntime(c *ebpf.Collection) (time.Duration, uint64, error) {
 		runs += st.RunCount
 	}
 	return total, runs, nil
+}
+
+// threadCPUNow is the calling thread's CPU time (Run's thread is locked
+// to its OS thread).
+func threadCPUNow() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // ThreadCPU is the CPU time of the thread running Run so far (0 when

@@ -238,6 +238,10 @@ func TestAgentEvictsMRUCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stats: %v", st)
+	// Its eviction CPU is part of its thread's.
+	if st["evict_cpu_us"] == 0 || st["evict_cpu_us"] > st["agent_cpu_us"] {
+		t.Errorf("evict_cpu_us %d of agent_cpu_us %d: want a nonzero part", st["evict_cpu_us"], st["agent_cpu_us"])
+	}
 
 	// The agent's choice: MRU never takes the files read before its first
 	// eviction (files are numbered in walk order: id = index + 1). With

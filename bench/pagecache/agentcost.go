@@ -14,8 +14,10 @@ import (
 // CPU plus the run time of its BPF programs, which run in the workload's
 // own threads (bpf_stats, on while a measured run has an agent).
 
-// agentMark is an agent's thread CPU and its programs' run time so far.
-type agentMark struct{ thread, bpf time.Duration }
+// agentMark is an agent's thread CPU and its programs' run time so far,
+// and of that thread's CPU, the time it spent evicting (its fadvise calls
+// and their checks: the part no policy and no BPF work can take off).
+type agentMark struct{ thread, bpf, evict time.Duration }
 
 func markAgent(a *pagecache.Agent) agentMark {
 	if a == nil {
@@ -23,12 +25,15 @@ func markAgent(a *pagecache.Agent) agentMark {
 	}
 	m := agentMark{thread: a.ThreadCPU()}
 	m.bpf, _, _ = a.ProgramRuntime()
+	if st, err := a.Stats(); err == nil {
+		m.evict = time.Duration(st["evict_cpu_us"]) * time.Microsecond
+	}
 	return m
 }
 
 // since is what the agent spent from m0 to m.
 func (m agentMark) since(m0 agentMark) agentMark {
-	return agentMark{thread: m.thread - m0.thread, bpf: m.bpf - m0.bpf}
+	return agentMark{thread: m.thread - m0.thread, bpf: m.bpf - m0.bpf, evict: m.evict - m0.evict}
 }
 
 func (m agentMark) total() time.Duration { return m.thread + m.bpf }

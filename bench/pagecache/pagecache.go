@@ -403,7 +403,7 @@ func pcAgentStats(rep *benchkit.Report, mode string, a *pagecache.Agent) {
 	}
 	for _, k := range []string{"events_add", "pages_added", "events_dropped", "victims", "pages_evicted", "removed", "cgroup_limit_hits",
 		"not_evicted_busy", "not_evicted_dirty", "not_evicted_writeback", "not_evicted_open_failed", "policy_fallback_evictions",
-		"events_del", "events_del_own", "retried", "agent_cpu_us", "fadvise_calls", "fadvise_us", "fadvise_max_us", "first_reads", "acc_hits", "read_again", "events_read", "events_read_more", "agent_wakeups", "agent_preempted"} {
+		"events_del", "events_del_own", "retried", "agent_cpu_us", "fadvise_calls", "fadvise_us", "fadvise_max_us", "evict_cpu_us", "first_reads", "acc_hits", "read_again", "events_read", "events_read_more", "agent_wakeups", "agent_preempted"} {
 		rep.Set(mode, k, st[k])
 	}
 }

@@ -183,6 +183,15 @@ func (r rdbResult) agentBPFPctPer10k(i int) float64 {
 	return agentPctPer10k(r.agentCPU[i].bpf, r.wall, r.OpsPerSec)
 }
 
+// agentEvictPctPer10k is the part of agent i's thread CPU spent evicting
+// (its fadvise calls and their checks).
+func (r rdbResult) agentEvictPctPer10k(i int) float64 {
+	if i >= len(r.agentCPU) {
+		return math.NaN()
+	}
+	return agentPctPer10k(r.agentCPU[i].evict, r.wall, r.OpsPerSec)
+}
+
 // agentPctPer10k is an agent's CPU over a run of wall, in % of one core,
 // per 10k operations/s of it.
 func agentPctPer10k(cpu, wall time.Duration, opsPerSec float64) float64 {
@@ -333,6 +342,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPctPer10k(0))
 				rep.Sample(m, "agent_bpf_pct_per_10k_reads", r.agentBPFPctPer10k(0))
+				rep.Sample(m, "agent_evict_pct_per_10k_reads", r.agentEvictPctPer10k(0))
 				pcAgentStats(rep, m, a)
 			}
 		}
@@ -377,7 +387,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	rep.Note(fmt.Sprintf("rocksdb reads: db_bench readrandom, %d threads, --read_random_exp_range=%d (key = num·e^-r, r uniform in [0,%d]: density ∝ 1/key, Zipf-like), "+
 		"block cache 8 MiB, pread (--mmap_read=false --use_direct_reads=false), db_bench's default FADV_RANDOM on every table file (advise_random_on_open: no fadvise expresses frequency, so none is compared here); "+
 		"each round drops the database's pages, runs a warm-up readrandom (%d threads, %.0f s: fills the cgroup and trains the policy), then the measured one in a new db_bench process (ops/s, P99 from its histogram). "+
-		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent's whole cost over the measured benchmark, its thread's CPU plus its BPF programs' run time in db_bench's threads (bpf_stats; agent_bpf_pct_per_10k_reads, that part), in %% of a core per 10k reads/s; the target is on the largest.",
+		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent's whole cost over the measured benchmark, its thread's CPU plus its BPF programs' run time in db_bench's threads (bpf_stats; agent_bpf_pct_per_10k_reads, that part; agent_evict_pct_per_10k_reads, the thread's CPU in evicting: its fadvise calls and their checks), in %% of a core per 10k reads/s; the target is on the largest.",
 		rdbThreads, rdbExpRange, rdbExpRange, rdbWarmThreads, s.warm.Seconds(), best))
 	return nil
 }

@@ -338,6 +338,7 @@ func ycsbWorkloadRun(ctx context.Context, rep *benchkit.Report, opt Options, s *
 			if a != nil {
 				rep.Sample(m, "agent_cpu_pct_per_10k_ops", agentPctPer10k(r.agentCPU.total(), r.wall, t.OpsPerSec))
 				rep.Sample(m, "agent_bpf_pct_per_10k_ops", agentPctPer10k(r.agentCPU.bpf, r.wall, t.OpsPerSec))
+				rep.Sample(m, "agent_evict_pct_per_10k_ops", agentPctPer10k(r.agentCPU.evict, r.wall, t.OpsPerSec))
 				pcAgentStats(rep, m, a)
 				err = round.ownSim(rep, m, policies[mode], r.cacheMiB, r.loadsPer1k, r.ownAddsPer1k)
 			}
@@ -416,7 +417,7 @@ func pagecacheYCSB(ctx context.Context, rep *benchkit.Report, opt Options) error
 		"Each round clones the database (table files hard-linked: what A, B, D, F write stays in the clone), drops its pages, runs a warm-up go-ycsb (%d threads, %.0f s), then the measured one (%d threads, %.0f s, stopped by SIGINT). "+
 		"ops_per_sec: go-ycsb's TOTAL (every database call: F's read-modify-write is a read and an update); p99_us: its READ P99; page_loads_per_1k_reads: memory.stat pgpgin (pages charged: page cache and memtables) per 1000 operations (here every *_per_1k_reads is per 1000 go-ycsb operations); cache_mib / rss_mib: the cgroup's page cache / anonymous memory just before the measured run's end (the room the policy had). "+
 		"own_adds_per_1k_reads: the agent's own count of pages added to the watched files in the measured run (its tracker's pages_added, as the trace counts adds), live_vs_sim's live side; sim_own_adds_per_1k_reads: the same policy replayed at the agent's cache size on the round's trace with the pages added outside reads (writes, readahead) and the writes to cached pages put in, from the event the measured run began at (pgpgin's figure against the reads-only replay: PART_pgpgin_vs_sim_<policy>). "+
-		"agent_cpu_pct_per_10k_ops: the agent's whole cost over the measured run, its thread's CPU plus its BPF programs' run time in go-ycsb's threads (bpf_stats; agent_bpf_pct_per_10k_ops, that part), in %% of a core per 10k operations/s; PART_agent_cpu_pct_per_10k_ops judges the largest of the fixed policies', beside PART_agent_cpu_floor_pct_per_10k. "+
+		"agent_cpu_pct_per_10k_ops: the agent's whole cost over the measured run, its thread's CPU plus its BPF programs' run time in go-ycsb's threads (bpf_stats; agent_bpf_pct_per_10k_ops, that part; agent_evict_pct_per_10k_ops, the thread's CPU in evicting: its fadvise calls and their checks), in %% of a core per 10k operations/s; PART_agent_cpu_pct_per_10k_ops judges the largest of the fixed policies', beside PART_agent_cpu_floor_pct_per_10k. "+
 		"traced: the default with the access-trace recorder on; its trace replayed at the cache size the run held (warm-up excluded) gives sim_* (OPT, the kernel model, each policy), on which the headroom targets are judged (winTargets).",
 		s.db.Records, s.dbBytes>>20, s.limit>>20, rdbWarmThreads, s.warm.Seconds(), rdbThreads, s.measure.Seconds()))
 	if opt.PlotPath != "" {
