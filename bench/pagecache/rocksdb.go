@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cistern-ebpf/cistern/internal/benchkit"
@@ -164,6 +165,10 @@ type rdbResult struct {
 	// per 1000 reads of the measured benchmark: the misses, as pages.
 	loadsPer1k float64
 	warmOps    int64 // operations of the warm-up before it
+	// workCPU: db_bench's own CPU (user and system: its reads, its direct
+	// reclaim at the cgroup's limit, and the agent's BPF programs in its
+	// threads) over its whole process.
+	workCPU time.Duration
 }
 
 // agentPctPer10k is agent i's whole cost during the measured benchmark
@@ -255,6 +260,9 @@ func rdbStart(cmd *exec.Cmd, benchmark string, agents []*pagecache.Agent) (wait 
 		}
 		r.DBBenchResult = res
 		r.wall = t1.Sub(t0)
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			r.workCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
 		for i := range agents {
 			r.agentCPU = append(r.agentCPU, cpu1[i].since(cpu0[i]))
 		}
@@ -339,7 +347,11 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 			rep.Sample(m, "p99_us", r.P99)
 			rep.Sample(m, "p50_us", r.P50)
 			rep.Sample(m, "page_loads_per_1k_reads", r.loadsPer1k)
+			if r.Ops > 0 && r.workCPU > 0 {
+				rep.Sample(m, "db_bench_cpu_us_per_read", float64(r.workCPU.Nanoseconds())/1e3/float64(r.Ops))
+			}
 			if a != nil {
+				rep.Sample(m, "agent_thread_us_per_read", float64(r.agentCPU[0].thread.Nanoseconds())/1e3/float64(max(r.Ops, 1)))
 				rep.Sample(m, "agent_cpu_pct_per_10k_reads", r.agentPctPer10k(0))
 				rep.Sample(m, "agent_bpf_pct_per_10k_reads", r.agentBPFPctPer10k(0))
 				rep.Sample(m, "agent_evict_pct_per_10k_reads", r.agentEvictPctPer10k(0))
@@ -368,6 +380,7 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 		if c, _, _, ok := rep.Spread("rocksdb_reads/"+mode, "agent_cpu_pct_per_10k_reads"); ok && c > worstCPU {
 			worstCPU = c
 		}
+		netCost(rep, "rocksdb_reads", mode)
 	}
 	rep.SetConfig("rocksdb_reads_best_policy", best)
 	med, lo, hi, _ := rep.RatioSpread("rocksdb_reads_speedup_" + best)
@@ -387,9 +400,24 @@ func rdbReads(ctx context.Context, rep *benchkit.Report, opt Options, s *rdbSetu
 	rep.Note(fmt.Sprintf("rocksdb reads: db_bench readrandom, %d threads, --read_random_exp_range=%d (key = num·e^-r, r uniform in [0,%d]: density ∝ 1/key, Zipf-like), "+
 		"block cache 8 MiB, pread (--mmap_read=false --use_direct_reads=false), db_bench's default FADV_RANDOM on every table file (advise_random_on_open: no fadvise expresses frequency, so none is compared here); "+
 		"each round drops the database's pages, runs a warm-up readrandom (%d threads, %.0f s: fills the cgroup and trains the policy), then the measured one in a new db_bench process (ops/s, P99 from its histogram). "+
-		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent's whole cost over the measured benchmark, its thread's CPU plus its BPF programs' run time in db_bench's threads (bpf_stats; agent_bpf_pct_per_10k_reads, that part; agent_evict_pct_per_10k_reads, the thread's CPU in evicting: its fadvise calls and their checks), in %% of a core per 10k reads/s; the target is on the largest.",
+		"The agents see every read (the first read of a new folio is not a hit); best policy this run: %s. agent_cpu_pct_per_10k_reads: the agent's whole cost over the measured benchmark, its thread's CPU plus its BPF programs' run time in db_bench's threads (bpf_stats; agent_bpf_pct_per_10k_reads, that part; agent_evict_pct_per_10k_reads, the thread's CPU in evicting: its fadvise calls and their checks), in %% of a core per 10k reads/s; the target is on the largest. db_bench_cpu_us_per_read: db_bench's own CPU per read, the agent's BPF programs and the default's reclaim at the limit in it; rocksdb_reads_net_cpu_us_per_read_POLICY: that and the agent's thread, less the default's db_bench, per read (1 µs a read = 1 %% of a core per 10k reads/s).",
 		rdbThreads, rdbExpRange, rdbExpRange, rdbWarmThreads, s.warm.Seconds(), best))
 	return nil
+}
+
+// netCost reports what an agent costs the machine per read beside the
+// default (PART_net_cpu_us_per_read_POLICY; 1 µs a read is 1 % of a core
+// per 10k reads/s): db_bench's CPU per read and the agent thread's, less
+// db_bench's under the default. The whole cost counts the agent's
+// evictions, but under the default db_bench reclaims those pages itself
+// at the cgroup's limit; this is the difference the machine sees.
+func netCost(rep *benchkit.Report, part, mode string) {
+	work, _, _, ok1 := rep.Spread(part+"/"+mode, "db_bench_cpu_us_per_read")
+	thread, _, _, ok2 := rep.Spread(part+"/"+mode, "agent_thread_us_per_read")
+	def, _, _, ok3 := rep.Spread(part+"/default", "db_bench_cpu_us_per_read")
+	if ok1 && ok2 && ok3 {
+		rep.Ratio(part+"_net_cpu_us_per_read_"+strings.TrimPrefix(mode, "agent_"), work+thread-def)
+	}
 }
 
 // fadviseShimC is an LD_PRELOAD library for the scan process of GET-SCAN:
@@ -788,7 +816,7 @@ func pagecacheRocksDB(ctx context.Context, rep *benchkit.Report, opt Options) er
 		}
 	}
 	rep.Section("rocksdb reads: db_bench readrandom, skewed", rows("rocksdb_reads", rdbReadModes),
-		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads"})
+		[]string{"ops_per_sec", "p99_us", "page_loads_per_1k_reads", "agent_cpu_pct_per_10k_reads", "agent_bpf_pct_per_10k_reads", "agent_evict_pct_per_10k_reads", "db_bench_cpu_us_per_read"})
 	rep.Section("rocksdb reads headroom: the traced run replayed, pages loaded per 1000 reads", []string{"rocksdb_reads/traced"},
 		[]string{"trace_page_loads_per_1k_reads", "sim_kernel_loads_per_1k_reads", "sim_opt_loads_per_1k_reads", "sim_oracle_lfu_loads_per_1k_reads", "sim_history_lfu_loads_per_1k_reads", "sim_wtinylfu_loads_per_1k_reads", "sim_s3fifo_loads_per_1k_reads", "sim_lfu_loads_per_1k_reads"})
 	rep.Section("rocksdb get-scan: readrandom GETs beside a seekrandom scan", rows("rocksdb_getscan", rdbGetScanModes),
